@@ -1,0 +1,59 @@
+"""The public container: the wired graph plus its two stages, pre-flight and run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from genwire.container.boot import Source, boot_container
+from genwire.container.core import WiredContainer
+from genwire.engine.run import RunResult, run_pipeline
+from genwire.generators.base import Generator
+from genwire.preflight.report import PreflightReport
+from genwire.preflight.runner import run_preflight
+
+
+class Container(WiredContainer):
+    """What ``genwire.boot`` returns: ``plan``, ``override``, ``preflight``, ``run``, ``aclose``."""
+
+    async def preflight(self) -> PreflightReport:
+        """Check every model and dataset a wired generator can reach; never raises for an
+        unhealthy target."""
+        return await run_preflight(self)
+
+    async def run(
+        self,
+        num_records: int | None = None,
+        *,
+        output: str | Path | None = None,
+        skip_preflight: bool = False,
+        progress: Any = None,
+        engine: str = "local",
+    ) -> RunResult:
+        """Pre-flight (unless skipped), then generate and write the dataset atomically.
+        Raises PreflightError, with the report, if the pre-flight fails."""
+        return await run_pipeline(
+            self,
+            num_records=num_records,
+            output=output,
+            skip_preflight=skip_preflight,
+            progress=progress,
+            engine=engine,
+            preflight=run_preflight,
+        )
+
+
+def boot(
+    source: Source,
+    *,
+    generators: Iterable[type[Generator[Any]]] = (),
+    env: Mapping[str, str] | None = None,
+    base_dir: Path | None = None,
+) -> Container:
+    """Parse and validate the config, discover plugins, and wire every column.
+
+    ``source`` is a path to genwire.yaml or a dict of the same shape. ``generators`` adds
+    generator classes without an entry point (handy in tests). No network is touched.
+    """
+    return boot_container(source, Container, generators=generators, env=env, base_dir=base_dir)

@@ -1,0 +1,196 @@
+"""The genwire command line. Errors are one clear message (exit 2 invalid input, 1 failed
+check or run); ``--debug`` shows the traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+from rich.console import Console
+
+from genwire.errors import ConfigError, GenwireError, PluginError, PreflightError, WiringError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Piped output (CI logs, `| less`) gets a wide table instead of rich's 80-column default.
+out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+_INVALID = (ConfigError, WiringError, PluginError)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    err.print("error: " + message, markup=False)
+    sys.exit(code)
+
+
+def handle_errors(fn: F) -> F:
+    """One message per error, no traceback unless --debug; the exit code says what kind."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        debug = click.get_current_context().find_root().params.get("debug", False)
+        try:
+            return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            if debug:
+                raise
+            _fail("interrupted; no partial output was written", 130)
+        except _INVALID as exc:
+            if debug:
+                raise
+            _fail(str(exc), 2)
+        except GenwireError as exc:
+            if debug:
+                raise
+            _fail(str(exc), 1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.version_option(package_name="genwire")
+def cli(debug: bool) -> None:
+    """genwire: each generator wired with exactly the resources it declares, and every
+    wired model and dataset checked before generation starts."""
+
+
+_FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+
+
+def _boot(file: Path) -> Any:
+    from genwire.app import boot
+
+    return boot(file)
+
+
+@cli.command()
+@_FILE
+@handle_errors
+def validate(file: Path) -> None:
+    """Check config, plugins and wiring. No network."""
+    container = _boot(file)
+    plan = container.plan()
+    click.echo(
+        f"{file}: valid — {len(plan.columns)} columns, {len(plan.targets)} pre-flight targets"
+        + (f", {len(plan.unreachable)} resources reached by no column" if plan.unreachable else "")
+    )
+
+
+@cli.command()
+@_FILE
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "mermaid"]), default="table", show_default=True)
+@handle_errors
+def plan(file: Path, fmt: str) -> None:
+    """Show each column's generator and slot bindings, and the pre-flight targets."""
+    from genwire.cli.render import plan_mermaid, plan_table
+
+    wiring = _boot(file).plan()
+    if fmt == "json":
+        click.echo(wiring.model_dump_json(indent=2))
+    elif fmt == "mermaid":
+        click.echo(plan_mermaid(wiring))
+    else:
+        for table in plan_table(wiring):
+            out.print(table)
+
+
+@cli.command()
+@handle_errors
+def plugins() -> None:
+    """List discovered generators with their declared resources."""
+    from genwire.cli.render import plugins_table
+    from genwire.generators.discovery import discover
+
+    found = discover()
+    out.print(plugins_table(found.generators, found.origins))
+    if found.problems:
+        raise PluginError(found.problems)
+
+
+@cli.command()
+@_FILE
+@click.option("--json", "as_json", is_flag=True, help="Print the machine-readable report.")
+@handle_errors
+def preflight(file: Path, as_json: bool) -> None:
+    """Check every model and dataset a wired generator can reach, concurrently."""
+    from genwire.cli.render import preflight_table
+
+    container = _boot(file)
+
+    async def go() -> Any:
+        async with container:
+            return await container.preflight()
+
+    report = asyncio.run(go())
+    if as_json:
+        click.echo(report.model_dump_json(indent=2))
+    else:
+        out.print(preflight_table(report))
+    if not report.ok:
+        sys.exit(1)
+
+
+@cli.command()
+@_FILE
+@click.option("-n", "num_records", type=click.IntRange(min=1), help="Rows to generate (default: pipeline.num_records).")
+@click.option(
+    "-o", "output", type=click.Path(dir_okay=False, path_type=Path), help="Output file (.jsonl, .csv, .parquet)."
+)
+@click.option("--skip-preflight", is_flag=True, help="Generate without checking resources first.")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@click.option("--address", help="Ray cluster address (with --engine ray).")
+@handle_errors
+def run(
+    file: Path, num_records: int | None, output: Path | None, skip_preflight: bool, engine: str, address: str | None
+) -> None:
+    """Pre-flight, then generate the dataset (written atomically)."""
+    from genwire.cli.render import RichProgress, preflight_table, run_summary
+
+    container = _boot(file)
+    if address:
+        import os
+
+        os.environ["RAY_ADDRESS"] = address
+
+    async def go() -> Any:
+        async with container:
+            if not skip_preflight:
+                report = await container.preflight()
+                out.print(preflight_table(report))
+                if not report.ok:
+                    raise PreflightError(report)
+            return await container.run(
+                num_records, output=output, skip_preflight=True, progress=RichProgress(out), engine=engine
+            )
+
+    result = asyncio.run(go())
+    out.print(run_summary(result))
+    click.echo(f"dataset written to {result.output}")
+
+
+@cli.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path), default=".")
+@click.option("--force", is_flag=True, help="Overwrite an existing genwire.yaml.")
+@handle_errors
+def init(directory: Path, force: bool) -> None:
+    """Write a starter genwire.yaml and sample documents that run offline."""
+    from genwire.cli.starter import write_starter
+
+    for path in write_starter(directory, force=force):
+        out.print(f"wrote {path}")
+    out.print(f"next: genwire run {directory / 'genwire.yaml'}")
+
+
+def main() -> None:
+    cli(prog_name="genwire")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Human output: tables for the plan, the plugins, the pre-flight and the run summary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from genwire.container.plan import WiringPlan
+from genwire.engine.run import RunResult
+from genwire.preflight.report import PreflightReport
+
+_STATUS_STYLE = {"ok": "green", "failed": "bold red", "skipped": "yellow"}
+
+
+def plan_table(plan: WiringPlan) -> list[Table]:
+    columns = Table(title="Columns", title_justify="left")
+    for head in ("column", "generator", "slot", "kind", "bound to", "reads"):
+        columns.add_column(head)
+    for col in plan.columns:
+        reads = ", ".join(col.reads) or "–"
+        if not col.slots:
+            columns.add_row(col.name, col.generator, "–", "–", "–", reads)
+        for i, s in enumerate(col.slots):
+            bound = ", ".join(s.resources) + (" (default)" if s.source == "defaults" else "")
+            columns.add_row(
+                col.name if i == 0 else "",
+                col.generator if i == 0 else "",
+                s.slot,
+                s.kind.value,
+                bound,
+                reads if i == 0 else "",
+            )
+    targets = Table(title="Pre-flight targets (reachable from a wired generator)", title_justify="left")
+    for head in ("target", "kind", "provider / model", "used by", "checked"):
+        targets.add_column(head)
+    for t in plan.targets:
+        where = f"{t.provider} / {t.model}" if t.provider else "dataset"
+        targets.add_row(t.name, t.kind.value, where, ", ".join(t.used_by), "yes" if t.health_check else "skipped")
+    out = [columns, targets]
+    if plan.unreachable:
+        unused = Table(title="Defined but reached by no column (not probed)", title_justify="left")
+        unused.add_column("resource")
+        for name in plan.unreachable:
+            unused.add_row(name)
+        out.append(unused)
+    return out
+
+
+def _mermaid_id(prefix: str, name: str) -> str:
+    return prefix + "_" + "".join(ch if ch.isalnum() else "_" for ch in name)
+
+
+def plan_mermaid(plan: WiringPlan) -> str:
+    lines = ["flowchart LR"]
+    for t in plan.targets:
+        lines.append(f'  {_mermaid_id("r", t.name)}[("{t.name}<br/>{t.kind.value}")]')
+    for col in plan.columns:
+        cid = _mermaid_id("c", col.name)
+        lines.append(f'  {cid}["{col.name}<br/>{col.generator}"]')
+        for s in col.slots:
+            for r in s.resources:
+                lines.append(f"  {_mermaid_id('r', r)} -->|{s.slot}| {cid}")
+        for ref in col.reads:
+            lines.append(f"  {_mermaid_id('c', ref.split('.', 1)[0])} -.-> {cid}")
+    return "\n".join(lines)
+
+
+def preflight_table(report: PreflightReport) -> Table:
+    verdict = "[green]passed[/]" if report.ok else f"[bold red]{len(report.failed)} failed[/]"
+    table = Table(title=f"Pre-flight: {verdict} in {report.duration_s:.2f}s", title_justify="left")
+    for head in ("target", "kind", "status", "class", "latency", "tries", "used by", "detail"):
+        table.add_column(head, overflow="fold")
+    for c in report.checks:
+        style = _STATUS_STYLE[c.status]
+        aliases = f" (= {', '.join(a for a in c.aliases if a != c.target)})" if len(c.aliases) > 1 else ""
+        table.add_row(
+            c.target + aliases,
+            c.kind,
+            f"[{style}]{c.status}[/]",
+            c.error_class or "",
+            f"{c.latency_s * 1000:.0f} ms",
+            str(c.attempts),
+            ", ".join(c.used_by),
+            c.message,
+        )
+    return table
+
+
+def plugins_table(generators: dict[str, Any], origins: dict[str, str]) -> Table:
+    table = Table(title="Generators", title_justify="left")
+    for head in ("name", "required resources", "description", "from"):
+        table.add_column(head, overflow="fold")
+    for name in sorted(generators):
+        meta = generators[name].metadata
+        slots = ", ".join(f"{s}: {k.value}" for s, k in meta.required_resources.items()) or "{}"
+        table.add_row(name, slots, meta.description, origins[name])
+    return table
+
+
+def run_summary(result: RunResult) -> Table:
+    table = Table(title="Run summary", title_justify="left", show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    table.add_row("rows written", f"{result.rows_written} of {result.rows_requested}")
+    table.add_row("rows failed", str(result.rows_failed) + (f" → {result.errors_file}" if result.errors_file else ""))
+    table.add_row("time", f"{result.duration_s:.2f}s ({result.rows_per_s:.1f} rows/s)")
+    for alias, n in sorted(result.requests.items()):
+        table.add_row(f"requests: {alias}", str(n))
+    table.add_row("output", str(result.output))
+    return table
+
+
+class RichProgress:
+    """The run's progress bar: rows done, rows/s, ETA, failures."""
+
+    def __init__(self, console: Console) -> None:
+        self._progress = Progress(
+            TextColumn("generating"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]:.1f} rows/s"),
+            TextColumn("[red]{task.fields[failed]} failed"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+        )
+        self._task: Any = None
+        self._failed = 0
+
+    def start(self, total: int) -> None:
+        self._progress.start()
+        self._task = self._progress.add_task("rows", total=total, failed=0, rate=0.0)
+
+    def advance(self, done: int, failed: int) -> None:
+        self._failed += failed
+        task = self._progress.tasks[0]
+        elapsed = task.elapsed or 0.0
+        completed = task.completed + done + failed
+        self._progress.update(
+            self._task, completed=completed, failed=self._failed, rate=completed / elapsed if elapsed > 0 else 0.0
+        )
+
+    def stop(self) -> None:
+        self._progress.stop()

@@ -1,0 +1,268 @@
+"""Load genwire.yaml: safe YAML with positions, per-scalar ${VAR} substitution, pydantic validation.
+
+Every problem is reported as ``file:line:col key.path: message`` and all problems of a file
+are collected before raising one ConfigError.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from genwire.config.schema import GenwireConfig
+from genwire.errors import ConfigError
+
+MAX_FILE_BYTES = 8 * 1024 * 1024
+MAX_NODES = 500_000  # bounds alias expansion ("billion laughs") and giant files alike
+MAX_DEPTH = 64
+
+Path_ = tuple[str | int, ...]
+
+_SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_ENV_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+@dataclass(frozen=True)
+class Location:
+    line: int  # 1-based
+    column: int  # 1-based
+
+
+@dataclass
+class LoadedConfig:
+    """A validated config plus where it came from (for messages and relative paths)."""
+
+    config: GenwireConfig
+    source: str
+    base_dir: Path
+    locations: dict[Path_, Location] = field(default_factory=dict)
+
+    def where(self, path: Path_) -> str:
+        """``file:line:col key.path`` for the deepest known prefix of ``path``."""
+        return f"{self._position(path)} {format_path(path)}".strip()
+
+    def _position(self, path: Path_) -> str:
+        for end in range(len(path), -1, -1):
+            loc = self.locations.get(path[:end])
+            if loc is not None:
+                return f"{self.source}:{loc.line}:{loc.column}"
+        return self.source
+
+    def resolve_path(self, value: str) -> Path:
+        p = Path(os.path.expanduser(value))
+        return p if p.is_absolute() else (self.base_dir / p)
+
+
+def format_path(path: Path_) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+class _Builder:
+    """Turns a composed YAML node tree into plain Python data, recording positions."""
+
+    def __init__(self, source: str, env: Mapping[str, str]) -> None:
+        self.source = source
+        self.env = env
+        self.locations: dict[Path_, Location] = {}
+        self.problems: list[str] = []
+        self.nodes = 0
+        self._scalars = yaml.constructor.SafeConstructor()
+
+    def at(self, node: yaml.Node) -> str:
+        return f"{self.source}:{node.start_mark.line + 1}:{node.start_mark.column + 1}"
+
+    def build(self, node: yaml.Node, path: Path_, depth: int = 0) -> Any:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise ConfigError(
+                f"{self.at(node)} {format_path(path)}: document expands to more than "
+                f"{MAX_NODES:,} values (YAML aliases?); refusing to load it"
+            )
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"{self.at(node)} {format_path(path)}: nesting deeper than {MAX_DEPTH}")
+        self.locations.setdefault(path, Location(node.start_mark.line + 1, node.start_mark.column + 1))
+        if isinstance(node, yaml.MappingNode):
+            return self._mapping(node, path, depth)
+        if isinstance(node, yaml.SequenceNode):
+            return [self.build(item, (*path, i), depth + 1) for i, item in enumerate(node.value)]
+        return self._scalar(node, path)
+
+    def _mapping(self, node: yaml.MappingNode, path: Path_, depth: int) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                self.problems.append(f"{self.at(key_node)} {format_path(path)}: merge keys (<<) are not supported")
+                continue
+            if not isinstance(key_node, yaml.ScalarNode):
+                self.problems.append(f"{self.at(key_node)} {format_path(path)}: keys must be plain strings")
+                continue
+            key = str(key_node.value)
+            child = (*path, key)
+            if key in out:
+                self.problems.append(f"{self.at(key_node)} {format_path(child)}: duplicate key {key!r}")
+                continue
+            self.locations[child] = Location(key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            out[key] = self.build(value_node, child, depth + 1)
+        return out
+
+    def _scalar(self, node: yaml.Node, path: Path_) -> Any:
+        try:
+            value = self._scalars.construct_object(node, deep=True)
+        except yaml.YAMLError as exc:
+            self.problems.append(f"{self.at(node)} {format_path(path)}: {_first_line(exc)}")
+            return None
+        if isinstance(value, str) and "$" in value:
+            return self._substitute(value, node, path)
+        return value
+
+    def _substitute(self, text: str, node: yaml.Node, path: Path_) -> str:
+        def repl(match: re.Match[str]) -> str:
+            if match.group(0) == "$$":
+                return "$"
+            name, default = match.group(1), match.group(2)
+            if name in self.env:
+                return self.env[name]
+            if default is not None:
+                return default
+            self.problems.append(
+                f"{self.at(node)} {format_path(path)}: environment variable {name} is not set "
+                f"(set it, or write ${{{name}:-default}})"
+            )
+            return ""
+
+        return _ENV_RE.sub(repl, text)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _yaml_syntax_error(source: str, exc: yaml.YAMLError) -> ConfigError:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or _first_line(exc)
+    where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
+    return ConfigError(f"{where}: invalid YAML: {problem}")
+
+
+def parse_yaml(text: str, source: str, env: Mapping[str, str] | None = None) -> tuple[Any, dict[Path_, Location]]:
+    """Parse YAML safely into plain data plus a map from key path to position."""
+    try:
+        node = yaml.compose(text, Loader=_SafeLoader)
+    except yaml.YAMLError as exc:
+        raise _yaml_syntax_error(source, exc) from None
+    except RecursionError:
+        raise ConfigError(f"{source}: nesting too deep to parse") from None
+    if node is None:
+        raise ConfigError(f"{source}: the file is empty; it needs at least a pipeline: section")
+    builder = _Builder(source, os.environ if env is None else env)
+    try:
+        data = builder.build(node, ())
+    except RecursionError:
+        raise ConfigError(f"{source}: nesting too deep to parse") from None
+    if builder.problems:
+        raise ConfigError(builder.problems)
+    return data, builder.locations
+
+
+def _validation_problems(exc: ValidationError, loaded: LoadedConfig) -> list[str]:
+    problems = []
+    for err in exc.errors(include_url=False, include_input=False):
+        path = _strip_union_tag(tuple(err["loc"]))
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown key {path[-1]!r}" if path else "unknown key"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        problems.append(f"{loaded.where(path)}: {msg}")
+    return problems
+
+
+_UNION_TAGS = {"openai", "local", "jsonl", "csv", "parquet", "documents"}
+
+
+def _strip_union_tag(loc: Path_) -> Path_:
+    """pydantic puts the discriminator value into the loc of tagged unions; users never wrote it."""
+    if len(loc) > 2 and loc[0] in ("providers", "datasets") and loc[2] in _UNION_TAGS:
+        return (*loc[:2], *loc[3:])
+    return loc
+
+
+def _cross_reference_problems(loaded: LoadedConfig) -> list[str]:
+    cfg = loaded.config
+    problems = []
+    for alias, model in cfg.models.items():
+        if model.provider not in cfg.providers:
+            known = ", ".join(sorted(cfg.providers)) or "none defined"
+            problems.append(
+                f"{loaded.where(('models', alias, 'provider'))}: unknown provider "
+                f"{model.provider!r} (providers: {known})"
+            )
+    for name in sorted(set(cfg.models) & set(cfg.datasets)):
+        problems.append(
+            f"{loaded.where(('datasets', name))}: {name!r} names both a model and a dataset; "
+            "names must be unique across models and datasets"
+        )
+    return problems
+
+
+def load_config_text(
+    text: str, source: str = "<string>", base_dir: Path | None = None, env: Mapping[str, str] | None = None
+) -> LoadedConfig:
+    data, locations = parse_yaml(text, source, env)
+    return validate_data(data, source, base_dir or Path.cwd(), locations)
+
+
+def validate_data(
+    data: Any, source: str, base_dir: Path, locations: dict[Path_, Location] | None = None
+) -> LoadedConfig:
+    """Validate already-parsed data (a YAML document or a dict built in Python)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping with a pipeline: section")
+    loaded = LoadedConfig(config=None, source=source, base_dir=base_dir, locations=locations or {})  # type: ignore[arg-type]
+    try:
+        loaded.config = GenwireConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_validation_problems(exc, loaded)) from None
+    problems = _cross_reference_problems(loaded)
+    if problems:
+        raise ConfigError(problems)
+    return loaded
+
+
+def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> LoadedConfig:
+    """Read and validate a genwire.yaml file."""
+    file = Path(path)
+    source = str(path)
+    try:
+        size = file.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ConfigError(f"{source}: file is {size:,} bytes; the limit is {MAX_FILE_BYTES:,}")
+        raw = file.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{source}: is a directory, not a YAML file") from None
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ConfigError(f"{source}:{line}:{col}: not valid UTF-8 (byte 0x{raw[exc.start]:02x})") from None
+    data, locations = parse_yaml(text, source, env)
+    return validate_data(data, source, file.resolve().parent, locations)

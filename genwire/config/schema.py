@@ -1,0 +1,145 @@
+"""The genwire.yaml schema as pydantic models. Unknown keys are errors everywhere."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+Name = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]*$", max_length=128)]
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- providers -----------------------------------------------------------------------
+
+
+class OpenAIProviderConfig(StrictModel):
+    """Any OpenAI-compatible endpoint (NIM, vLLM, OpenAI, Ollama...)."""
+
+    kind: Literal["openai"]
+    base_url: Annotated[str, Field(pattern=r"^https?://\S+$")]
+    api_key: SecretStr | None = None
+    timeout_s: PositiveFloat = 60.0
+    max_concurrency: PositiveInt = 16
+    retries: Annotated[int, Field(ge=0, le=20)] = 3
+    backoff_s: Annotated[float, Field(ge=0)] = 0.5
+
+
+class LocalProviderConfig(StrictModel):
+    """Embedded offline models from weights shipped in installed packages (genwire[local])."""
+
+    kind: Literal["local"]
+    max_concurrency: PositiveInt = 2  # inference calls in flight; they share the CPU
+
+
+ProviderConfig = Annotated[OpenAIProviderConfig | LocalProviderConfig, Field(discriminator="kind")]
+
+
+# --- models ----------------------------------------------------------------------------
+
+
+class ModelConfig(StrictModel):
+    provider: Name
+    model: Annotated[str, Field(min_length=1)]
+    kind: Literal["chat", "embedding"]
+    params: dict[str, Any] = Field(default_factory=dict)
+    dimensions: PositiveInt | None = None
+    health_check: bool = True
+    probe_max_tokens: PositiveInt = 16  # raise for reasoning models that think before answering
+
+    @model_validator(mode="after")
+    def _dimensions_only_for_embeddings(self) -> ModelConfig:
+        if self.dimensions is not None and self.kind != "embedding":
+            raise ValueError("dimensions is only valid for kind: embedding")
+        return self
+
+
+# --- datasets --------------------------------------------------------------------------
+
+
+class FileDatasetConfig(StrictModel):
+    kind: Literal["jsonl", "csv", "parquet"]
+    path: Annotated[str, Field(min_length=1)]
+
+
+class DocumentsDatasetConfig(StrictModel):
+    kind: Literal["documents"]
+    path: Annotated[str, Field(min_length=1)]
+    chunk_chars: Annotated[int, Field(ge=50, le=1_000_000)] = 800
+
+
+DatasetConfig = Annotated[FileDatasetConfig | DocumentsDatasetConfig, Field(discriminator="kind")]
+
+
+# --- pipeline --------------------------------------------------------------------------
+
+
+class DefaultsConfig(StrictModel):
+    chat_model: Name | None = None
+    embedding_model: Name | None = None
+    dataset: Name | None = None
+    model_registry: list[Name] | Literal["*"] | None = None
+
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+def _check_binding(value: Any) -> str | list[str]:
+    """A slot binding: one resource name, a list of model aliases, or "*" (all models)."""
+    names = value if isinstance(value, list) else [value]
+    if value == "*" or (names and all(isinstance(n, str) and _NAME_RE.match(n) for n in names)):
+        return value  # type: ignore[no-any-return]
+    raise ValueError('expected a resource name, a list of model aliases, or "*"')
+
+
+Binding = Annotated[Any, AfterValidator(_check_binding)]
+
+
+class ColumnConfig(StrictModel):
+    name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128)]
+    generator: Annotated[str, Field(min_length=1)]
+    resources: dict[Name, Binding] = Field(default_factory=dict)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class PipelineConfig(StrictModel):
+    num_records: PositiveInt = 10
+    seed: int = 0
+    output: Annotated[str, Field(pattern=r"\.(jsonl|csv|parquet)$")] = "out/dataset.jsonl"
+    batch_size: Annotated[int, Field(gt=0, le=100_000)] = 64
+    max_failure_rate: Annotated[float, Field(ge=0, le=1)] = 0.1
+    columns: Annotated[list[ColumnConfig], Field(min_length=1)]
+
+    @field_validator("columns")
+    @classmethod
+    def _unique_names(cls, columns: list[ColumnConfig]) -> list[ColumnConfig]:
+        seen: set[str] = set()
+        for column in columns:
+            if column.name in seen:
+                raise ValueError(f"column name {column.name!r} is used twice")
+            seen.add(column.name)
+        return columns
+
+
+class PreflightConfig(StrictModel):
+    timeout_s: PositiveFloat = 20.0
+    deadline_s: PositiveFloat = 60.0
+    concurrency: PositiveInt = 32
+
+
+# --- the file --------------------------------------------------------------------------
+
+
+class GenwireConfig(StrictModel):
+    providers: dict[Name, ProviderConfig] = Field(default_factory=dict)
+    models: dict[Name, ModelConfig] = Field(default_factory=dict)
+    datasets: dict[Name, DatasetConfig] = Field(default_factory=dict)
+    defaults: DefaultsConfig = Field(default_factory=DefaultsConfig)
+    pipeline: PipelineConfig
+    preflight: PreflightConfig = Field(default_factory=PreflightConfig)

@@ -1,0 +1,130 @@
+"""WiredContainer: genwire's small API over the dependency-injector graph."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from typing import Any, Self
+
+from dependency_injector import providers
+
+from genwire.config.loader import LoadedConfig
+from genwire.config.schema import GenwireConfig
+from genwire.container.graph import ProviderGraph
+from genwire.container.plan import WiringPlan, build_plan
+from genwire.container.wiring import ColumnWiring
+from genwire.errors import GenwireError
+from genwire.generators.base import Generator
+
+
+class WiredContainer:
+    """Every model, dataset and column generator of one pipeline, wired and validated.
+
+    Built by ``boot`` without touching the network. ``async with`` it to use it: clients
+    are created lazily inside, and every one of them is closed on exit.
+    """
+
+    def __init__(self, loaded: LoadedConfig, wirings: list[ColumnWiring], graph: ProviderGraph) -> None:
+        self._loaded = loaded
+        self._wirings = wirings
+        self._graph = graph
+        self._plan: WiringPlan | None = None
+
+    # --- what it is ------------------------------------------------------------------
+
+    @property
+    def config(self) -> GenwireConfig:
+        return self._loaded.config
+
+    @property
+    def loaded(self) -> LoadedConfig:
+        return self._loaded
+
+    @property
+    def columns(self) -> list[ColumnWiring]:
+        return list(self._wirings)
+
+    def plan(self) -> WiringPlan:
+        """Columns, slots and bindings, and the pre-flight targets read from the graph."""
+        if self._plan is None:
+            self._plan = build_plan(self._loaded, self._wirings, self._graph)
+        return self._plan
+
+    # --- resolving ---------------------------------------------------------------------
+
+    def resource(self, name: str) -> Any:
+        """The live object behind a model alias or dataset name (overrides applied)."""
+        return self._target(name).provider()
+
+    def generator(self, column: str) -> Generator[Any]:
+        try:
+            provider = self._graph.generators[column]
+        except KeyError:
+            raise GenwireError(f"no column named {column!r}") from None
+        return provider()  # type: ignore[no-any-return]
+
+    def reset_generators(self) -> None:
+        """Fresh generator instances for the next run (generators may keep per-run state)."""
+        self._graph.reset_singletons()
+
+    def requests_by_model(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for client in self._graph.live_clients:
+            for alias, n in client.requests.items():
+                counts[alias] = counts.get(alias, 0) + n
+        return counts
+
+    def _target(self, name: str) -> Any:
+        try:
+            return self._graph.targets[name]
+        except KeyError:
+            known = ", ".join(sorted(self._graph.targets)) or "none"
+            raise GenwireError(f"no model alias or dataset named {name!r} (defined: {known})") from None
+
+    # --- overrides -------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def override(self, name: str, obj: Any) -> Iterator[Any]:
+        """Replace a model alias or dataset with ``obj`` inside the block.
+
+        Generators and registry views built before are dropped on entry and on exit, so
+        nothing keeps the old (or the fake) dependency; the pre-flight probes ``obj``.
+        """
+        target = self._target(name)
+        # providers.Object keeps a sync object sync: no async-mode flip on the target.
+        target.provider.override(providers.Object(obj))
+        self._graph.reset_singletons()
+        try:
+            yield obj
+        finally:
+            target.provider.reset_last_overriding()
+            self._graph.reset_singletons()
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close every client this container created (one pass: linear in their number)."""
+        clients, self._graph.live_clients[:] = list(self._graph.live_clients), []
+        results = await asyncio.gather(*(c.aclose() for c in clients), return_exceptions=True)
+        for provider in self._graph.clients.values():
+            provider.reset()
+        for target in self._graph.targets.values():
+            if isinstance(target.provider, providers.Singleton):
+                target.provider.reset()
+        self._graph.reset_singletons()
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self._loaded.source!r}: {len(self._wirings)} columns, "
+            f"{len(self._graph.targets)} resources>"
+        )

@@ -1,0 +1,108 @@
+"""The dependency-injector provider graph: clients, models, datasets, registry views and
+one generator provider per column that depends only on its bound resources' providers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dependency_injector import containers, providers
+
+from genwire.config.loader import LoadedConfig
+from genwire.container.wiring import ColumnWiring
+from genwire.errors import PluginError
+from genwire.generators.base import Generator
+from genwire.generators.metadata import ResourceKind
+from genwire.generators.resources import Resources
+from genwire.providers.factory import ProviderClient, make_dataset, make_model, make_provider
+from genwire.providers.registry import ModelRegistryView
+
+
+@dataclass(frozen=True)
+class Target:
+    """A model alias or dataset: something the pre-flight may check."""
+
+    name: str
+    kind: ResourceKind
+    provider: providers.Provider  # type: ignore[type-arg]
+
+
+@dataclass
+class ProviderGraph:
+    container: containers.DynamicContainer
+    clients: dict[str, providers.Singleton] = field(default_factory=dict)  # type: ignore[type-arg]
+    targets: dict[str, Target] = field(default_factory=dict)
+    generators: dict[str, providers.Singleton] = field(default_factory=dict)  # type: ignore[type-arg]
+    registries: list[providers.Singleton] = field(default_factory=list)  # type: ignore[type-arg]
+    live_clients: list[ProviderClient] = field(default_factory=list)
+
+    def reachable(self, column: str) -> list[str]:
+        """Names of the targets the column's generator provider can reach, read from the
+        graph itself (so an override or a registry slot is accounted for structurally)."""
+        by_provider = {id(t.provider): t.name for t in self.targets.values()}
+        found: dict[str, None] = {}
+        sub: providers.Provider  # type: ignore[type-arg]
+        for sub in self.generators[column].traverse():
+            name = by_provider.get(id(sub))
+            if name is not None:
+                found[name] = None
+        return list(found)
+
+    def reset_singletons(self) -> None:
+        """Drop built generators and registry views so the next use rebuilds them with the
+        current (possibly overridden) dependencies."""
+        for provider in (*self.generators.values(), *self.registries):
+            provider.reset()
+
+
+def construct_generator(
+    cls: type[Generator[Any]], column: str, params: Any, seed: int, bound: Mapping[str, Any]
+) -> Generator[Any]:
+    resources = Resources(cls.metadata.name, column, bound)
+    try:
+        return cls(column=column, params=params, resources=resources, seed=seed)
+    except Exception as exc:  # plugin constructor code; name the plugin, keep the cause
+        raise PluginError(
+            f"generator {cls.metadata.name!r} (column {column!r}) failed to construct: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _client_factory(graph: ProviderGraph, name: str, config: Any) -> ProviderClient:
+    client = make_provider(name, config)
+    graph.live_clients.append(client)  # closed with the container, whatever created it
+    return client
+
+
+def build_graph(loaded: LoadedConfig, wirings: list[ColumnWiring]) -> ProviderGraph:
+    cfg = loaded.config
+    graph = ProviderGraph(containers.DynamicContainer())
+    for name, pcfg in cfg.providers.items():
+        graph.clients[name] = providers.Singleton(_client_factory, graph, name, pcfg)
+    for alias, mcfg in cfg.models.items():
+        kind = ResourceKind.CHAT_MODEL if mcfg.kind == "chat" else ResourceKind.EMBEDDING_MODEL
+        model = providers.Singleton(make_model, graph.clients[mcfg.provider], alias, mcfg)
+        graph.targets[alias] = Target(alias, kind, model)
+    for name, dcfg in cfg.datasets.items():
+        dataset = providers.Singleton(make_dataset, name, dcfg, loaded.resolve_path(dcfg.path))
+        graph.targets[name] = Target(name, ResourceKind.DATASET, dataset)
+    for w in wirings:
+        bound: dict[str, Any] = {}
+        for slot, sw in w.slots.items():
+            if sw.kind is ResourceKind.MODEL_REGISTRY:
+                view = providers.Singleton(
+                    ModelRegistryView, providers.Dict({a: graph.targets[a].provider for a in sw.resources})
+                )
+                graph.registries.append(view)
+                bound[slot] = view
+            else:
+                bound[slot] = graph.targets[sw.resources[0]].provider
+        graph.generators[w.name] = providers.Singleton(
+            construct_generator, w.generator_cls, w.name, w.params, cfg.pipeline.seed, providers.Dict(bound)
+        )
+    graph.container.set_providers(
+        **{f"client_{k}": v for k, v in graph.clients.items()},
+        **{f"resource_{k}": t.provider for k, t in graph.targets.items()},
+        **{f"column_{k}": v for k, v in graph.generators.items()},
+    )
+    return graph

@@ -1,0 +1,106 @@
+"""The wiring plan: what each column's generator gets, and what the pre-flight checks."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from genwire.config.loader import LoadedConfig
+from genwire.container.graph import ProviderGraph
+from genwire.container.wiring import ColumnWiring
+from genwire.generators.metadata import ResourceKind
+
+
+class SlotPlan(BaseModel):
+    slot: str
+    kind: ResourceKind
+    resources: list[str]
+    source: str  # "column" or "defaults"
+
+
+class ColumnPlan(BaseModel):
+    name: str
+    generator: str
+    reads: list[str]
+    slots: list[SlotPlan]
+
+
+class TargetPlan(BaseModel):
+    name: str
+    kind: ResourceKind
+    provider: str | None  # model provider name; None for datasets
+    model: str | None
+    health_check: bool
+    used_by: list[str]
+    dataset_columns: list[str]  # columns the pipeline reads from this dataset
+
+
+class WiringPlan(BaseModel):
+    columns: list[ColumnPlan]
+    targets: list[TargetPlan]
+    unreachable: list[str]  # defined resources no column can reach: never probed
+
+    def target(self, name: str) -> TargetPlan:
+        for t in self.targets:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+
+def _dataset_reads(wirings: list[ColumnWiring]) -> dict[str, set[str]]:
+    """Dataset name -> columns read from it: by generators that declare them, and by
+    later columns reading ``col.field`` of a column that emits the dataset's rows."""
+    needed: dict[str, set[str]] = {}
+    row_source: dict[str, str] = {}  # column -> dataset whose rows it emits as values
+    for w in wirings:
+        for slot, cols in w.dataset_columns.items():
+            sw = w.slots.get(slot)
+            if sw is not None:
+                needed.setdefault(sw.resources[0], set()).update(cols)
+        source_slot = w.generator_cls.row_source_slot
+        if source_slot is not None and source_slot in w.slots:
+            row_source[w.name] = w.slots[source_slot].resources[0]
+    for w in wirings:
+        for ref in w.reads:
+            root, _, fld = ref.partition(".")
+            if fld and root in row_source:
+                needed.setdefault(row_source[root], set()).add(fld.split(".", 1)[0])
+    return needed
+
+
+def build_plan(loaded: LoadedConfig, wirings: list[ColumnWiring], graph: ProviderGraph) -> WiringPlan:
+    cfg = loaded.config
+    used_by: dict[str, list[str]] = {}
+    for w in wirings:
+        for name in graph.reachable(w.name):
+            used_by.setdefault(name, []).append(w.name)
+    reads = _dataset_reads(wirings)
+    targets = []
+    for name, target in graph.targets.items():
+        if name not in used_by:
+            continue
+        model = cfg.models.get(name)
+        targets.append(
+            TargetPlan(
+                name=name,
+                kind=target.kind,
+                provider=model.provider if model else None,
+                model=model.model if model else None,
+                health_check=model.health_check if model else True,
+                used_by=used_by[name],
+                dataset_columns=sorted(reads.get(name, set())),
+            )
+        )
+    columns = [
+        ColumnPlan(
+            name=w.name,
+            generator=w.generator_name,
+            reads=sorted(w.reads),
+            slots=[
+                SlotPlan(slot=s.slot, kind=s.kind, resources=list(s.resources), source=s.source)
+                for s in w.slots.values()
+            ],
+        )
+        for w in wirings
+    ]
+    unreachable = [n for n in graph.targets if n not in used_by]
+    return WiringPlan(columns=columns, targets=targets, unreachable=unreachable)

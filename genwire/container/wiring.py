@@ -1,0 +1,225 @@
+"""Resolve each column's slot bindings against the generators' declarations.
+
+Every problem of every column is collected and raised together as one WiringError, before
+any provider exists and long before any network call.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from genwire.config.loader import LoadedConfig, format_path
+from genwire.config.schema import ColumnConfig
+from genwire.errors import WiringError
+from genwire.generators.base import Generator
+from genwire.generators.metadata import ResourceKind
+
+_MODEL_KIND = {"chat": ResourceKind.CHAT_MODEL, "embedding": ResourceKind.EMBEDDING_MODEL}
+_DEFAULT_FIELD = {
+    ResourceKind.CHAT_MODEL: "chat_model",
+    ResourceKind.EMBEDDING_MODEL: "embedding_model",
+    ResourceKind.DATASET: "dataset",
+    ResourceKind.MODEL_REGISTRY: "model_registry",
+}
+
+
+@dataclass(frozen=True)
+class SlotWiring:
+    slot: str
+    kind: ResourceKind
+    resources: tuple[str, ...]  # one name, or the registry's aliases
+    source: str  # "column" or "defaults"
+
+
+@dataclass
+class ColumnWiring:
+    index: int
+    name: str
+    generator_name: str
+    generator_cls: type[Generator[Any]]
+    params: BaseModel
+    slots: dict[str, SlotWiring] = field(default_factory=dict)
+    reads: set[str] = field(default_factory=set)  # "col" or "col.field"
+    dataset_columns: dict[str, set[str]] = field(default_factory=dict)  # slot -> needed columns
+
+
+def resource_kinds(loaded: LoadedConfig) -> dict[str, ResourceKind]:
+    cfg = loaded.config
+    kinds = {alias: _MODEL_KIND[m.kind] for alias, m in cfg.models.items()}
+    kinds.update({name: ResourceKind.DATASET for name in cfg.datasets})
+    return kinds
+
+
+def _suggest(name: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(name, candidates, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _names_of_kind(kinds: Mapping[str, ResourceKind], kind: ResourceKind) -> list[str]:
+    if kind is ResourceKind.MODEL_REGISTRY:
+        return sorted(n for n, k in kinds.items() if k is not ResourceKind.DATASET)
+    return sorted(n for n, k in kinds.items() if k is kind)
+
+
+class _Wirer:
+    def __init__(self, loaded: LoadedConfig, generators: Mapping[str, type[Generator[Any]]]) -> None:
+        self.loaded = loaded
+        self.generators = generators
+        self.kinds = resource_kinds(loaded)
+        self.problems: list[str] = []
+
+    def problem(self, path: tuple[str | int, ...], message: str) -> None:
+        self.problems.append(f"{self.loaded.where(path)}: {message}")
+
+    def check_defaults(self) -> None:
+        defaults = self.loaded.config.defaults
+        for kind, attr in _DEFAULT_FIELD.items():
+            value = getattr(defaults, attr)
+            if value is None:
+                continue
+            names = [value] if isinstance(value, str) else list(value)
+            for name in names:
+                if name == "*" and kind is ResourceKind.MODEL_REGISTRY:
+                    continue
+                self.check_name(("defaults", attr), name, kind, f"defaults.{attr}")
+
+    def check_name(self, path: tuple[str | int, ...], name: str, kind: ResourceKind, who: str) -> bool:
+        actual = self.kinds.get(name)
+        if actual is None:
+            known = _names_of_kind(self.kinds, kind)
+            self.problem(
+                path,
+                f"{who}: unknown resource {name!r}{_suggest(name, list(self.kinds))}; "
+                f"{kind.value} resources defined: {', '.join(known) or 'none'}",
+            )
+            return False
+        wanted_ok = actual is kind or (kind is ResourceKind.MODEL_REGISTRY and actual is not ResourceKind.DATASET)
+        if not wanted_ok:
+            fits = _names_of_kind(self.kinds, kind)
+            self.problem(
+                path,
+                f"{who} needs a {kind.value}, but {name!r} is a {actual.value}; "
+                f"bind one of: {', '.join(fits) or f'(no {kind.value} defined)'}",
+            )
+            return False
+        return True
+
+    def wire_column(self, index: int, column: ColumnConfig) -> ColumnWiring | None:
+        base: tuple[str | int, ...] = ("pipeline", "columns", index)
+        cls = self.generators.get(column.generator)
+        if cls is None:
+            self.problem(
+                (*base, "generator"),
+                f"column {column.name!r}: unknown generator {column.generator!r}"
+                f"{_suggest(column.generator, list(self.generators))}; "
+                "run `genwire plugins` to list the installed ones",
+            )
+            return None
+        gen = cls.metadata.name
+        try:
+            params = cls.params_model.model_validate(column.params)
+        except ValidationError as exc:
+            for err in exc.errors(include_url=False, include_input=False):
+                loc = (*base, "params", *err["loc"])
+                msg = f"unknown param {err['loc'][-1]!r}" if err["type"] == "extra_forbidden" else err["msg"]
+                self.problem(loc, f"column {column.name!r} (generator {gen!r}): {msg}")
+            params = None
+        wiring = ColumnWiring(index, column.name, gen, cls, params) if params is not None else None
+        declared = cls.metadata.required_resources
+        for slot in column.resources:
+            if slot not in declared:
+                self.problem(
+                    (*base, "resources", slot),
+                    f"column {column.name!r} binds slot {slot!r}, but generator {gen!r} does not "
+                    f"declare it (declared slots: {', '.join(declared) or 'none'}); remove the binding",
+                )
+        for slot, kind in declared.items():
+            resolved = self.resolve_slot(base, column, gen, slot, kind)
+            if resolved is not None and wiring is not None:
+                wiring.slots[slot] = resolved
+        return wiring
+
+    def resolve_slot(
+        self, base: tuple[str | int, ...], column: ColumnConfig, gen: str, slot: str, kind: ResourceKind
+    ) -> SlotWiring | None:
+        who = f"column {column.name!r} (generator {gen!r}) slot {slot!r}"
+        raw: Any = column.resources.get(slot)
+        source, path = "column", (*base, "resources", slot)
+        if raw is None:
+            raw = getattr(self.loaded.config.defaults, _DEFAULT_FIELD[kind])
+            source, path = "defaults", (*base, "resources")
+        if raw is None:
+            fits = _names_of_kind(self.kinds, kind)
+            self.problem(
+                path,
+                f"{who} ({kind.value}) is not bound; add `resources: {{{slot}: <name>}}` to the column "
+                f"or set defaults.{_DEFAULT_FIELD[kind]} (available: {', '.join(fits) or 'none'})",
+            )
+            return None
+        if kind is ResourceKind.MODEL_REGISTRY:
+            names = self.registry_names(raw)
+        elif isinstance(raw, list):
+            self.problem(path, f"{who} ({kind.value}) takes one resource name, not a list")
+            return None
+        else:
+            names = [raw]
+        ok = all([self.check_name(path, n, kind, who) for n in names])
+        return SlotWiring(slot, kind, tuple(names), source) if ok else None
+
+    def registry_names(self, raw: Any) -> list[str]:
+        if raw == "*" or raw == ["*"]:
+            return _names_of_kind(self.kinds, ResourceKind.MODEL_REGISTRY)
+        return [raw] if isinstance(raw, str) else list(raw)
+
+    def check_reads(self, wirings: list[ColumnWiring]) -> None:
+        position = {c.name: i for i, c in enumerate(self.loaded.config.pipeline.columns)}
+        for w in wirings:
+            for ref in sorted(w.reads):
+                root = ref.split(".", 1)[0]
+                where = position.get(root)
+                path = ("pipeline", "columns", w.index, "params")
+                if where is None:
+                    self.problem(
+                        path,
+                        f"column {w.name!r} reads {root!r}, which is not a column{_suggest(root, list(position))}",
+                    )
+                elif where >= w.index:
+                    self.problem(
+                        path,
+                        f"column {w.name!r} reads {root!r}, which is generated "
+                        f"{'by the column itself' if where == w.index else 'later'}; "
+                        "a column may only read earlier columns (move it below)",
+                    )
+
+
+def wire_columns(loaded: LoadedConfig, generators: Mapping[str, type[Generator[Any]]]) -> list[ColumnWiring]:
+    """Resolve every column, or raise one WiringError listing every problem."""
+    wirer = _Wirer(loaded, generators)
+    wirer.check_defaults()
+    wirings = []
+    for index, column in enumerate(loaded.config.pipeline.columns):
+        wiring = wirer.wire_column(index, column)
+        if wiring is None:
+            continue
+        try:
+            wiring.reads = set(wiring.generator_cls.reads(wiring.params))
+            wiring.dataset_columns = {k: set(v) for k, v in wiring.generator_cls.dataset_columns(wiring.params).items()}
+        except Exception as exc:  # plugin code: report, never crash
+            wirer.problem(
+                ("pipeline", "columns", index),
+                f"column {column.name!r}: generator {wiring.generator_name!r} failed to describe "
+                f"its inputs: {type(exc).__name__}: {exc}",
+            )
+        wirings.append(wiring)
+    wirer.check_reads(wirings)
+    if wirer.problems:
+        raise WiringError(wirer.problems)
+    return wirings
+
+
+__all__ = ["ColumnWiring", "SlotWiring", "format_path", "resource_kinds", "wire_columns"]

@@ -1,0 +1,126 @@
+"""genwire's public exceptions. Every message says what is wrong, where, and what to do."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Any
+
+
+class GenwireError(Exception):
+    """Base class of every error genwire raises on purpose."""
+
+
+class ConfigError(GenwireError):
+    """The configuration file is invalid. ``problems`` holds one line per problem."""
+
+    def __init__(self, problems: Sequence[str] | str) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        count = len(self.problems)
+        head = "invalid configuration" if count == 1 else f"invalid configuration ({count} problems)"
+        super().__init__(head + ":\n" + "\n".join(f"  {p}" for p in self.problems))
+
+
+class WiringError(GenwireError):
+    """Columns bind resources that do not fit the generators' declarations."""
+
+    def __init__(self, problems: Sequence[str] | str) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        count = len(self.problems)
+        head = "wiring error" if count == 1 else f"wiring errors ({count})"
+        super().__init__(head + ":\n" + "\n".join(f"  {p}" for p in self.problems))
+
+
+class PluginError(GenwireError):
+    """A generator plugin could not be loaded or used."""
+
+    def __init__(self, problems: Sequence[str] | str) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        head = "plugin error" if len(self.problems) == 1 else f"plugin errors ({len(self.problems)})"
+        super().__init__(head + ":\n" + "\n".join(f"  {p}" for p in self.problems))
+
+
+class UndeclaredResourceError(GenwireError, AttributeError, KeyError):
+    """A generator reached for a resource slot its metadata does not declare."""
+
+    def __init__(self, generator: str, column: str, slot: str, declared: Sequence[str]) -> None:
+        self.generator = generator
+        self.column = column
+        self.slot = slot
+        have = ", ".join(sorted(declared)) or "none"
+        msg = (
+            f"generator {generator!r} (column {column!r}) used resource slot {slot!r}, "
+            f"which its metadata does not declare (declared: {have}). "
+            f"Declare it in the generator's metadata, e.g. "
+            f"required_resources={{..., {slot!r}: ResourceKind.<KIND>}}, "
+            f"and bind it in column {column!r}'s resources."
+        )
+        Exception.__init__(self, msg)
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return str(self.args[0])
+
+
+class ErrorClass(StrEnum):
+    """How a model or dataset call failed; decides whether retrying can help."""
+
+    AUTH = "auth"
+    NOT_FOUND = "not_found"
+    UNREACHABLE = "unreachable"
+    TIMEOUT = "timeout"
+    RATE_LIMITED = "rate_limited"
+    SERVER_ERROR = "server_error"
+    BAD_RESPONSE = "bad_response"
+
+    @property
+    def transient(self) -> bool:
+        return self in _TRANSIENT
+
+
+_TRANSIENT = {ErrorClass.UNREACHABLE, ErrorClass.TIMEOUT, ErrorClass.RATE_LIMITED, ErrorClass.SERVER_ERROR}
+
+
+class ModelError(GenwireError):
+    """A model call failed. ``error_class`` classifies it; messages never carry secrets."""
+
+    def __init__(
+        self,
+        error_class: ErrorClass,
+        message: str,
+        *,
+        target: str | None = None,
+        retry_after: float | None = None,
+        attempts: int = 1,
+    ) -> None:
+        self.error_class = error_class
+        self.message = message
+        self.target = target
+        self.retry_after = retry_after
+        self.attempts = attempts
+        where = f"{target}: " if target else ""
+        super().__init__(f"{where}{error_class.value}: {message}")
+
+    @property
+    def transient(self) -> bool:
+        return self.error_class.transient
+
+
+class DatasetError(GenwireError):
+    """A dataset could not be opened or read; names the file and, where known, the line."""
+
+
+class PreflightError(GenwireError):
+    """Raised by ``run`` when the pre-flight fails. ``report`` holds every check."""
+
+    def __init__(self, report: Any) -> None:
+        self.report = report
+        failed = [c for c in report.checks if c.status == "failed"]
+        lines = [f"  {c.target} ({c.kind}): {c.error_class} — {c.message}" for c in failed]
+        super().__init__(
+            f"pre-flight failed: {len(failed)} of {len(report.checks)} checks failed; "
+            "no generation was started.\n" + "\n".join(lines)
+        )
+
+
+class RunError(GenwireError):
+    """The run stopped (failure-rate threshold, a generator bug, an interrupted write)."""

@@ -1,0 +1,60 @@
+"""The generator base class that built-ins and plugins subclass."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from genwire.generators.metadata import GeneratorMetadata
+from genwire.generators.resources import Resources
+
+
+class NoParams(BaseModel):
+    """Params model of generators that take none: any key is an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+P = TypeVar("P", bound=BaseModel)
+
+
+class Generator(Generic[P]):
+    """A column generator. Subclasses set ``metadata`` and ``params_model`` and implement
+    ``generate``. The container constructs it with the column's validated params and the
+    resources bound to its declared slots, and nothing else."""
+
+    metadata: ClassVar[GeneratorMetadata]
+    params_model: ClassVar[type[BaseModel]] = NoParams
+    # Set to a dataset slot when the cell value is a row of that dataset; the pre-flight
+    # then checks the dataset has every field later columns read (``{{ passage.text }}``).
+    row_source_slot: ClassVar[str | None] = None
+
+    def __init__(self, *, column: str, params: P, resources: Resources, seed: int = 0) -> None:
+        self.column = column
+        self.params = params
+        self.seed = seed
+        self._resources = resources
+
+    @property
+    def resources(self) -> Resources:
+        return self._resources
+
+    @classmethod
+    def reads(cls, params: P) -> set[str]:
+        """Columns of the row this generator reads (``column`` or ``column.field``
+        references are reduced to the column). Used to check ordering before the run."""
+        return set()
+
+    @classmethod
+    def dataset_columns(cls, params: P) -> dict[str, set[str]]:
+        """For each dataset slot, the dataset columns this generator needs (pre-flight
+        checks that the dataset has them)."""
+        return {}
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        """Return one value per row of the batch, in order."""
+        raise NotImplementedError(f"generator {self.metadata.name!r} does not implement generate()")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.metadata.name!r} column={self.column!r}>"

@@ -1,0 +1,136 @@
+"""``embedding-dedup``: drops near-duplicate items of a list column by cosine similarity."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field
+
+from genwire.generators.base import Generator
+from genwire.generators.builtin.embedding import ColumnRef, checked_vectors, resolve_ref
+from genwire.generators.metadata import GeneratorMetadata, ResourceKind
+from genwire.generators.outcome import RowFailure
+
+# Equal vectors can come out a hair under 1.0 after normalisation; without this slack a
+# threshold of 1.0 would keep items the model considers identical.
+_EPS = 1e-9
+
+
+class EmbeddingDedupParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    column: ColumnRef
+    text_field: Annotated[str, Field(min_length=1)] | None = None
+    threshold: Annotated[float, Field(gt=0, le=1)] = 0.9
+
+
+def finite_unit_rows(vectors: list[list[float]]) -> npt.NDArray[np.float64]:
+    """The vectors as a matrix of unit-length rows; all-zero rows stay zero (similar to
+    nothing). ValueError for NaN/inf, checked before scaling would hide them."""
+    lengths = {len(v) for v in vectors}
+    if len(lengths) != 1 or 0 in lengths:
+        raise ValueError("embedding model returned empty vectors or vectors of different lengths")
+    m = np.array(vectors, dtype=np.float64)
+    if not np.isfinite(m).all():
+        raise ValueError("embedding contains non-finite values (NaN/inf)")
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    out: npt.NDArray[np.float64] = np.divide(m, norms, out=np.zeros_like(m), where=norms > 0)
+    return out
+
+
+class EmbeddingDedup(Generator[EmbeddingDedupParams]):
+    metadata = GeneratorMetadata(
+        name="embedding-dedup",
+        description="Drop near-duplicate items of a list column: keep an item only if its "
+        "cosine similarity to every kept item is below the threshold.",
+        required_resources={"embedder": ResourceKind.EMBEDDING_MODEL},
+    )
+    params_model = EmbeddingDedupParams
+
+    @classmethod
+    def reads(cls, params: EmbeddingDedupParams) -> set[str]:
+        return {params.column}
+
+    def _item_texts(self, row: dict[str, Any]) -> tuple[list[Any], list[str | None]]:
+        """The row's items and each item's text (None: blank, nothing to compare)."""
+        items = resolve_ref(row, self.params.column)
+        if not isinstance(items, list | tuple):
+            raise ValueError(f"{self.params.column!r} is a {type(items).__name__}, not a list")
+        field = self.params.text_field
+        texts: list[str | None] = []
+        for n, item in enumerate(items):
+            if field is not None:
+                if not isinstance(item, Mapping):
+                    raise ValueError(
+                        f"item {n} of {self.params.column!r} is a {type(item).__name__}, not a mapping with {field!r}"
+                    )
+                if field not in item:
+                    raise ValueError(f"item {n} of {self.params.column!r} has no {field!r}")
+                text = item[field]
+            else:
+                text = item
+                if isinstance(item, Mapping):
+                    raise ValueError(
+                        f"items of {self.params.column!r} are mappings; set text_field to the key holding their text"
+                    )
+            if not isinstance(text, str):
+                raise ValueError(f"item {n} of {self.params.column!r}: text is a {type(text).__name__}, not a string")
+            texts.append(text if text.strip() else None)
+        return list(items), texts
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        out: list[Any] = [None] * len(rows)
+        parsed: dict[int, tuple[list[Any], list[str | None]]] = {}
+        # Each distinct text is embedded once for the whole batch.
+        unique: dict[str, int] = {}
+        for i, row in enumerate(rows):
+            try:
+                parsed[i] = self._item_texts(row)
+            except ValueError as exc:
+                out[i] = RowFailure(exc)
+                continue
+            for text in parsed[i][1]:
+                if text is not None:
+                    unique.setdefault(text, len(unique))
+        if not parsed:
+            return out
+        vectors = np.zeros((0, 0))
+        if unique:
+            try:
+                raw = checked_vectors(await self.resources.embedder.embed(list(unique)), len(unique))
+                vectors = finite_unit_rows(raw)
+            except Exception as exc:
+                # One call serves the batch: its failure fails every row that needed it.
+                for i, (_, texts) in parsed.items():
+                    out[i] = RowFailure(exc) if any(t is not None for t in texts) else []
+                return out
+        for i, (items, texts) in parsed.items():
+            out[i] = self._keep(items, texts, unique, vectors)
+        return out
+
+    def _keep(
+        self,
+        items: list[Any],
+        texts: list[str | None],
+        unique: dict[str, int],
+        vectors: npt.NDArray[np.float64],
+    ) -> list[Any]:
+        kept: list[Any] = []
+        kept_ids: list[int] = []
+        for item, text in zip(items, texts, strict=True):
+            if text is None:
+                continue  # blank items carry nothing to keep and cannot be embedded
+            vid = unique[text]
+            # Same text is a duplicate by definition, whatever the vector arithmetic says.
+            if vid in kept_ids:
+                continue
+            if kept_ids:
+                sims = vectors[kept_ids] @ vectors[vid]
+                if float(sims.max()) >= self.params.threshold - _EPS:
+                    continue
+            kept.append(item)
+            kept_ids.append(vid)
+        return kept

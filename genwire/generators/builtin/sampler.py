@@ -1,0 +1,135 @@
+"""``sampler``: draws a category, a uniform number or a UUID per row, reproducibly."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+import random
+import uuid
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
+
+from genwire.generators.base import Generator
+from genwire.generators.metadata import GeneratorMetadata
+from genwire.generators.resources import Resources
+
+KINDS = ("category", "uniform", "uuid")
+
+
+def derive_seed(seed: int, column: str, *parts: object) -> int:
+    """A stable 64-bit seed from the run seed, the column name and any extra parts.
+
+    A cryptographic digest rather than ``hash()`` (randomised per process) or plain
+    arithmetic (``random.Random`` drops the sign of int seeds, so -1 and 1 would collide).
+    """
+    key = "\x1f".join([str(seed), column, *(str(p) for p in parts)])
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
+
+
+class CategoryParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["category"]
+    values: Annotated[list[Any], Field(min_length=1)]
+    weights: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = None
+
+    @model_validator(mode="after")
+    def _check_weights(self) -> CategoryParams:
+        if self.weights is None:
+            return self
+        if len(self.weights) != len(self.values):
+            raise ValueError(
+                f"weights has {len(self.weights)} entries but values has {len(self.values)}; give one weight per value"
+            )
+        if not any(w > 0 for w in self.weights):
+            raise ValueError("weights are all zero; at least one weight must be positive")
+        return self
+
+
+class UniformParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["uniform"]
+    low: Annotated[float, Field(allow_inf_nan=False)]
+    high: Annotated[float, Field(allow_inf_nan=False)]
+    integer: bool = False
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> UniformParams:
+        if not self.low < self.high:
+            raise ValueError(f"low ({self.low:g}) must be less than high ({self.high:g})")
+        if self.integer and not (self.low.is_integer() and self.high.is_integer()):
+            raise ValueError(f"integer: true needs whole-number bounds, got low={self.low:g}, high={self.high:g}")
+        return self
+
+
+class UuidParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["uuid"]
+
+
+class SamplerParams(RootModel[CategoryParams | UniformParams | UuidParams]):
+    """Discriminated on ``kind``; use ``.root`` for the chosen variant."""
+
+    root: Annotated[CategoryParams | UniformParams | UuidParams, Field(discriminator="kind")]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_kind(cls, data: Any) -> Any:
+        # pydantic's own messages for a missing or unknown tag are cryptic
+        # ("Unable to extract tag using discriminator"); say what is expected instead.
+        if isinstance(data, BaseModel):
+            return data
+        expected = ", ".join(KINDS)
+        if not isinstance(data, dict):
+            raise ValueError(f"sampler params must be a mapping with 'kind' (one of {expected})")
+        if "kind" not in data:
+            raise ValueError(f"sampler params need 'kind': one of {expected}")
+        if data["kind"] not in KINDS:
+            raise ValueError(f"unknown sampler kind {data['kind']!r}; expected one of {expected}")
+        return data
+
+
+class Sampler(Generator[SamplerParams]):
+    metadata = GeneratorMetadata(
+        name="sampler",
+        description="Sample a category (optionally weighted), a uniform number, or a UUID per row.",
+        required_resources={},
+    )
+    params_model = SamplerParams
+
+    def __init__(self, *, column: str, params: SamplerParams, resources: Resources, seed: int = 0) -> None:
+        super().__init__(column=column, params=params, resources=resources, seed=seed)
+        # Rows without "_index" (direct use outside the engine) continue from here.
+        self._cursor = 0
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        out: list[Any] = []
+        for row in rows:
+            index = row.get("_index")
+            if not isinstance(index, int):
+                index = self._cursor
+            self._cursor = max(self._cursor, index + 1)
+            # One RNG per row index, so a row's value does not depend on batch size or
+            # on the order in which batches run.
+            rng = random.Random(derive_seed(self.seed, self.column, index))
+            out.append(self._draw(rng))
+        return out
+
+    def _draw(self, rng: random.Random) -> Any:
+        spec = self.params.root
+        if isinstance(spec, CategoryParams):
+            if spec.weights is None:
+                choice = rng.choice(spec.values)
+            else:
+                choice = rng.choices(spec.values, weights=spec.weights)[0]
+            # Values may be lists/mappings from the config; never hand out shared objects.
+            return copy.deepcopy(choice)
+        if isinstance(spec, UniformParams):
+            if spec.integer:
+                return rng.randint(math.floor(spec.low), math.floor(spec.high))
+            return rng.uniform(spec.low, spec.high)
+        return str(uuid.UUID(int=rng.getrandbits(128), version=4))

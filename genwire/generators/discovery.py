@@ -1,0 +1,96 @@
+"""Find generators through the ``genwire.generators`` entry-point group (built-ins too).
+
+A broken plugin is never dropped silently: each problem names the entry point and why.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from genwire.errors import PluginError
+from genwire.generators.base import Generator
+from genwire.generators.metadata import GeneratorMetadata
+
+GROUP = "genwire.generators"
+
+
+@dataclass
+class Discovered:
+    generators: dict[str, type[Generator[Any]]] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict)  # name -> "entry point X (dist Y)"
+    problems: list[str] = field(default_factory=list)
+
+    def raise_for_problems(self) -> None:
+        if self.problems:
+            raise PluginError(self.problems)
+
+
+def check_generator_class(obj: object, origin: str) -> str | None:
+    """Why ``obj`` is not a usable generator class, or None if it is."""
+    if not (inspect.isclass(obj) and issubclass(obj, Generator)):
+        return f"{origin}: does not name a genwire Generator subclass (got {obj!r})"
+    meta = obj.__dict__.get("metadata", getattr(obj, "metadata", None))
+    if meta is None:
+        return f"{origin}: {obj.__qualname__} has no metadata; set metadata = GeneratorMetadata(...)"
+    if not isinstance(meta, GeneratorMetadata):
+        return f"{origin}: {obj.__qualname__}.metadata must be a GeneratorMetadata, not {type(meta).__name__}"
+    params_model = getattr(obj, "params_model", None)
+    if not (inspect.isclass(params_model) and issubclass(params_model, BaseModel)):
+        return f"{origin}: {obj.__qualname__}.params_model must be a pydantic BaseModel subclass"
+    if obj.generate is Generator.generate or not inspect.iscoroutinefunction(obj.generate):
+        return f"{origin}: {obj.__qualname__}.generate must be an async method (async def generate(self, rows))"
+    return None
+
+
+def _describe(ep: EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    where = f" from {dist.name}" if dist is not None else ""
+    return f"entry point {ep.name!r} ({ep.value}{where})"
+
+
+def _add(found: Discovered, cls: Any, origin: str) -> None:
+    problem = check_generator_class(cls, origin)
+    if problem:
+        found.problems.append(problem)
+        return
+    name = cls.metadata.name
+    if name in found.generators:
+        found.problems.append(
+            f"{origin}: generator name {name!r} is already provided by {found.origins[name]}; "
+            "rename one of them (plugin names must not clash with built-ins or each other)"
+        )
+        return
+    found.generators[name] = cls
+    found.origins[name] = origin
+
+
+def discover(extra: Iterable[type[Generator[Any]]] = ()) -> Discovered:
+    """All generators from entry points, then ``extra`` classes given in Python."""
+    found = Discovered()
+    # Sorted so that which of two clashing plugins "wins" never depends on install order.
+    for ep in sorted(entry_points(group=GROUP), key=lambda e: (e.value.startswith("genwire."), e.name), reverse=True):
+        origin = _describe(ep)
+        try:
+            cls = ep.load()
+        except ValidationError as exc:  # GeneratorMetadata(...) rejected at class definition
+            fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            hint = (
+                " (a generator that needs nothing declares required_resources={})"
+                if "required_resources" in fields
+                else ""
+            )
+            found.problems.append(f"{origin}: invalid generator metadata: {fields}{hint}")
+            continue
+        except Exception as exc:  # a plugin's import may fail in any way; report it
+            found.problems.append(f"{origin}: failed to import: {type(exc).__name__}: {exc}")
+            continue
+        _add(found, cls, origin)
+    for cls in extra:
+        _add(found, cls, f"class {getattr(cls, '__qualname__', cls)!r}")
+    return found

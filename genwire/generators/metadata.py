@@ -1,0 +1,29 @@
+"""Generator metadata: the declaration that decides which resources a generator gets."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ResourceKind(StrEnum):
+    CHAT_MODEL = "chat_model"
+    EMBEDDING_MODEL = "embedding_model"
+    MODEL_REGISTRY = "model_registry"
+    DATASET = "dataset"
+
+
+Slot = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]*$", max_length=64)]
+
+
+class GeneratorMetadata(BaseModel):
+    """What a generator is and what it needs. ``required_resources`` has no default on
+    purpose: a generator that needs nothing says ``{}``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$", max_length=64)]
+    description: str
+    required_resources: dict[Slot, ResourceKind]

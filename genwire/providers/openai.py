@@ -1,0 +1,452 @@
+"""OpenAI-compatible HTTP models (NIM, vLLM, OpenAI, Ollama...) over aiohttp.
+
+One ``OpenAIProvider`` per configured provider owns one ``aiohttp.ClientSession`` and one
+semaphore; every model alias of that provider shares both, so ``max_concurrency`` caps
+the provider's in-flight requests whatever the number of aliases. Failures are raised as
+``ModelError`` with one ``ErrorClass``; only transient classes are retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Mapping, Sequence
+from email.utils import parsedate_to_datetime
+from typing import Any, NoReturn
+
+import aiohttp
+from yarl import URL
+
+from genwire.config.schema import ModelConfig, OpenAIProviderConfig
+from genwire.errors import ErrorClass, ModelError
+from genwire.providers.base import count_attempt
+
+__all__ = ["OpenAIChatModel", "OpenAIEmbeddingModel", "OpenAIProvider"]
+
+# Upper bound for any single wait between attempts (backoff or Retry-After): a server
+# asking for minutes would otherwise stall a run silently.
+MAX_RETRY_WAIT_S = 30.0
+# Response-body snippets in error messages are cut to this many characters.
+SNIPPET_CHARS = 200
+# Only these statuses are retried (spec: connect errors, 429, 502, 503, 504).
+_RETRY_STATUSES = frozenset({429, 502, 503, 504})
+# Phrases with which servers say "this model does not exist" in a 400 body
+# (OpenAI answers 404; some vLLM/TGI/NIM versions answer 400).
+_MISSING_MODEL_PHRASES = (
+    "does not exist",
+    "doesn't exist",
+    "not found",
+    "model_not_found",
+    "unknown model",
+    "no such model",
+    "not a valid model",
+    "invalid model",
+)
+
+
+_FLOAT: frozenset[type] = frozenset({float})
+_NUMBER: frozenset[type] = frozenset({float, int})
+
+
+class _Failure(Exception):
+    """One failed attempt, classified; turned into a ModelError when retries run out."""
+
+    def __init__(
+        self, error_class: ErrorClass, message: str, *, retry: bool, retry_after: float | None
+    ) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.message = message
+        self.retry = retry
+        self.retry_after = retry_after
+
+
+class OpenAIProvider:
+    """An OpenAI-compatible endpoint; builds the chat and embedding models that use it."""
+
+    def __init__(self, name: str, config: OpenAIProviderConfig) -> None:
+        self.name = name
+        self.config = config  # api_key stays a SecretStr; unwrapped only for the header
+        self.base_url = config.base_url.rstrip("/")
+        # Shown in messages: never the userinfo part a base URL might carry.
+        self._display_url = str(URL(self.base_url).with_user(None))
+        self.requests: dict[str, int] = {}  # HTTP requests sent, per model alias
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self._session: aiohttp.ClientSession | None = None
+        self._semaphore: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:
+        return f"OpenAIProvider(name={self.name!r}, base_url={self._display_url!r})"
+
+    # --- models ------------------------------------------------------------------------
+
+    def chat_model(self, alias: str, config: ModelConfig) -> OpenAIChatModel:
+        return OpenAIChatModel(self, alias, config)
+
+    def embedding_model(self, alias: str, config: ModelConfig) -> OpenAIEmbeddingModel:
+        return OpenAIEmbeddingModel(self, alias, config)
+
+    # --- session lifecycle -------------------------------------------------------------
+
+    @property
+    def session(self) -> aiohttp.ClientSession | None:
+        """The shared session, or None before the first request / after ``aclose``."""
+        return self._session
+
+    async def _ensure_session(self) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
+        loop = asyncio.get_running_loop()
+        session, semaphore = self._session, self._semaphore
+        if session is not None and semaphore is not None and not session.closed:
+            if self._loop is loop:
+                return session, semaphore
+            # A session is bound to its loop. Reusing the provider from another loop is
+            # only safe once the old loop is gone (e.g. a container entered twice).
+            if self._loop is not None and self._loop.is_running():
+                raise RuntimeError(
+                    f"{self!r} is in use by another running event loop; call aclose() first"
+                )
+            await self._discard_session()
+        return self._open_session(loop)
+
+    def _open_session(
+        self, loop: asyncio.AbstractEventLoop
+    ) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
+        # Created synchronously (no await) so concurrent first calls cannot open two.
+        cfg = self.config
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if cfg.api_key is not None:
+            headers["Authorization"] = f"Bearer {cfg.api_key.get_secret_value()}"
+        connector = aiohttp.TCPConnector(
+            limit=cfg.max_concurrency, limit_per_host=cfg.max_concurrency
+        )
+        session = aiohttp.ClientSession(
+            connector=connector,
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=cfg.timeout_s),
+            raise_for_status=False,
+        )
+        semaphore = asyncio.Semaphore(cfg.max_concurrency)
+        self._session, self._semaphore, self._loop = session, semaphore, loop
+        return session, semaphore
+
+    async def _discard_session(self) -> None:
+        session = self._session
+        self._session, self._semaphore, self._loop = None, None, None
+        if session is not None and not session.closed:
+            try:
+                await session.close()
+            except Exception:  # best effort: the session's old loop may be closed already
+                session.detach()
+
+    async def aclose(self) -> None:
+        """Close the shared session. Idempotent; a later request opens a new one."""
+        await self._discard_session()
+
+    # --- requests ----------------------------------------------------------------------
+
+    async def post(self, alias: str, path: str, payload: dict[str, Any]) -> tuple[Any, int]:
+        """POST ``payload`` to ``{base_url}{path}`` with retries.
+
+        Returns the decoded JSON body and the number of attempts it took.
+        """
+        cfg = self.config
+        url = self.base_url + path
+        body = json.dumps(payload, separators=(",", ":")).encode()  # encoded once, all tries
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                return await self._attempt(alias, url, body), attempts
+            except _Failure as failure:
+                if not failure.retry or attempts > cfg.retries:
+                    raise ModelError(
+                        failure.error_class,
+                        self._scrub(failure.message),
+                        target=alias,
+                        retry_after=failure.retry_after,
+                        attempts=attempts,
+                    ) from None  # the cause adds nothing the message lacks
+                await asyncio.sleep(self._retry_wait(attempts - 1, failure.retry_after))
+
+    def _retry_wait(self, retry: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(retry_after, MAX_RETRY_WAIT_S)
+        # Exponential backoff with full jitter: spreads retries of many tasks that failed
+        # together instead of having them hit the server again in lockstep.
+        ceiling = min(self.config.backoff_s * 2**retry, MAX_RETRY_WAIT_S)
+        return random.uniform(0, ceiling)
+
+    async def _attempt(self, alias: str, url: str, body: bytes) -> Any:
+        session, semaphore = await self._ensure_session()
+        async with semaphore:
+            count_attempt()
+            self.requests[alias] = self.requests.get(alias, 0) + 1
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            try:
+                async with session.post(url, data=body) as resp:
+                    status = resp.status
+                    raw = await resp.read()
+                    headers = resp.headers
+            except TimeoutError:  # aiohttp's timeouts subclass TimeoutError
+                raise _Failure(
+                    ErrorClass.TIMEOUT,
+                    f"no response from POST {self._where(url)} within "
+                    f"{self.config.timeout_s:g} s (timeout_s)",
+                    retry=True,
+                    retry_after=None,
+                ) from None
+            except aiohttp.InvalidURL as exc:
+                raise _Failure(
+                    ErrorClass.UNREACHABLE,
+                    f"invalid URL {self._where(url)}: {exc}",
+                    retry=False,
+                    retry_after=None,
+                ) from None
+            except (aiohttp.ClientError, OSError) as exc:
+                # Connect refused/reset, DNS failure, server disconnected, truncated body.
+                raise _Failure(
+                    ErrorClass.UNREACHABLE,
+                    f"POST {self._where(url)} failed: {_describe(exc)}",
+                    retry=True,
+                    retry_after=None,
+                ) from None
+            finally:
+                self.in_flight -= 1
+        if 200 <= status < 300:
+            try:
+                return json.loads(raw)
+            except ValueError:
+                raise _Failure(
+                    ErrorClass.BAD_RESPONSE,
+                    f"HTTP {status} from POST {self._where(url)} with a body that is not "
+                    f"JSON: {self._snippet(raw)}",
+                    retry=False,
+                    retry_after=None,
+                ) from None
+        self._raise_for_status(url, status, raw, headers)
+
+    def _raise_for_status(
+        self, url: str, status: int, raw: bytes, headers: Mapping[str, str]
+    ) -> NoReturn:
+        detail = self._snippet(raw)
+        where = f"HTTP {status} from POST {self._where(url)}"
+        retry_after: float | None = None
+        if status in (401, 403):
+            error_class = ErrorClass.AUTH
+            hint = "check the provider's api_key"
+        elif status == 404:
+            error_class = ErrorClass.NOT_FOUND
+            hint = "check the model name and the provider's base_url"
+        elif status == 400 and _says_model_missing(detail):
+            error_class = ErrorClass.NOT_FOUND
+            hint = "check the model name"
+        elif status == 429:
+            error_class = ErrorClass.RATE_LIMITED
+            retry_after = _parse_retry_after(headers.get("Retry-After"))
+            hint = "lower max_concurrency or raise the rate limit"
+        elif status >= 500:
+            error_class = ErrorClass.SERVER_ERROR
+            hint = ""
+        else:
+            error_class = ErrorClass.BAD_RESPONSE
+            hint = "the server rejected the request"
+        message = f"{where}: {detail}" if detail else where
+        if hint:
+            message = f"{message} ({hint})"
+        raise _Failure(
+            error_class, message, retry=status in _RETRY_STATUSES, retry_after=retry_after
+        )
+
+    # --- message hygiene ---------------------------------------------------------------
+
+    def _where(self, url: str) -> str:
+        return self._display_url + url[len(self.base_url) :]
+
+    def _scrub(self, text: str) -> str:
+        """Remove the API key from any text that might echo it (bodies, exception text)."""
+        key = self.config.api_key
+        if key is not None:
+            secret = key.get_secret_value()
+            if secret:
+                text = text.replace(secret, "***")
+        return text
+
+    def _snippet(self, raw: bytes) -> str:
+        """A short, key-free excerpt of a response body: the OpenAI error message if any."""
+        text = raw.decode("utf-8", errors="replace")
+        try:
+            decoded = json.loads(text)
+        except ValueError:
+            decoded = None
+        if isinstance(decoded, dict):
+            error = decoded.get("error")
+            if isinstance(error, dict) and isinstance(error.get("message"), str):
+                text = error["message"]
+            elif isinstance(error, str):
+                text = error
+            elif isinstance(decoded.get("detail"), str):  # FastAPI-style servers (vLLM)
+                text = decoded["detail"]
+            elif isinstance(decoded.get("message"), str):
+                text = decoded["message"]
+        # Scrub before truncating so a cut cannot leave a recognisable part of the key.
+        text = " ".join(self._scrub(text).split())
+        if len(text) > SNIPPET_CHARS:
+            text = text[: SNIPPET_CHARS - 1] + "…"
+        return text
+
+
+class OpenAIChatModel:
+    """A chat model alias served by an ``OpenAIProvider`` (``/chat/completions``)."""
+
+    def __init__(self, provider: OpenAIProvider, alias: str, config: ModelConfig) -> None:
+        self.provider = provider
+        self.alias = alias
+        self.model = config.model
+        self.params: dict[str, Any] = dict(config.params)
+        self.endpoint_key = ("openai", provider.base_url, config.model, "chat")
+
+    def __repr__(self) -> str:
+        return (
+            f"OpenAIChatModel(alias={self.alias!r}, model={self.model!r}, "
+            f"provider={self.provider.name!r})"
+        )
+
+    async def complete(self, prompt: str, *, system: str | None = None, **params: Any) -> str:
+        messages: list[dict[str, str]] = []
+        if system is not None:
+            messages.append({"role": "system", "content": system})
+        messages.append({"role": "user", "content": prompt})
+        # Config params, then call params (they win); model and messages are ours.
+        payload = {**self.params, **params, "model": self.model, "messages": messages}
+        data, attempts = await self.provider.post(self.alias, "/chat/completions", payload)
+        return self._content(data, attempts)
+
+    def _content(self, data: Any, attempts: int) -> str:
+        def bad(why: str) -> ModelError:
+            return ModelError(
+                ErrorClass.BAD_RESPONSE,
+                f"chat response {why}",
+                target=self.alias,
+                attempts=attempts,
+            )
+
+        if not isinstance(data, dict):
+            raise bad("is not a JSON object")
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise bad("has no choices")
+        choice = choices[0]
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict):
+            raise bad("has no choices[0].message")
+        content = message.get("content")
+        if not isinstance(content, str):
+            finish = choice.get("finish_reason")
+            hint = f" (finish_reason={finish!r})" if isinstance(finish, str) else ""
+            raise bad(f"has no text in choices[0].message.content{hint}")
+        return content
+
+
+class OpenAIEmbeddingModel:
+    """An embedding model alias served by an ``OpenAIProvider`` (``/embeddings``).
+
+    The config's ``params`` go into the request as they are (e.g. NIM's ``input_type``,
+    or ``dimensions`` for models that can shorten their vectors); ``dimensions`` from the
+    model config is what the pre-flight expects and is not sent by itself.
+    """
+
+    def __init__(self, provider: OpenAIProvider, alias: str, config: ModelConfig) -> None:
+        self.provider = provider
+        self.alias = alias
+        self.model = config.model
+        self._dimensions = config.dimensions
+        self.params: dict[str, Any] = dict(config.params)
+        self.endpoint_key = ("openai", provider.base_url, config.model, "embedding")
+
+    def __repr__(self) -> str:
+        return (
+            f"OpenAIEmbeddingModel(alias={self.alias!r}, model={self.model!r}, "
+            f"provider={self.provider.name!r})"
+        )
+
+    @property
+    def dimensions(self) -> int | None:
+        return self._dimensions
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        inputs = list(texts)
+        if not inputs:
+            return []
+        payload = {**self.params, "model": self.model, "input": inputs}
+        data, attempts = await self.provider.post(self.alias, "/embeddings", payload)
+        return self._vectors(data, len(inputs), attempts)
+
+    def _vectors(self, data: Any, count: int, attempts: int) -> list[list[float]]:
+        def bad(why: str) -> ModelError:
+            return ModelError(
+                ErrorClass.BAD_RESPONSE,
+                f"embedding response {why}",
+                target=self.alias,
+                attempts=attempts,
+            )
+
+        items = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(items, list):
+            raise bad("has no data list")
+        if len(items) != count:
+            raise bad(f"has {len(items)} vectors for {count} inputs")
+        out: list[list[float] | None] = [None] * count
+        for position, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise bad(f"data[{position}] is not an object")
+            index = item.get("index", position)
+            if type(index) is not int or not 0 <= index < count or out[index] is not None:
+                raise bad(f"data[{position}].index is missing, out of range or repeated")
+            vector = item.get("embedding")
+            if not isinstance(vector, list):
+                raise bad(f"data[{position}].embedding is not a list of numbers")
+            # json.loads already made floats: keep the list as is (no copy) in that case.
+            # Exact type checks: bool is an int subclass but never a vector component.
+            kinds = set(map(type, vector))
+            if kinds <= _FLOAT:
+                out[index] = vector
+            elif kinds <= _NUMBER:
+                out[index] = [float(v) for v in vector]
+            else:
+                raise bad(f"data[{position}].embedding holds a value that is not a number")
+        return [v for v in out if v is not None]
+
+
+# --- helpers -----------------------------------------------------------------------------
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    name = type(exc).__name__
+    return f"{name}: {text}" if text else name
+
+
+def _says_model_missing(detail: str) -> bool:
+    lowered = detail.lower()
+    return "model" in lowered and any(p in lowered for p in _MISSING_MODEL_PHRASES)
+
+
+def _parse_retry_after(value: str | None) -> float | None:
+    """Retry-After is delta-seconds or an HTTP date; anything else is ignored."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+    if seconds != seconds:  # NaN
+        return None
+    return max(0.0, min(seconds, MAX_RETRY_WAIT_S))

@@ -1,0 +1,17 @@
+"""Test support: fake models, the fake OpenAI-compatible server, and pytest fixtures.
+
+Never imported by the package itself.
+"""
+
+from genwire.testing.fakes import FakeChatModel, FakeEmbeddingModel, hash_vector
+
+__all__ = ["FakeChatModel", "FakeEmbeddingModel", "FakeOpenAIServer", "hash_vector"]
+
+
+def __getattr__(name: str) -> object:
+    # The server pulls in aiohttp's web stack; load it only when asked for.
+    if name == "FakeOpenAIServer":
+        from genwire.testing.fake_server import FakeOpenAIServer
+
+        return FakeOpenAIServer
+    raise AttributeError(name)

@@ -1,0 +1,603 @@
+"""A fake OpenAI-compatible server: real HTTP on 127.0.0.1, scriptable failures.
+
+The server runs an aiohttp app in its own thread with its own event loop, so sync tests,
+async tests, CLI subprocesses (pass ``server.url`` as the base URL) and benchmarks can
+all use it the same way::
+
+    with FakeOpenAIServer(latency=0.01) as server:
+        server.script("writer", [503, "malformed"])   # next two requests for "writer"
+        ...                                           # then back to normal answers
+        assert server.requests["writer"] == 3
+
+Scripted items (``script``, ``fail_when``, ``fail_rate``) are an HTTP status code, a
+``FakeResponse``, or one of the symbols in ``SYMBOLS``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hashlib
+import json
+import random
+import socket
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal, get_args
+
+import numpy as np
+from aiohttp import web
+
+__all__ = ["SYMBOLS", "FakeOpenAIServer", "FakeResponse", "Scripted", "fake_answer", "fake_vector"]
+
+Symbol = Literal[
+    "hang",
+    "malformed",
+    "empty_vector",
+    "wrong_dimensions",
+    "nan",
+    "reset",
+    "empty_text",
+    "echo_auth",
+]
+SYMBOLS: frozenset[str] = frozenset(get_args(Symbol))
+
+
+@dataclass(frozen=True)
+class FakeResponse:
+    """A fully specified answer: ``json`` (serialised) or ``body`` (sent as is).
+
+    With neither, an OpenAI-style error body for ``status`` is sent. ``echo_auth`` puts
+    the request's Authorization header into the error message, as some misbehaving
+    proxies do; tests use it to prove a client never repeats its key.
+    """
+
+    status: int = 200
+    json: Any = None
+    body: bytes | str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    echo_auth: bool = False
+
+
+Scripted = int | FakeResponse | Symbol | str
+
+_ERROR_TYPES = {
+    400: ("invalid_request_error", "Bad request"),
+    401: ("invalid_request_error", "Incorrect API key provided"),
+    403: ("permission_error", "You are not allowed to use this model"),
+    404: ("invalid_request_error", "Not found"),
+    429: ("rate_limit_error", "Rate limit reached, please retry later"),
+    500: ("server_error", "The server had an error while processing your request"),
+    502: ("server_error", "Bad gateway"),
+    503: ("server_error", "The engine is currently overloaded, please try again later"),
+    504: ("server_error", "Gateway timeout"),
+}
+
+
+def _error_body(status: int, message: str | None = None, code: str | None = None) -> bytes:
+    kind, default = _ERROR_TYPES.get(status, ("api_error", f"HTTP {status}"))
+    error = {"message": message or default, "type": kind, "param": None, "code": code}
+    return json.dumps({"error": error}).encode()
+
+
+def fake_vector(text: str, dimensions: int) -> list[float]:
+    """Deterministic unit vector for ``text``: equal texts give equal vectors.
+
+    Components are rounded to 6 decimals: it halves the JSON cost, which matters because
+    the server shares the GIL with the client under test in benchmarks.
+    """
+    # SHAKE-256 gives as many hash bytes as needed, far cheaper than seeding an RNG.
+    raw = hashlib.shake_256(text.encode()).digest(2 * dimensions)
+    vector = np.frombuffer(raw, dtype="<i2").astype(np.float64) + 0.5  # +0.5: never all 0
+    vector /= float(np.linalg.norm(vector))
+    rounded: list[float] = np.round(vector, 6).tolist()
+    return rounded
+
+
+@functools.lru_cache(maxsize=8192)
+def _vector_json(text: str, dimensions: int) -> str:
+    # Cached encoded form: pipelines embed the same texts repeatedly (dedup, probes).
+    # Same numbers as json.dumps would give for the 6-decimal floats, 40% cheaper.
+    return "[" + ",".join(map("{:.6f}".format, fake_vector(text, dimensions))) + "]"
+
+
+def fake_answer(prompt: str) -> str:
+    """The default chat answer: deterministic and never empty."""
+    return f"answer to: {prompt[:40]}"
+
+
+class FakeOpenAIServer:
+    """OpenAI-compatible chat/embeddings server for tests; see the module docstring.
+
+    Configuration methods may be called from any thread at any time; the bookkeeping
+    attributes (``requests``, ``in_flight``, ``peak_in_flight``...) are safe to read.
+    """
+
+    def __init__(
+        self,
+        *,
+        latency: float = 0.0,
+        dimensions: int = 384,
+        hang_s: float = 3600.0,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.default_latency = latency
+        self.default_dimensions = dimensions
+        self.hang_s = hang_s  # "hang" sleeps this long, or until the client goes away
+        self.host = host
+        self.known_models: set[str] | None = None  # None: every model name is served
+        self.port: int | None = None
+        self._latency: dict[str, float] = {}
+        self._dimensions: dict[str, int] = {}
+        self._scripts: dict[str, deque[Scripted]] = defaultdict(deque)
+        self._fail_when: dict[str, list[tuple[str, Scripted]]] = defaultdict(list)
+        self._fail_rate: dict[str, tuple[float, tuple[Scripted, ...], random.Random]] = {}
+        self._api_key: str | None = None
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._stopping: asyncio.Event | None = None
+        self.reset_stats()
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """Base URL for clients, e.g. ``http://127.0.0.1:PORT/v1``."""
+        if self.port is None:
+            raise RuntimeError("FakeOpenAIServer is not started")
+        return f"http://{self.host}:{self.port}/v1"
+
+    def start(self) -> FakeOpenAIServer:
+        """Start serving (idempotent); returns once the port accepts connections."""
+        if self._thread is not None:
+            return self
+        ready = threading.Event()
+        errors: list[BaseException] = []
+        thread = threading.Thread(target=self._serve, args=(ready, errors), name="FakeOpenAIServer", daemon=True)
+        thread.start()
+        if not ready.wait(timeout=30):
+            raise RuntimeError("FakeOpenAIServer did not start within 30 s")
+        if errors:
+            thread.join()
+            raise RuntimeError(f"FakeOpenAIServer failed to start: {errors[0]!r}") from errors[0]
+        self._thread = thread
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and join the thread (idempotent). Pending hangs are cut short."""
+        thread, loop = self._thread, self._loop
+        if thread is None or loop is None:
+            return
+        stopping = self._stopping
+        if stopping is not None:
+            loop.call_soon_threadsafe(stopping.set)
+        thread.join(timeout=30)
+        self._thread = None
+        self.port = None
+
+    def __enter__(self) -> FakeOpenAIServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        where = self.url if self.port is not None else "stopped"
+        return f"FakeOpenAIServer({where})"
+
+    def _serve(self, ready: threading.Event, errors: list[BaseException]) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._main(ready))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            ready.set()  # unblocks start() if setup failed before signalling
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+            self._loop = None
+
+    async def _main(self, ready: threading.Event) -> None:
+        self._stopping = asyncio.Event()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_get("/v1/models", self._models)
+        # handler_cancellation: a client that timed out and hung up ends its handler, so
+        # in_flight reflects what clients wait for. access_log off: tests stay quiet.
+        runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5)
+        await runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind((self.host, 0))
+            sock.listen(1024)
+            sock.setblocking(False)
+            site = web.SockSite(runner, sock, backlog=1024)
+            await site.start()
+        except BaseException:
+            sock.close()
+            await runner.cleanup()
+            raise
+        self.port = sock.getsockname()[1]
+        self._runner = runner
+        ready.set()
+        try:
+            await self._stopping.wait()
+        finally:
+            await runner.cleanup()
+            self._runner = None
+
+    # --- configuration -----------------------------------------------------------------
+
+    def set_latency(self, model: str, seconds: float) -> None:
+        """Every request for ``model`` waits ``seconds`` before it is answered."""
+        with self._lock:
+            self._latency[model] = seconds
+
+    def set_dimensions(self, model: str, n: int) -> None:
+        with self._lock:
+            self._dimensions[model] = n
+
+    def require_api_key(self, key: str | None) -> None:
+        """Requests without ``Authorization: Bearer <key>`` get 401 (None: no check)."""
+        with self._lock:
+            self._api_key = key
+
+    def script(self, model: str, responses: Iterable[Scripted]) -> None:
+        """Queue answers for ``model``: one per request, then back to normal."""
+        items = list(responses)
+        for item in items:
+            _check_item(item)
+        with self._lock:
+            self._scripts[model].extend(items)
+
+    def fail_when(self, model: str, substring: str, status: Scripted = 500) -> None:
+        """Every request for ``model`` whose text contains ``substring`` gets ``status``.
+
+        The text is the chat messages' content or the embedding inputs. ``model="*"``
+        applies to every model.
+        """
+        _check_item(status)
+        with self._lock:
+            self._fail_when[model].append((substring, status))
+
+    def fail_rate(
+        self,
+        model: str,
+        rate: float,
+        statuses: Sequence[Scripted] = (503,),
+        seed: int = 0,
+    ) -> None:
+        """A seeded random ``rate`` of requests for ``model`` fail with one of ``statuses``."""
+        for item in statuses:
+            _check_item(item)
+        with self._lock:
+            if rate <= 0:
+                self._fail_rate.pop(model, None)
+            else:
+                self._fail_rate[model] = (rate, tuple(statuses), random.Random(seed))
+
+    def clear(self, model: str | None = None) -> None:
+        """Drop scripts, fail_when and fail_rate rules (for ``model``, or all)."""
+        with self._lock:
+            for rules in (self._scripts, self._fail_when, self._fail_rate):
+                if model is None:
+                    rules.clear()
+                else:
+                    rules.pop(model, None)
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self.requests: dict[str, int] = defaultdict(int)
+            self.total_requests = 0
+            self.in_flight = 0
+            self.peak_in_flight = 0
+            self.in_flight_by_model: dict[str, int] = defaultdict(int)
+            self.peak_in_flight_by_model: dict[str, int] = defaultdict(int)
+            self.last_body: dict[str, Any] = {}  # last decoded request body, per model
+
+    # --- handlers ----------------------------------------------------------------------
+
+    async def _models(self, request: web.Request) -> web.Response:
+        with self._lock:
+            names = (
+                set(self.known_models)
+                if self.known_models is not None
+                else (set(self._latency) | set(self._dimensions) | set(self.requests))
+            )
+        data = [{"id": n, "object": "model", "owned_by": "fake"} for n in sorted(names)]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._handle(request, "chat")
+
+    async def _embeddings(self, request: web.Request) -> web.StreamResponse:
+        return await self._handle(request, "embeddings")
+
+    async def _handle(self, request: web.Request, endpoint: str) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        model = body.get("model") if isinstance(body, dict) else None
+        if not isinstance(body, dict) or not isinstance(model, str):
+            with self._lock:
+                self.total_requests += 1
+            return _raw(400, _error_body(400, "request body must be JSON with a 'model'"))
+        with self._lock:
+            self.total_requests += 1
+            self.requests[model] += 1
+            self.last_body[model] = body
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            self.in_flight_by_model[model] += 1
+            self.peak_in_flight_by_model[model] = max(
+                self.peak_in_flight_by_model[model], self.in_flight_by_model[model]
+            )
+            latency = self._latency.get(model, self.default_latency)
+        try:
+            if latency > 0:
+                await asyncio.sleep(latency)
+            return await self._answer(request, endpoint, model, body)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+                self.in_flight_by_model[model] -= 1
+
+    async def _answer(
+        self, request: web.Request, endpoint: str, model: str, body: dict[str, Any]
+    ) -> web.StreamResponse:
+        texts = _texts(endpoint, body)
+        with self._lock:
+            api_key = self._api_key
+            known = self.known_models
+            item = self._next_item(model, texts)
+        if api_key is not None and request.headers.get("Authorization") != f"Bearer {api_key}":
+            return _raw(401, _error_body(401, code="invalid_api_key"))
+        if known is not None and model not in known:
+            message = f"The model `{model}` does not exist or you do not have access to it."
+            return _raw(404, _error_body(404, message, code="model_not_found"))
+        if item is None:
+            return self._normal(endpoint, model, body, texts)
+        return await self._scripted(request, endpoint, model, body, texts, item)
+
+    def _next_item(self, model: str, texts: list[str]) -> Scripted | None:
+        # Caller holds the lock. Order: the script queue, then content rules, then chance.
+        queue = self._scripts.get(model)
+        if queue:
+            return queue.popleft()
+        for rules_model in (model, "*"):
+            for substring, item in self._fail_when.get(rules_model, ()):
+                if any(substring in t for t in texts):
+                    return item
+        chance = self._fail_rate.get(model)
+        if chance is not None:
+            rate, statuses, rng = chance
+            if rng.random() < rate:
+                return rng.choice(statuses)
+        return None
+
+    def _dims(self, model: str, body: dict[str, Any]) -> int:
+        requested = body.get("dimensions")  # OpenAI's "shorten to n" request field
+        if type(requested) is int and requested > 0:
+            return requested
+        with self._lock:
+            return self._dimensions.get(model, self.default_dimensions)
+
+    def _normal(
+        self,
+        endpoint: str,
+        model: str,
+        body: dict[str, Any],
+        texts: list[str],
+        *,
+        content: str | None = None,
+        vectors: list[list[float]] | None = None,
+    ) -> web.Response:
+        if endpoint == "chat":
+            if content is None:
+                content = fake_answer(texts[-1] if texts else "")
+            return _json(200, _chat_body(model, content))
+        if vectors is None:
+            dims = self._dims(model, body)
+            return _raw(200, _fast_embedding_body(model, texts, dims))
+        return _json(200, _embedding_body(model, vectors))
+
+    async def _scripted(
+        self,
+        request: web.Request,
+        endpoint: str,
+        model: str,
+        body: dict[str, Any],
+        texts: list[str],
+        item: Scripted,
+    ) -> web.StreamResponse:
+        if isinstance(item, int):
+            return _raw(item, _error_body(item))
+        if isinstance(item, FakeResponse):
+            return _fake_response(request, item)
+        if item == "hang":
+            await self._hang(request)
+            return _raw(504, _error_body(504))  # only reached if stop() cut the hang
+        if item == "reset":
+            # Drop the connection with no response at all: the client sees a disconnect.
+            if request.transport is not None:
+                request.transport.abort()
+            raise asyncio.CancelledError
+        if item == "malformed":
+            return web.Response(status=200, body=b"<html>upstream proxy error", content_type="text/html")
+        if item == "echo_auth":
+            echoed = request.headers.get("Authorization", "")
+            message = f"invalid credentials in request header Authorization: {echoed}"
+            return _raw(401, _error_body(401, message))
+        if endpoint == "chat":
+            if item == "empty_text":
+                return self._normal(endpoint, model, body, texts, content="")
+            return self._normal(endpoint, model, body, texts)  # embedding-only symbol
+        dims = self._dims(model, body)
+        if item == "empty_vector":
+            vectors: list[list[float]] = [[] for _ in texts]
+        elif item == "wrong_dimensions":
+            vectors = [fake_vector(t, dims + 1) for t in texts]
+        elif item == "nan":
+            vectors = [[float("nan"), *fake_vector(t, dims)[1:]] for t in texts]
+        else:  # "empty_text" is chat-only: embeddings answer normally
+            vectors = [fake_vector(t, dims) for t in texts]
+        return self._normal(endpoint, model, body, texts, vectors=vectors)
+
+    async def _hang(self, request: web.Request) -> None:
+        # Sleep in short steps so a client that gave up, or stop(), ends the hang.
+        deadline = time.monotonic() + self.hang_s
+        stopping = self._stopping
+        while time.monotonic() < deadline:
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                return
+            if stopping is not None and stopping.is_set():
+                return
+            await asyncio.sleep(0.05)
+
+
+# --- helpers -----------------------------------------------------------------------------
+
+
+def _check_item(item: object) -> None:
+    if isinstance(item, bool) or not isinstance(item, int | FakeResponse | str):
+        raise TypeError(f"scripted response must be int, FakeResponse or symbol, not {item!r}")
+    if isinstance(item, str) and item not in SYMBOLS:
+        raise ValueError(f"unknown scripted symbol {item!r}; known: {sorted(SYMBOLS)}")
+
+
+def _texts(endpoint: str, body: dict[str, Any]) -> list[str]:
+    """The request's texts: message contents (chat, last is the prompt) or inputs."""
+    if endpoint == "chat":
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            return []
+        return [m["content"] for m in messages if isinstance(m, dict) and isinstance(m.get("content"), str)]
+    inputs = body.get("input")
+    if isinstance(inputs, str):
+        return [inputs]
+    if isinstance(inputs, list):
+        return [t if isinstance(t, str) else json.dumps(t) for t in inputs]
+    return []
+
+
+def _chat_body(model: str, content: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+
+def _embedding_body(model: str, vectors: list[list[float]]) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "model": model,
+        "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
+        "usage": {"prompt_tokens": 1, "total_tokens": 1},
+    }
+
+
+def _fast_embedding_body(model: str, texts: list[str], dims: int) -> bytes:
+    """Same document as ``_embedding_body`` with normal vectors, from cached JSON pieces."""
+    items = ",".join(
+        f'{{"object":"embedding","index":{i},"embedding":{_vector_json(t, dims)}}}' for i, t in enumerate(texts)
+    )
+    head = json.dumps({"object": "list", "model": model})[:-1]
+    usage = '"usage":{"prompt_tokens":1,"total_tokens":1}'
+    return f'{head},"data":[{items}],{usage}}}'.encode()
+
+
+def _json(status: int, payload: Any) -> web.Response:
+    # allow_nan (the default) is deliberate: the "nan" script sends a bare NaN token.
+    return _raw(status, json.dumps(payload).encode())
+
+
+def _raw(status: int, body: bytes, headers: Mapping[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, body=body, content_type="application/json", headers=headers)
+
+
+def _fake_response(request: web.Request, item: FakeResponse) -> web.Response:
+    headers = dict(item.headers)
+    if item.body is not None:
+        body = item.body.encode() if isinstance(item.body, str) else item.body
+        content_type = headers.pop("Content-Type", "text/plain")
+        return web.Response(status=item.status, body=body, content_type=content_type, headers=headers)
+    if item.json is not None:
+        payload = item.json
+        if item.echo_auth:
+            payload = {"echo": request.headers.get("Authorization", ""), "body": payload}
+        return _raw(item.status, json.dumps(payload).encode(), headers)
+    message = None
+    if item.echo_auth:
+        echoed = request.headers.get("Authorization", "")
+        message = f"rejected request with header Authorization: {echoed}"
+    return _raw(item.status, _error_body(item.status, message), headers)
+
+
+# --- pytest fixture ----------------------------------------------------------------------
+
+try:
+    import pytest
+except ModuleNotFoundError:  # pytest is a test dependency; the server works without it
+    pass
+else:
+
+    @pytest.fixture
+    def fake_openai_server() -> Iterator[FakeOpenAIServer]:
+        """A started FakeOpenAIServer, stopped after the test."""
+        with FakeOpenAIServer() as server:
+            yield server
+
+
+# --- command line: a server in its own process -------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m genwire.testing.fake_server``: print the base URL, serve until killed.
+
+    A separate process does not share the GIL with the client, which keeps benchmarks
+    of the client honest at high request rates.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds per request")
+    parser.add_argument("--dimensions", type=int, default=384, help="embedding size")
+    parser.add_argument("--api-key", default=None, help="require this bearer token")
+    args = parser.parse_args(argv)
+    with FakeOpenAIServer(latency=args.latency, dimensions=args.dimensions) as server:
+        server.require_api_key(args.api_key)
+        print(server.url, flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

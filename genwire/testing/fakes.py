@@ -1,0 +1,63 @@
+"""In-process fakes of chat and embedding models for tests and overrides."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from genwire.providers.base import count_attempt
+
+
+class FakeChatModel:
+    """Answers every prompt deterministically: ``reply(prompt)`` or a canned text."""
+
+    def __init__(self, reply: str | Callable[[str], str] = "fake answer", *, name: str = "fake-chat") -> None:
+        self._reply = reply
+        self.model = name
+        self.calls: list[dict[str, Any]] = []
+
+    async def complete(self, prompt: str, *, system: str | None = None, **params: Any) -> str:
+        count_attempt()
+        self.calls.append({"prompt": prompt, "system": system, **params})
+        return self._reply(prompt) if callable(self._reply) else self._reply
+
+    def __repr__(self) -> str:
+        return f"FakeChatModel(model={self.model!r})"
+
+
+def hash_vector(text: str, dimensions: int) -> list[float]:
+    """A deterministic unit vector for ``text``: equal texts map to equal vectors."""
+    out: list[float] = []
+    counter = 0
+    while len(out) < dimensions:
+        digest = hashlib.blake2b(f"{counter}:{text}".encode(), digest_size=64).digest()
+        out.extend((b - 127.5) / 127.5 for b in digest)
+        counter += 1
+    vec = out[:dimensions]
+    norm = math.sqrt(sum(v * v for v in vec)) or 1.0
+    return [v / norm for v in vec]
+
+
+class FakeEmbeddingModel:
+    """Deterministic unit vectors of ``dimensions`` derived from a hash of each text."""
+
+    def __init__(self, dimensions: int = 384, *, name: str = "fake-embedding") -> None:
+        if dimensions <= 0:
+            raise ValueError("dimensions must be positive")
+        self._dimensions = dimensions
+        self.model = name
+        self.calls: list[list[str]] = []
+
+    @property
+    def dimensions(self) -> int:
+        return self._dimensions
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        count_attempt()
+        self.calls.append(list(texts))
+        return [hash_vector(t, self._dimensions) for t in texts]
+
+    def __repr__(self) -> str:
+        return f"FakeEmbeddingModel(dimensions={self._dimensions})"

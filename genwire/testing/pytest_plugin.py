@@ -1,0 +1,52 @@
+"""pytest plugin (entry point ``pytest11``): genwire's fixtures.
+
+* ``genwire_container``: a factory ``boot(path_or_dict, **kwargs)``; every container it
+  booted is closed after the test.
+* ``fake_openai_server``: a real OpenAI-compatible HTTP server on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from genwire.testing.fake_server import fake_openai_server
+
+__all__ = ["fake_openai_server", "genwire_container"]
+
+Booter = Callable[..., Any]
+
+
+def _booter(booted: list[Any]) -> Booter:
+    from genwire.app import boot
+
+    def factory(source: Any, **kwargs: Any) -> Any:
+        container = boot(source, **kwargs)
+        booted.append(container)
+        return container
+
+    return factory
+
+
+try:
+    import pytest_asyncio
+except ImportError:  # without pytest-asyncio: close on a private loop
+
+    @pytest.fixture
+    def genwire_container() -> Iterator[Booter]:
+        booted: list[Any] = []
+        yield _booter(booted)
+        for container in booted:
+            asyncio.run(container.aclose())
+
+else:
+
+    @pytest_asyncio.fixture  # type: ignore[no-redef]
+    async def genwire_container() -> AsyncIterator[Booter]:
+        booted: list[Any] = []
+        yield _booter(booted)
+        for container in booted:
+            await container.aclose()

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs everything the tests need (the package with its test, parquet and local extras,
+# plus the chat weights with --no-deps) and runs lint, types and the whole suite.
+# This is the README's test command; .ci/run calls exactly this.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PYTHON="${PYTHON:-python}"
+
+"$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[test,parquet]"
+bash scripts/install-local.sh --quiet --disable-pip-version-check
+"$PYTHON" -m ruff check genwire tests benchmarks
+"$PYTHON" -m mypy
+"$PYTHON" -m pytest -q "$@"

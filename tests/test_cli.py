@@ -1,0 +1,83 @@
+"""The CLI as a user meets it: clear messages, right exit codes, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from genwire.cli.main import cli
+
+GOOD = """
+providers:
+  nim: {kind: openai, base_url: "http://127.0.0.1:9/v1", api_key: "sk-CANARY-cli-9"}
+models:
+  writer: {provider: nim, model: w, kind: chat}
+  spare: {provider: nim, model: s, kind: chat}
+pipeline:
+  columns:
+    - {name: topic, generator: sampler, params: {kind: category, values: [a, b]}}
+    - {name: q, generator: llm-text, resources: {model: writer}, params: {prompt: "About {{ topic }}"}}
+"""
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_validate_ok_and_invalid(write_config: Callable[[str], Path]) -> None:
+    code, out, _ = invoke("validate", str(write_config(GOOD)))
+    assert code == 0 and "valid — 2 columns, 1 pre-flight targets" in out
+    bad = write_config(GOOD.replace("model: w,", "model: w, temperature: 3,"), "bad.yaml")
+    code, out, err = invoke("validate", str(bad))
+    assert code == 2
+    assert "bad.yaml:5:37 models.writer.temperature: unknown key 'temperature'" in err
+    assert "Traceback" not in err + out
+    code, _, err = invoke("validate", "missing.yaml")
+    assert code == 2 and "missing.yaml: no such file" in err
+
+
+def test_wiring_error_exit_2(write_config: Callable[[str], Path]) -> None:
+    code, _, err = invoke("validate", str(write_config(GOOD.replace("model: writer}", "model: spair}"))))
+    assert code == 2 and "unknown resource 'spair' (did you mean 'spare'?)" in err
+
+
+def test_plan_formats(write_config: Callable[[str], Path]) -> None:
+    path = str(write_config(GOOD))
+    code, out, _ = invoke("plan", path, "--format", "json")
+    assert code == 0
+    plan = json.loads(out)
+    assert [t["name"] for t in plan["targets"]] == ["writer"] and plan["unreachable"] == ["spare"]
+    assert plan["columns"][1]["slots"][0] == {
+        "slot": "model",
+        "kind": "chat_model",
+        "resources": ["writer"],
+        "source": "column",
+    }
+    code, out, _ = invoke("plan", path, "--format", "mermaid")
+    assert code == 0 and out.startswith("flowchart LR") and "r_writer -->|model| c_q" in out
+    code, out, _ = invoke("plan", path)
+    assert code == 0 and "writer" in out and "spare" in out
+    assert "sk-CANARY-cli-9" not in out
+
+
+def test_plugins_lists_builtins() -> None:
+    code, out, _ = invoke("plugins")
+    assert code == 0
+    for name in ("sampler", "seed-dataset", "llm-text", "embedding", "embedding-dedup", "hard-negatives"):
+        assert name in out
+
+
+def test_real_entry_point_no_traceback_and_debug(write_config: Callable[[str], Path]) -> None:
+    bad = str(write_config("pipeline: [1, 2"))
+    proc = subprocess.run([sys.executable, "-m", "genwire.cli.main", "validate", bad], capture_output=True, text=True)
+    assert proc.returncode == 2 and "invalid YAML" in proc.stderr and "Traceback" not in proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "genwire.cli.main", "--debug", "validate", bad], capture_output=True, text=True
+    )
+    assert proc.returncode != 0 and "Traceback" in proc.stderr
