@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import statistics
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -42,12 +44,10 @@ async def timed(fn: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
 
 async def main(n_sentences: int, chat_runs: int) -> None:
     provider = local.LocalProvider("local", LocalProviderConfig(kind="local", max_concurrency=2))
-    embedder = provider.embedding_model(
-        "embedder", ModelConfig(provider="local", model="all-MiniLM-L6-v2", kind="embedding")
-    )
-    chat = provider.chat_model(
-        "writer", ModelConfig(provider="local", model="SmolLM2-135M-Instruct", kind="chat")
-    )
+    embed_config = ModelConfig(provider="local", model="all-MiniLM-L6-v2", kind="embedding")
+    chat_config = ModelConfig(provider="local", model="SmolLM2-135M-Instruct", kind="chat")
+    embedder = provider.embedding_model("embedder", embed_config)
+    chat = provider.chat_model("writer", chat_config)
 
     print("== load (cold, in this process) ==")
     load_embed, _ = await timed(embedder.load)
@@ -80,21 +80,22 @@ async def main(n_sentences: int, chat_runs: int) -> None:
     assert isinstance(runtime, local.SmolLMRuntime)
     prompt = "Write a short paragraph about the sea."
     # ignore_eos keeps every reply exactly 32 tokens, so runs are comparable.
-    request = chat.build_request(prompt, None, {"max_tokens": 32, "temperature": 0.7, "ignore_eos": True})
-    latencies, gen_speeds, prompt_speeds = [], [], []
+    params: dict[str, Any] = {"max_tokens": 32, "temperature": 0.7, "ignore_eos": True}
+    request = chat.build_request(prompt, None, params)
+    latencies: list[float] = []
+    gen_speeds: list[float] = []
+    prompt_speeds: list[float] = []
     for seed in range(chat_runs):
-        seconds, response = await timed(
-            lambda seed=seed: asyncio.to_thread(runtime.complete, {**request, "seed": seed})
-        )
+        call = functools.partial(asyncio.to_thread, runtime.complete, {**request, "seed": seed})
+        seconds, response = await timed(call)
         latencies.append(seconds)
-        timings = response["timings"]
+        timings = response["timings"]  # llama.cpp's own measurements
         gen_speeds.append(timings["predicted_per_second"])
         prompt_speeds.append(timings["prompt_per_second"])
     print(f"reply latency (median of {chat_runs})  {statistics.median(latencies):6.2f} s")
     print(f"generation                  {statistics.median(gen_speeds):6.1f} tokens/s")
     print(f"prompt processing           {statistics.median(prompt_speeds):6.1f} tokens/s")
 
-    params: dict[str, Any] = {"max_tokens": 32, "temperature": 0.7, "ignore_eos": True}
     seconds, _ = await timed(lambda: chat.complete(prompt, **params))
     print(f"via LocalChatModel.complete {seconds:6.2f} s per reply")
     for label, in_flight in (("one at a time", 1), ("two in flight", 2)):
@@ -105,7 +106,36 @@ async def main(n_sentences: int, chat_runs: int) -> None:
         seconds = time.perf_counter() - start
         print(f"{label:<16}            {replies * 32 / seconds:6.1f} tokens/s overall ({replies} replies)")
 
+    print("\n== mixed: 4 chat replies + 4 embed() calls of the sentences, all at once ==")
+    wide = local.LocalProvider("wide", LocalProviderConfig(kind="local", max_concurrency=8))
+    wide_chat = wide.chat_model("writer", chat_config)
+    wide_embed = wide.embedding_model("embedder", embed_config)
+
+    async def one_reply() -> float:
+        seconds, _ = await timed(lambda: wide_chat.complete(prompt, **params))
+        return seconds
+
+    async def mixed() -> tuple[float, list[float]]:
+        start = time.perf_counter()
+        results = await asyncio.gather(*(one_reply() for _ in range(4)), *(wide_embed.embed(texts) for _ in range(4)))
+        chat_latencies = [r for r in results if isinstance(r, float)]
+        return time.perf_counter() - start, chat_latencies
+
+    gate = local._cpu_gate
+    try:
+        for label, replacement in (("CPU gate (default)", gate), ("no gate (baseline)", None)):
+            # Baseline: let every call run side by side, as the threads would without it.
+            local._cpu_gate = replacement or threading.BoundedSemaphore(64)
+            total, chat_latencies = await mixed()
+            print(
+                f"{label:<20} {total:5.2f} s total, chat reply latency median "
+                f"{statistics.median(chat_latencies):.2f} s, max {max(chat_latencies):.2f} s"
+            )
+    finally:
+        local._cpu_gate = gate
+
     await provider.aclose()
+    await wide.aclose()
 
 
 if __name__ == "__main__":

@@ -36,16 +36,12 @@ def provider(max_concurrency: int = 2, name: str = "local") -> LocalProvider:
     return LocalProvider(name, LocalProviderConfig(kind="local", max_concurrency=max_concurrency))
 
 
-def embedder(
-    p: LocalProvider, alias: str = "emb", model: str = "all-MiniLM-L6-v2"
-) -> LocalEmbeddingModel:
+def embedder(p: LocalProvider, alias: str = "emb", model: str = "all-MiniLM-L6-v2") -> LocalEmbeddingModel:
     cfg = ModelConfig(provider=p.name, model=model, kind="embedding", dimensions=384)
     return p.embedding_model(alias, cfg)
 
 
-def chatter(
-    p: LocalProvider, alias: str = "chat", model: str = "SmolLM2-135M-Instruct"
-) -> LocalChatModel:
+def chatter(p: LocalProvider, alias: str = "chat", model: str = "SmolLM2-135M-Instruct") -> LocalChatModel:
     return p.chat_model(alias, ModelConfig(provider=p.name, model=model, kind="chat"))
 
 
@@ -116,7 +112,8 @@ async def test_chat_returns_text_and_honours_params() -> None:
     assert model.endpoint_key == ("local", "SmolLM2-135M-Instruct", "chat")
     text = await model.complete("Say hello.", max_tokens=16)
     assert isinstance(text, str) and text and text == text.strip()
-    greedy = {"max_tokens": 12, "temperature": 0.0, "seed": 7}
+    # No prompt cache: a cached prefix can shift logits by rounding and flip a greedy pick.
+    greedy = {"max_tokens": 12, "temperature": 0.0, "seed": 7, "cache_prompt": False}
     first = await model.complete("Name a fruit.", system="Answer briefly.", **greedy)
     second = await model.complete("Name a fruit.", system="Answer briefly.", **greedy)
     assert first and first == second
@@ -157,9 +154,7 @@ async def test_aliases_and_providers_share_one_loaded_instance() -> None:
     p1, p2 = provider(name="a"), provider(name="b")
     chats = [chatter(p1, "c1"), chatter(p2, "c2", model="huggingfacetb/SmolLM2-135M-instruct")]
     embs = [embedder(p1, "e1"), embedder(p2, "e2", model="sentence-transformers/all-MiniLM-L6-v2")]
-    await asyncio.gather(
-        *(m.complete("Hi", max_tokens=4) for m in chats), *(m.embed(["x"]) for m in embs)
-    )
+    await asyncio.gather(*(m.complete("Hi", max_tokens=4) for m in chats), *(m.embed(["x"]) for m in embs))
     cache = loaded_models()
     assert chats[0].runtime is chats[1].runtime is cache[CHAT_SPEC.name] is not None
     assert embs[0].runtime is embs[1].runtime is cache[EMBEDDING_SPEC.name] is not None
@@ -217,9 +212,7 @@ async def test_concurrency_bound_holds_in_threads_even_after_cancellation() -> N
                 return runtime.embed(["concurrency probe sentence"] * 16)
             assert isinstance(runtime, local.SmolLMRuntime)
             time.sleep(0.05)  # long enough for the cancelled call to still be running
-            return runtime.complete(
-                {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
-            )
+            return runtime.complete({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8})
         finally:
             with lock:
                 active -= 1
@@ -246,9 +239,7 @@ async def test_concurrency_bound_holds_in_threads_even_after_cancellation() -> N
 async def test_public_calls_respect_max_concurrency_one() -> None:
     p = provider(max_concurrency=1)
     model, chat = embedder(p), chatter(p)
-    await asyncio.gather(
-        *(model.embed([f"text {i}"] * 8) for i in range(4)), chat.complete("Hi", max_tokens=4)
-    )
+    await asyncio.gather(*(model.embed([f"text {i}"] * 8) for i in range(4)), chat.complete("Hi", max_tokens=4))
     assert p.peak_in_flight == 1
 
 
@@ -319,3 +310,21 @@ async def test_missing_dependency_reaches_the_caller_as_not_found(
     assert info.value.error_class is ErrorClass.NOT_FOUND
     assert info.value.target == "writer"
     assert "genwire[local]" in str(info.value)
+
+
+def test_chunks_bound_texts_and_padded_tokens() -> None:
+    lengths = [10] * 150 + [256] * 50
+    chunks = local._chunks(list(range(200)), lengths)
+    assert [i for chunk in chunks for i in chunk] == list(range(200))
+    for chunk in chunks:
+        assert len(chunk) <= local._EMBED_CHUNK
+        widths = [lengths[i] for i in chunk]
+        assert len(chunk) * max(widths) <= local._EMBED_CHUNK_TOKENS
+        assert max(widths) <= 1.5 * min(widths) + 16  # short texts are not padded to long ones
+
+
+def test_model_files_are_the_shipped_ones() -> None:
+    embedding = local.model_files(EMBEDDING_SPEC)
+    assert embedding["weights"].name == "model.onnx" and embedding["weights"].is_file()
+    assert embedding["tokenizer"].name == "tokenizer.json" and embedding["tokenizer"].is_file()
+    assert local.model_files(CHAT_SPEC)["weights"].suffix == ".gguf"

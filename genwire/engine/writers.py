@@ -43,9 +43,7 @@ class _AtomicFile:
         except OSError as exc:
             raise RunError(f"cannot write {target}: {exc.strerror or exc}") from None
         self.tmp = Path(tmp)
-        self.handle: IO[Any] = (
-            os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="")
-        )
+        self.handle: IO[Any] = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="")
 
     def commit(self) -> None:
         self.handle.flush()

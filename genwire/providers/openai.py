@@ -53,9 +53,7 @@ _NUMBER: frozenset[type] = frozenset({float, int})
 class _Failure(Exception):
     """One failed attempt, classified; turned into a ModelError when retries run out."""
 
-    def __init__(
-        self, error_class: ErrorClass, message: str, *, retry: bool, retry_after: float | None
-    ) -> None:
+    def __init__(self, error_class: ErrorClass, message: str, *, retry: bool, retry_after: float | None) -> None:
         super().__init__(message)
         self.error_class = error_class
         self.message = message
@@ -106,23 +104,17 @@ class OpenAIProvider:
             # A session is bound to its loop. Reusing the provider from another loop is
             # only safe once the old loop is gone (e.g. a container entered twice).
             if self._loop is not None and self._loop.is_running():
-                raise RuntimeError(
-                    f"{self!r} is in use by another running event loop; call aclose() first"
-                )
+                raise RuntimeError(f"{self!r} is in use by another running event loop; call aclose() first")
             await self._discard_session()
         return self._open_session(loop)
 
-    def _open_session(
-        self, loop: asyncio.AbstractEventLoop
-    ) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
+    def _open_session(self, loop: asyncio.AbstractEventLoop) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
         # Created synchronously (no await) so concurrent first calls cannot open two.
         cfg = self.config
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if cfg.api_key is not None:
             headers["Authorization"] = f"Bearer {cfg.api_key.get_secret_value()}"
-        connector = aiohttp.TCPConnector(
-            limit=cfg.max_concurrency, limit_per_host=cfg.max_concurrency
-        )
+        connector = aiohttp.TCPConnector(limit=cfg.max_concurrency, limit_per_host=cfg.max_concurrency)
         session = aiohttp.ClientSession(
             connector=connector,
             headers=headers,
@@ -195,8 +187,7 @@ class OpenAIProvider:
             except TimeoutError:  # aiohttp's timeouts subclass TimeoutError
                 raise _Failure(
                     ErrorClass.TIMEOUT,
-                    f"no response from POST {self._where(url)} within "
-                    f"{self.config.timeout_s:g} s (timeout_s)",
+                    f"no response from POST {self._where(url)} within {self.config.timeout_s:g} s (timeout_s)",
                     retry=True,
                     retry_after=None,
                 ) from None
@@ -223,16 +214,13 @@ class OpenAIProvider:
             except ValueError:
                 raise _Failure(
                     ErrorClass.BAD_RESPONSE,
-                    f"HTTP {status} from POST {self._where(url)} with a body that is not "
-                    f"JSON: {self._snippet(raw)}",
+                    f"HTTP {status} from POST {self._where(url)} with a body that is not JSON: {self._snippet(raw)}",
                     retry=False,
                     retry_after=None,
                 ) from None
         self._raise_for_status(url, status, raw, headers)
 
-    def _raise_for_status(
-        self, url: str, status: int, raw: bytes, headers: Mapping[str, str]
-    ) -> NoReturn:
+    def _raise_for_status(self, url: str, status: int, raw: bytes, headers: Mapping[str, str]) -> NoReturn:
         detail = self._snippet(raw)
         where = f"HTTP {status} from POST {self._where(url)}"
         retry_after: float | None = None
@@ -258,9 +246,7 @@ class OpenAIProvider:
         message = f"{where}: {detail}" if detail else where
         if hint:
             message = f"{message} ({hint})"
-        raise _Failure(
-            error_class, message, retry=status in _RETRY_STATUSES, retry_after=retry_after
-        )
+        raise _Failure(error_class, message, retry=status in _RETRY_STATUSES, retry_after=retry_after)
 
     # --- message hygiene ---------------------------------------------------------------
 
@@ -311,10 +297,7 @@ class OpenAIChatModel:
         self.endpoint_key = ("openai", provider.base_url, config.model, "chat")
 
     def __repr__(self) -> str:
-        return (
-            f"OpenAIChatModel(alias={self.alias!r}, model={self.model!r}, "
-            f"provider={self.provider.name!r})"
-        )
+        return f"OpenAIChatModel(alias={self.alias!r}, model={self.model!r}, provider={self.provider.name!r})"
 
     async def complete(self, prompt: str, *, system: str | None = None, **params: Any) -> str:
         messages: list[dict[str, str]] = []
@@ -369,10 +352,7 @@ class OpenAIEmbeddingModel:
         self.endpoint_key = ("openai", provider.base_url, config.model, "embedding")
 
     def __repr__(self) -> str:
-        return (
-            f"OpenAIEmbeddingModel(alias={self.alias!r}, model={self.model!r}, "
-            f"provider={self.provider.name!r})"
-        )
+        return f"OpenAIEmbeddingModel(alias={self.alias!r}, model={self.model!r}, provider={self.provider.name!r})"
 
     @property
     def dimensions(self) -> int | None:

@@ -31,22 +31,26 @@ def _booter(booted: list[Any]) -> Booter:
     return factory
 
 
-try:
-    import pytest_asyncio
-except ImportError:  # without pytest-asyncio: close on a private loop
+def _closing_on_private_loop() -> Iterator[Booter]:
+    booted: list[Any] = []
+    yield _booter(booted)
+    for container in booted:
+        asyncio.run(container.aclose())
 
-    @pytest.fixture
-    def genwire_container() -> Iterator[Booter]:
-        booted: list[Any] = []
-        yield _booter(booted)
-        for container in booted:
-            asyncio.run(container.aclose())
 
-else:
+async def _closing_on_test_loop() -> AsyncIterator[Booter]:
+    booted: list[Any] = []
+    yield _booter(booted)
+    for container in booted:
+        await container.aclose()
 
-    @pytest_asyncio.fixture  # type: ignore[no-redef]
-    async def genwire_container() -> AsyncIterator[Booter]:
-        booted: list[Any] = []
-        yield _booter(booted)
-        for container in booted:
-            await container.aclose()
+
+def _fixture() -> Any:
+    try:  # with pytest-asyncio, close on the loop the test used (clients belong to it)
+        import pytest_asyncio
+    except ImportError:
+        return pytest.fixture(name="genwire_container")(_closing_on_private_loop)
+    return pytest_asyncio.fixture(name="genwire_container")(_closing_on_test_loop)
+
+
+genwire_container = _fixture()

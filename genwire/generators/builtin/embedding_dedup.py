@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
-import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from genwire.generators.base import Generator
 from genwire.generators.builtin.embedding import ColumnRef, checked_vectors, resolve_ref
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import RowFailure
+
+if TYPE_CHECKING:  # numpy is imported where vectors are handled: `genwire validate` never pays for it
+    import numpy as np
+    import numpy.typing as npt
 
 # Equal vectors can come out a hair under 1.0 after normalisation; without this slack a
 # threshold of 1.0 would keep items the model considers identical.
@@ -30,6 +32,8 @@ class EmbeddingDedupParams(BaseModel):
 def finite_unit_rows(vectors: list[list[float]]) -> npt.NDArray[np.float64]:
     """The vectors as a matrix of unit-length rows; all-zero rows stay zero (similar to
     nothing). ValueError for NaN/inf, checked before scaling would hide them."""
+    import numpy as np
+
     lengths = {len(v) for v in vectors}
     if len(lengths) != 1 or 0 in lengths:
         raise ValueError("embedding model returned empty vectors or vectors of different lengths")
@@ -82,6 +86,8 @@ class EmbeddingDedup(Generator[EmbeddingDedupParams]):
         return list(items), texts
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        import numpy as np
+
         out: list[Any] = [None] * len(rows)
         parsed: dict[int, tuple[list[Any], list[str | None]]] = {}
         # Each distinct text is embedded once for the whole batch.

@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
-import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from genwire.errors import DatasetError
@@ -23,6 +21,10 @@ from genwire.generators.builtin.embedding_dedup import finite_unit_rows
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import RowFailure
 from genwire.generators.resources import Resources
+
+if TYPE_CHECKING:  # numpy is imported where vectors are handled: `genwire validate` never pays for it
+    import numpy as np
+    import numpy.typing as npt
 
 # Texts per embed call while indexing the corpus (a common provider request limit).
 CORPUS_BATCH = 64
@@ -128,6 +130,8 @@ class HardNegatives(Generator[HardNegativesParams]):
         raise self._corpus_error
 
     async def _ensure_index(self) -> _CorpusIndex:
+        import numpy as np
+
         # Concurrent batches wait here; the corpus is embedded once. A failed embedding
         # leaves no index, so the next batch tries again.
         async with self._lock:
@@ -176,6 +180,8 @@ class HardNegatives(Generator[HardNegativesParams]):
         return out
 
     def _top_k(self, index: _CorpusIndex, query: npt.NDArray[np.float32], excluded: set[int]) -> list[dict[str, Any]]:
+        import numpy as np
+
         scores = index.matrix @ query
         if excluded:
             scores[list(excluded)] = -np.inf
@@ -193,6 +199,8 @@ class HardNegatives(Generator[HardNegativesParams]):
         ][:k]
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        import numpy as np
+
         out: list[Any] = [None] * len(rows)
         queries: list[str] = []
         positions: list[int] = []

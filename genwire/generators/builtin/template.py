@@ -50,4 +50,3 @@ class Template(Generator[TemplateParams]):
             except Exception as exc:  # a missing field fails this row only
                 out.append(RowFailure(ValueError(f"template column {self.column!r}: {exc}")))
         return out
-
