@@ -43,9 +43,8 @@ def large_config(n: int) -> str:
     lines += ["pipeline:", "  columns:", "    - {name: t, generator: sampler, params: {kind: uuid}}"]
     for i in range(n - 1):
         if i % 2:
-            lines.append(
-                f'    - {{name: c{i}, generator: llm-text, resources: {{model: m{i}}}, params: {{prompt: "{{{{ t }}}}"}}}}'
-            )
+            prompt = '{prompt: "{{ t }}"}'
+            lines.append(f"    - {{name: c{i}, generator: llm-text, resources: {{model: m{i}}}, params: {prompt}}}")
         else:
             lines.append(
                 f"    - {{name: c{i}, generator: embedding, resources: {{model: m{i}}}, params: {{column: t}}}}"

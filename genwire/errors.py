@@ -11,33 +11,40 @@ class GenwireError(Exception):
     """Base class of every error genwire raises on purpose."""
 
 
-class ConfigError(GenwireError):
+SHOWN_PROBLEMS = 50  # a generated config can have thousands; the first ones say enough
+
+
+class ProblemsError(GenwireError):
+    """An error made of several located problems, all kept in ``problems``."""
+
+    title = "error"
+
+    def __init__(self, problems: Sequence[str] | str) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        count = len(self.problems)
+        head = self.title if count == 1 else f"{self.title} ({count} problems)"
+        lines = [f"  {p}" for p in self.problems[:SHOWN_PROBLEMS]]
+        if count > SHOWN_PROBLEMS:
+            lines.append(f"  ... and {count - SHOWN_PROBLEMS} more")
+        super().__init__(head + ":\n" + "\n".join(lines))
+
+
+class ConfigError(ProblemsError):
     """The configuration file is invalid. ``problems`` holds one line per problem."""
 
-    def __init__(self, problems: Sequence[str] | str) -> None:
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
-        count = len(self.problems)
-        head = "invalid configuration" if count == 1 else f"invalid configuration ({count} problems)"
-        super().__init__(head + ":\n" + "\n".join(f"  {p}" for p in self.problems))
+    title = "invalid configuration"
 
 
-class WiringError(GenwireError):
+class WiringError(ProblemsError):
     """Columns bind resources that do not fit the generators' declarations."""
 
-    def __init__(self, problems: Sequence[str] | str) -> None:
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
-        count = len(self.problems)
-        head = "wiring error" if count == 1 else f"wiring errors ({count})"
-        super().__init__(head + ":\n" + "\n".join(f"  {p}" for p in self.problems))
+    title = "wiring error"
 
 
-class PluginError(GenwireError):
+class PluginError(ProblemsError):
     """A generator plugin could not be loaded or used."""
 
-    def __init__(self, problems: Sequence[str] | str) -> None:
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
-        head = "plugin error" if len(self.problems) == 1 else f"plugin errors ({len(self.problems)})"
-        super().__init__(head + ":\n" + "\n".join(f"  {p}" for p in self.problems))
+    title = "plugin error"
 
 
 class UndeclaredResourceError(GenwireError, AttributeError, KeyError):

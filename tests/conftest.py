@@ -3,13 +3,17 @@ real .dist-info with an entry point on sys.path (what pip does, minus the copy).
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import importlib
+import logging
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 
 @pytest.fixture
@@ -49,3 +53,52 @@ def install_plugin(tmp_path: Path) -> Iterator[Callable[..., None]]:
     for module in modules:
         sys.modules.pop(module, None)
     importlib.invalidate_caches()
+
+
+class _AsyncioTrouble(logging.Handler):
+    """Collects what asyncio and aiohttp report through the ``asyncio`` logger when
+    something is left behind: pending tasks destroyed, unclosed sessions or connectors."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record.getMessage())
+
+
+_TROUBLE = _AsyncioTrouble()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    logging.getLogger("asyncio").addHandler(_TROUBLE)
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_behind() -> Iterator[None]:
+    """Resource hygiene across the whole suite: a test that leaves pending tasks or
+    unclosed HTTP clients behind fails (ResourceWarnings are errors via pyproject)."""
+    _TROUBLE.records.clear()
+    yield
+    gc.collect()  # surface "unclosed" reports of objects the test dropped
+    leftovers, _TROUBLE.records[:] = list(_TROUBLE.records), []
+    assert not leftovers, f"left behind: {leftovers}"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    gc.collect()
+    if _TROUBLE.records:
+        print(f"\nasyncio reported resources left behind after the last test: {_TROUBLE.records}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest_asyncio.fixture(autouse=True)
+async def _no_pending_tasks() -> AsyncIterator[None]:
+    """An async test must not leave tasks running on its loop (pytest-asyncio would
+    cancel them quietly at loop close)."""
+    yield
+    await asyncio.sleep(0)  # let finished tasks' callbacks run
+    pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+    for task in pending:
+        task.cancel()
+    assert not pending, f"tasks left pending: {pending}"

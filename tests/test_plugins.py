@@ -91,7 +91,7 @@ async def test_installed_plugin_is_wired_planned_and_confined(
             greedy.override("embedder", FakeEmbeddingModel(dimensions=16)),
             pytest.raises(genwire.UndeclaredResourceError, match=r"'greedy'.*'writer'"),
         ):
-                await greedy.generator("dedup").generate([{"topic": "a"}])
+            await greedy.generator("dedup").generate([{"topic": "a"}])
 
 
 @pytest.mark.parametrize(

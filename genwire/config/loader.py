@@ -20,7 +20,7 @@ from genwire.config.schema import GenwireConfig
 from genwire.errors import ConfigError
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
-MAX_NODES = 500_000  # bounds alias expansion ("billion laughs") and giant files alike
+MAX_NODES = 200_000  # bounds alias expansion ("billion laughs") and giant files alike
 MAX_DEPTH = 64
 
 Path_ = tuple[str | int, ...]

@@ -7,6 +7,7 @@ any provider exists and long before any network call.
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +57,11 @@ def resource_kinds(loaded: LoadedConfig) -> dict[str, ResourceKind]:
 
 
 def _suggest(name: str, candidates: list[str]) -> str:
+    return _suggest_cached(name, tuple(candidates))
+
+
+@functools.lru_cache(maxsize=4096)  # a generated config repeats the same typo thousands of times
+def _suggest_cached(name: str, candidates: tuple[str, ...]) -> str:
     close = difflib.get_close_matches(name, candidates, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -1,0 +1,130 @@
+"""Ray engine scaling: rows/s with 1 and 2 Ray workers beside the local engine, in the
+same run, against the fake server (real HTTP on 127.0.0.1).
+
+    python benchmarks/ray_scaling.py [--latency 0.05] [--concurrency 16] [--rows 800] [--cpu-ms 4]
+
+Two pipelines: ``io`` (sampler + llm-text: bound by max_concurrency / latency, which the
+Ray engine holds cluster-wide, so more workers cannot beat the cap) and ``io+cpu`` (the
+same plus a plugin column burning ``--cpu-ms`` of pure-Python CPU per row: that part is
+what extra worker processes parallelise). Every timing is a whole run, so the Ray rows
+include booting the worker actors (Ray itself is started once, before the table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import genwire
+from genwire.generators import Generator, GeneratorMetadata
+from genwire.testing import FakeOpenAIServer
+
+HERE = Path(__file__).resolve().parent
+
+
+class Busy(Generator[Any]):
+    """Pure-Python CPU work per row (holds the GIL, like tokenising or parsing would)."""
+
+    metadata = GeneratorMetadata(name="busy", description="burn CPU per row", required_resources={})
+    cpu_s = float(os.environ.get("BENCH_CPU_MS", "4")) / 1000
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        out = []
+        for _ in rows:
+            end = time.thread_time() + self.cpu_s
+            n = 0
+            while time.thread_time() < end:
+                n += 1
+            out.append(n)
+        return out
+
+
+def config(url: str, concurrency: int, rows: int, out: Path, cpu: bool) -> dict[str, Any]:
+    columns: list[dict[str, Any]] = [
+        {"name": "topic", "generator": "sampler", "params": {"kind": "category", "values": ["a", "b", "c"]}},
+        {
+            "name": "text",
+            "generator": "llm-text",
+            "resources": {"model": "writer"},
+            "params": {"prompt": "Write about {{ topic }}"},
+        },
+    ]
+    if cpu:
+        columns.append({"name": "work", "generator": "busy"})
+    return {
+        "providers": {"srv": {"kind": "openai", "base_url": url, "max_concurrency": concurrency}},
+        "models": {"writer": {"provider": "srv", "model": "writer", "kind": "chat"}},
+        "pipeline": {"num_records": rows, "output": str(out), "batch_size": 32, "columns": columns},
+    }
+
+
+async def measure(cfg: dict[str, Any], engine: str, workers: int | None) -> float:
+    if workers is not None:
+        os.environ["GENWIRE_RAY_WORKERS"] = str(workers)
+    container = genwire.boot(cfg, generators=[Busy])
+    async with container:
+        result = await container.run(skip_preflight=True, engine=engine)
+    assert result.rows_written == cfg["pipeline"]["num_records"], result
+    return result.rows_per_s
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--latency", type=float, default=0.05)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--rows", type=int, default=800)
+    parser.add_argument("--cpu-ms", type=float, default=4.0)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per cell; the median is shown")
+    args = parser.parse_args()
+    os.environ["BENCH_CPU_MS"] = str(args.cpu_ms)  # read by Busy in the workers too
+    Busy.cpu_s = args.cpu_ms / 1000
+
+    import ray
+
+    started = time.perf_counter()
+    # Workers import Busy from this file by reference: put its directory on their path.
+    pythonpath = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
+    ray.init(
+        num_cpus=os.cpu_count() or 2,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.WARNING,
+        runtime_env={"env_vars": {"PYTHONPATH": pythonpath, "BENCH_CPU_MS": str(args.cpu_ms)}},
+    )
+    print(f"ray.init: {time.perf_counter() - started:.1f} s ({ray.cluster_resources().get('CPU', 0):.0f} CPUs)")
+    limit = args.concurrency / args.latency
+    print(
+        f"fake server {args.latency * 1000:.0f} ms/request, max_concurrency {args.concurrency} "
+        f"(I/O limit {limit:.0f} rows/s), {args.rows} rows, busy column {args.cpu_ms:g} ms CPU/row, "
+        f"median of {args.repeat}"
+    )
+    print(f"{'pipeline':>9} {'engine':>14} {'rows/s':>8} {'of I/O limit':>13}")
+    cells: list[tuple[str, str, int | None]] = [("local", "local", None), ("ray", "ray 1 worker", 1)]
+    cells.append(("ray", "ray 2 workers", 2))
+    with FakeOpenAIServer(latency=args.latency) as server, tempfile.TemporaryDirectory() as tmp:
+        for cpu in (False, True):
+            name = "io+cpu" if cpu else "io"
+            for engine, label, workers in cells:
+                cfg = config(server.url, args.concurrency, args.rows, Path(tmp) / "out.jsonl", cpu)
+                rates = [await measure(cfg, engine, workers) for _ in range(args.repeat)]
+                rate = statistics.median(rates)
+                print(f"{name:>9} {label:>14} {rate:>8.1f} {rate / limit:>12.0%}")
+                sys.stdout.flush()
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    # Import Busy from the module "ray_scaling" (not "__main__"), so workers can import it too.
+    import ray_scaling
+
+    asyncio.run(ray_scaling.main())

@@ -1,0 +1,340 @@
+"""The Ray engine: the same pipeline, its rows split into blocks run by Ray actors.
+
+How it works
+------------
+The driver has already validated, wired and pre-flighted the container
+(``run_pipeline``). Here it starts (or joins) Ray, creates W worker actors and hands
+them blocks of rows ``[start, stop)``; it yields the blocks' ``BatchResult``s strictly
+in row order, so the ``OutputSink`` writes exactly what the local engine writes.
+
+* **Workers boot their own container.** Each actor gets a pickled ``LoadedConfig``
+  (never a client or a resource) plus the generator classes the driver wired, and builds
+  its container with the same ``wire_columns``/``build_graph`` steps ``boot`` uses. The
+  classes travel as references (importable modules), so a worker wires exactly what
+  the driver wired — including classes given to ``genwire.boot(generators=...)`` —
+  without re-scanning entry points. The container is booted lazily inside the actor's
+  event loop (clients belong to a loop) and closed by ``close()``, which the driver
+  calls at the end, on failure and on cancellation, before killing the actor.
+* **Same rows as the local engine.** A block runs ``BatchRunner.run(start, stop)`` on
+  global row indices, so every seeded generator (sampler, seed-dataset shuffle) draws
+  the same values whichever worker runs a row.
+* **Cluster-wide ``max_concurrency``.** Each provider's cap is *split* across workers:
+  worker i gets ``cap // W`` slots plus one of the ``cap % W`` left over, and W is
+  capped by the smallest cap among the providers the columns use, so every worker has
+  at least one slot and the sum is exactly the configured cap. A shared limiter actor
+  would adapt to uneven load but adds a round trip to the limiter per request and a
+  single point of failure; splitting is exact and free, at the cost of idle slots when
+  one worker has less to do than another (blocks are small and handed to the least
+  loaded worker, which keeps that cost low).
+* **Fault tolerance.** Actors have ``max_restarts`` and their tasks
+  ``max_task_retries``: a worker process that dies mid-block is restarted and the block
+  re-run. A block's result is returned only when the whole block is done, so a retried
+  block neither loses nor duplicates rows. Genuine errors (``PluginError``,
+  ``UndeclaredResourceError``, ``RunError``...) are *returned* as a picklable record and
+  re-raised on the driver as the same type, message and attributes: genwire's errors
+  take other constructor arguments than they store, so Ray's own exception pickling
+  would garble or fail to rebuild them, and application errors are never retried.
+* **Bounded memory.** At most ``BLOCKS_PER_WORKER`` blocks per worker are submitted and
+  not yet yielded; a block is a few batches.
+* **Ray's lifetime.** An existing Ray (``ray.is_initialized()``) is used as is and never
+  shut down. Otherwise ``ray.init(address=$RAY_ADDRESS)`` joins that cluster or starts a
+  local one, which is left running: starting Ray costs seconds, so a second run in the
+  same process reuses it, and Ray shuts it down at interpreter exit (its atexit hook).
+  The actors of a run are always killed at the end of the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import math
+import os
+import pickle
+import traceback
+from collections import deque
+from collections.abc import AsyncIterator
+from types import ModuleType
+from typing import Any
+
+from genwire.config.loader import LoadedConfig
+from genwire.container.core import WiredContainer
+from genwire.container.graph import build_graph
+from genwire.container.wiring import wire_columns
+from genwire.engine.batches import BatchResult, BatchRunner
+from genwire.errors import GenwireError, RunError
+from genwire.generators.base import Generator
+
+INSTALL_HINT = "the ray engine needs Ray: pip install 'genwire[ray]'"
+WORKERS_ENV = "GENWIRE_RAY_WORKERS"
+BATCHES_PER_BLOCK = 4  # a retried block re-runs at most this many batches
+BLOCKS_PER_WORKER = 2  # submitted, not yet yielded: one running, one queued behind it
+BATCHES_IN_FLIGHT = 4  # per worker, across its blocks: keeps its provider slots busy
+MAX_RESTARTS = 3  # a worker process that dies is restarted this many times
+MAX_TASK_RETRIES = 3  # a block whose worker died is re-run this many times
+CLOSE_TIMEOUT_S = 30.0
+
+
+# --- what crosses the wire -------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker needs to boot its container: plain data and class references."""
+
+    loaded: LoadedConfig
+    generators: dict[str, type[Generator[Any]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoteError:
+    """An exception raised on a worker, rebuilt on the driver as the same type.
+
+    Rebuilt without calling ``__init__`` (genwire's errors take other arguments than
+    they store in ``args``), so type, message and attributes are exactly the worker's.
+    """
+
+    cls: type[BaseException]
+    args: tuple[Any, ...]
+    state: dict[str, Any]
+    remote_traceback: str
+
+    @classmethod
+    def capture(cls, exc: BaseException) -> RemoteError:
+        remote_tb = "".join(traceback.format_exception(exc))
+        record = cls(type(exc), exc.args, dict(vars(exc)), remote_tb)
+        try:
+            pickle.dumps(record)
+        except Exception:  # an unpicklable argument or a class only the worker can import
+            message = f"a Ray worker raised {type(exc).__name__}: {exc}"
+            return cls(RunError, (message,), {}, remote_tb)
+        return record
+
+    def rebuild(self) -> BaseException:
+        exc = self.cls.__new__(self.cls)
+        exc.args = self.args
+        vars(exc).update(self.state)
+        exc.add_note(f"raised on a Ray worker:\n{self.remote_traceback}")
+        return exc
+
+
+# --- the worker ------------------------------------------------------------------------
+
+
+def boot_worker_container(spec: WorkerSpec) -> WiredContainer:
+    """The steps of ``boot`` minus plugin discovery: the driver already discovered and
+    validated the generators, and these are exactly the classes it wired."""
+    wirings = wire_columns(spec.loaded, spec.generators)
+    return WiredContainer(spec.loaded, wirings, build_graph(spec.loaded, wirings))
+
+
+class BlockWorker:
+    """A Ray actor (async methods: one event loop) running blocks of rows."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        self._spec = spec
+        self._container: WiredContainer | None = None
+        self._runner: BatchRunner | None = None
+        # Created on first use: asyncio primitives belong to the actor's event loop.
+        self._boot_lock: asyncio.Lock | None = None
+        self._slots: asyncio.Semaphore | None = None
+
+    async def _ready(self) -> tuple[BatchRunner, asyncio.Semaphore]:
+        if self._boot_lock is None:
+            self._boot_lock = asyncio.Lock()
+        async with self._boot_lock:
+            if self._runner is None:
+                self._container = boot_worker_container(self._spec)
+                self._runner = BatchRunner(self._container)
+                self._slots = asyncio.Semaphore(BATCHES_IN_FLIGHT)
+        assert self._slots is not None
+        return self._runner, self._slots
+
+    async def run_block(self, start: int, stop: int, batch_size: int) -> list[BatchResult] | RemoteError:
+        """The block's batches in order, or the first error in row order (as the local
+        engine would raise it)."""
+        try:
+            runner, slots = await self._ready()
+
+            async def batch(s: int) -> BatchResult:
+                async with slots:  # FIFO: earlier blocks' batches go first
+                    return await runner.run(s, min(s + batch_size, stop))
+
+            tasks = [asyncio.create_task(batch(s)) for s in range(start, stop, batch_size)]
+            try:
+                return [await task for task in tasks]
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+        except Exception as exc:
+            return RemoteError.capture(exc)
+
+    async def close(self) -> None:
+        container, self._container, self._runner = self._container, None, None
+        if container is not None:
+            await container.aclose()
+
+
+# --- the driver ------------------------------------------------------------------------
+
+
+def import_ray() -> ModuleType:
+    try:
+        import ray
+    except ImportError:
+        raise RunError(INSTALL_HINT) from None
+    return ray
+
+
+def ensure_ray(ray: ModuleType) -> None:
+    """Join the Ray the caller started, else $RAY_ADDRESS, else start a local one."""
+    if ray.is_initialized():
+        return
+    address = os.environ.get("RAY_ADDRESS") or None
+    try:
+        ray.init(
+            address=address,
+            ignore_reinit_error=True,
+            include_dashboard=False,
+            log_to_driver=False,  # worker output would garble the progress bar
+            logging_level=logging.WARNING,
+        )
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+        raise RunError(f"cannot start or join {where}: {exc}") from exc
+
+
+def requested_workers(ray: ModuleType) -> int:
+    raw = os.environ.get(WORKERS_ENV)
+    if raw:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise RunError(f"{WORKERS_ENV} must be a whole number of workers, got {raw!r}") from None
+        return max(1, value)
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def provider_caps(container: WiredContainer) -> dict[str, int]:
+    """``max_concurrency`` of every provider some column's model runs on."""
+    cfg = container.config
+    caps: dict[str, int] = {}
+    for column in container.columns:
+        for slot in column.slots.values():
+            for name in slot.resources:
+                model = cfg.models.get(name)
+                if model is not None:
+                    caps[model.provider] = cfg.providers[model.provider].max_concurrency
+    return caps
+
+
+def split_config(loaded: LoadedConfig, caps: dict[str, int], workers: int, index: int) -> LoadedConfig:
+    """Worker ``index``'s share of every used provider's slots; the shares sum to the cap."""
+    providers = dict(loaded.config.providers)
+    for name, cap in caps.items():
+        share = cap // workers + (1 if index < cap % workers else 0)
+        providers[name] = providers[name].model_copy(update={"max_concurrency": share})
+    return dataclasses.replace(loaded, config=loaded.config.model_copy(update={"providers": providers}))
+
+
+def overridden_targets(container: WiredContainer) -> list[str]:
+    # An override is a live object in the driver's process; workers boot from the config.
+    graph = container._graph
+    return sorted(name for name, target in graph.targets.items() if target.provider.overridden)
+
+
+def driver_error(ray: ModuleType, exc: BaseException, start: int, stop: int) -> BaseException:
+    """A Ray failure as the genwire error the user should see."""
+    if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(exc.cause, GenwireError):
+        return exc.cause
+    if isinstance(exc, ray.exceptions.RayActorError):
+        return RunError(
+            f"a Ray worker died running rows [{start}, {stop}) and stayed dead after "
+            f"{MAX_RESTARTS} restarts / {MAX_TASK_RETRIES} retries: {first_line(exc)}"
+        )
+    return RunError(f"Ray failed running rows [{start}, {stop}): {type(exc).__name__}: {first_line(exc)}")
+
+
+def first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[0].strip() if lines else type(exc).__name__
+
+
+async def close_workers(ray: ModuleType, actors: list[Any]) -> None:
+    """Close every worker's container (bounded wait), then free the actors' CPUs."""
+    try:
+        if actors:
+            closing = asyncio.gather(*(actor.close.remote() for actor in actors), return_exceptions=True)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(closing, CLOSE_TIMEOUT_S)
+    finally:
+        for actor in actors:
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+
+
+async def ray_batches(container: WiredContainer, n: int) -> AsyncIterator[BatchResult]:
+    """The run's batches, in row order, computed by Ray actors."""
+    ray = import_ray()
+    overridden = overridden_targets(container)
+    if overridden:
+        raise RunError(
+            f"the ray engine cannot carry container overrides to its workers (overridden: "
+            f"{', '.join(overridden)}); run with engine='local', or point the config at the resource"
+        )
+    ensure_ray(ray)
+    batch_size = container.config.pipeline.batch_size
+    caps = provider_caps(container)
+    workers = min(requested_workers(ray), *caps.values()) if caps else requested_workers(ray)
+    batches = math.ceil(n / batch_size)
+    # Small enough that every worker gets blocks, large enough to amortise a round trip.
+    per_block = max(1, min(BATCHES_PER_BLOCK, math.ceil(batches / (workers * BLOCKS_PER_WORKER))))
+    block_rows = per_block * batch_size
+    workers = min(workers, math.ceil(n / block_rows))
+
+    generators = {c.generator_name: c.generator_cls for c in container.columns}
+    cpus = float(ray.cluster_resources().get("CPU", 1.0))
+    actor_cls = ray.remote(BlockWorker).options(
+        max_restarts=MAX_RESTARTS,
+        max_task_retries=MAX_TASK_RETRIES,
+        num_cpus=min(1.0, cpus / workers),  # one CPU each, shared when asked for more workers than CPUs
+    )
+    actors: list[Any] = []
+    pending: deque[tuple[int, int, int, Any]] = deque()  # (start, stop, worker, ref), in row order
+    load = [0] * workers
+    starts = iter(range(0, n, block_rows))
+
+    def submit() -> None:
+        start = next(starts, None)
+        if start is None:
+            return
+        stop = min(start + block_rows, n)
+        worker = min(range(workers), key=load.__getitem__)
+        load[worker] += 1
+        pending.append((start, stop, worker, actors[worker].run_block.remote(start, stop, batch_size)))
+
+    try:
+        for i in range(workers):
+            actors.append(actor_cls.remote(WorkerSpec(split_config(container.loaded, caps, workers, i), generators)))
+        for _ in range(workers * BLOCKS_PER_WORKER):
+            submit()
+        while pending:
+            start, stop, worker, ref = pending[0]
+            try:
+                out = await ref
+            except ray.exceptions.RayError as exc:
+                raise driver_error(ray, exc, start, stop) from exc
+            pending.popleft()
+            load[worker] -= 1
+            if isinstance(out, RemoteError):
+                raise out.rebuild()
+            submit()  # before yielding: the next block runs while the sink writes this one
+            for result in out:
+                yield result
+    finally:
+        for _, _, _, ref in pending:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref)
+        await close_workers(ray, actors)

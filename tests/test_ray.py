@@ -1,0 +1,308 @@
+"""The Ray engine on a local two-CPU Ray instance, against the fake server over real HTTP.
+
+The test plugins below are defined in this module; Ray workers import them by reference,
+so the fixture puts this directory on the workers' PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+import genwire
+from genwire.generators import Generator, GeneratorMetadata, ResourceKind
+from genwire.testing import FakeChatModel, FakeOpenAIServer
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[Any]:
+    ray = pytest.importorskip("ray")
+    pythonpath = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.WARNING,
+        runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
+    )
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture
+def ray_workers(ray_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Two workers per run; after the test, every actor of the run must be gone."""
+    monkeypatch.setenv("GENWIRE_RAY_WORKERS", "2")
+    yield ray_cluster
+    deadline = time.monotonic() + 10
+    while ray_cluster.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)  # ray.kill is asynchronous
+    assert ray_cluster.available_resources().get("CPU", 0) == 2, "a worker actor outlived its run"
+
+
+# --- test plugins (imported by the Ray workers) -----------------------------------------
+
+
+class DieOnceParams(BaseModel):
+    marker_dir: str
+    at: list[int]  # row indices whose batch kills its worker process, once each
+
+
+class DieOnce(Generator[DieOnceParams]):
+    """Kills the worker process the first time it meets one of ``at`` (a marker file per
+    index remembers it across processes); otherwise returns the row's index."""
+
+    metadata = GeneratorMetadata(name="die-once", description="crash test", required_resources={})
+    params_model = DieOnceParams
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        for row in rows:
+            if row["_index"] in self.params.at:
+                marker = Path(self.params.marker_dir) / f"died-at-{row['_index']}"
+                try:
+                    fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                except FileExistsError:
+                    continue
+                os.close(fd)
+                await asyncio.sleep(0.3)  # let the block's other batches finish first
+                os._exit(1)
+        return [row["_index"] for row in rows]
+
+
+class Pid(Generator[Any]):
+    metadata = GeneratorMetadata(name="pid", description="the worker's process id", required_resources={})
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        return [os.getpid() for _ in rows]
+
+
+class Crash(Generator[Any]):
+    metadata = GeneratorMetadata(name="crash", description="x", required_resources={})
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        if any(r["_index"] >= 20 for r in rows):
+            raise ZeroDivisionError("oops")
+        return [0 for _ in rows]
+
+
+class Snoop(Generator[Any]):
+    metadata = GeneratorMetadata(name="snoop", description="x", required_resources={"model": ResourceKind.CHAT_MODEL})
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        return [await self.resources.embedder.embed([str(r)]) for r in rows]
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+
+def pipeline(server: FakeOpenAIServer, root: Path, *, n: int, max_concurrency: int = 8, batch_size: int = 8) -> dict:
+    """Seeded pipeline: sampler, seed-dataset over documents and over jsonl (both shuffled),
+    and llm-text reading them."""
+    docs = root / "docs"
+    docs.mkdir(exist_ok=True)
+    (docs / "a.md").write_text("Cats purr when content.\n\nCats hunt mice at night.\n\nCats sleep all day.")
+    (docs / "b.txt").write_text("The Nile flows north.\n\nBakers knead the dough.\n\nCargo builds Rust code.")
+    people = root / "people.jsonl"
+    people.write_text("".join(json.dumps({"name": f"p{i}", "age": 20 + i}) + "\n" for i in range(7)))
+    return {
+        "providers": {"srv": {"kind": "openai", "base_url": server.url, "max_concurrency": max_concurrency}},
+        "models": {"writer": {"provider": "srv", "model": "writer", "kind": "chat"}},
+        "datasets": {
+            "corpus": {"kind": "documents", "path": str(docs), "chunk_chars": 50},
+            "people": {"kind": "jsonl", "path": str(people)},
+        },
+        "pipeline": {
+            "num_records": n,
+            "seed": 11,
+            "output": str(root / "out.jsonl"),
+            "batch_size": batch_size,
+            "columns": [
+                {"name": "uid", "generator": "sampler", "params": {"kind": "uuid"}},
+                {"name": "style", "generator": "sampler", "params": {"kind": "category", "values": ["a", "b", "c"]}},
+                {"name": "passage", "generator": "seed-dataset", "resources": {"dataset": "corpus"}},
+                {
+                    "name": "person",
+                    "generator": "seed-dataset",
+                    "resources": {"dataset": "people"},
+                    "params": {"shuffle": True},
+                },
+                {
+                    "name": "question",
+                    "generator": "llm-text",
+                    "resources": {"model": "writer"},
+                    "params": {"prompt": "{{ style }} {{ person.name }}: {{ passage.text }}"},
+                },
+            ],
+        },
+    }
+
+
+def with_column(cfg: dict, column: dict) -> dict:
+    cfg["pipeline"]["columns"].append(column)
+    return cfg
+
+
+async def run(cfg: dict, engine: str, generators: tuple[type[Generator[Any]], ...] = (), **kw: Any) -> Any:
+    container = genwire.boot(cfg, generators=generators)
+    async with container:
+        return await container.run(engine=engine, **kw)
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# --- tests ------------------------------------------------------------------------------
+
+
+async def test_same_rows_as_the_local_engine(
+    ray_workers: Any, fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    cfg = pipeline(fake_openai_server, tmp_path, n=100)
+    local = await run(cfg, "local", output=tmp_path / "local.jsonl")
+    on_ray = await run(cfg, "ray", output=tmp_path / "ray.jsonl")
+    assert local.rows_written == on_ray.rows_written == 100 and on_ray.rows_failed == 0
+    # Global row indices seed every generator: byte-identical output whichever worker ran a row.
+    assert (tmp_path / "ray.jsonl").read_bytes() == (tmp_path / "local.jsonl").read_bytes()
+    assert len({r["uid"] for r in read_rows(tmp_path / "ray.jsonl")}) == 100
+    assert fake_openai_server.requests["writer"] == 2 * (100 + 1)  # each run: every row once, plus its probe
+
+
+async def test_dead_worker_is_restarted_and_its_block_rerun(
+    ray_workers: Any, fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    n = 96  # batches of 8, blocks of 3 batches: 20 and 70 die in the 3rd batch of blocks 0 and 2
+    cfg = with_column(
+        pipeline(fake_openai_server, tmp_path, n=n),
+        {"name": "tag", "generator": "die-once", "params": {"marker_dir": str(tmp_path), "at": [20, 70]}},
+    )
+    result = await run(cfg, "ray", (DieOnce,), output=tmp_path / "ray.jsonl", skip_preflight=True)
+    assert sorted(p.name for p in tmp_path.glob("died-at-*")) == ["died-at-20", "died-at-70"]  # both died
+    rows = read_rows(tmp_path / "ray.jsonl")
+    assert result.rows_written == n and result.rows_failed == 0
+    assert [r["tag"] for r in rows] == list(range(n))  # every row exactly once, in order
+    assert len({r["uid"] for r in rows}) == n
+    # And the rows are the local engine's (the markers exist now, so nothing dies in-process).
+    await run(cfg, "local", (DieOnce,), output=tmp_path / "local.jsonl", skip_preflight=True)
+    assert rows == read_rows(tmp_path / "local.jsonl")
+
+
+@pytest.mark.parametrize(("max_concurrency", "workers"), [(4, 2), (5, 2), (1, 1)])
+async def test_max_concurrency_holds_across_the_cluster(
+    ray_workers: Any, fake_openai_server: FakeOpenAIServer, tmp_path: Path, max_concurrency: int, workers: int
+) -> None:
+    fake_openai_server.set_latency("writer", 0.05 if max_concurrency > 1 else 0.01)
+    cfg = with_column(
+        pipeline(fake_openai_server, tmp_path, n=200, max_concurrency=max_concurrency, batch_size=25),
+        {"name": "pid", "generator": "pid"},
+    )
+    result = await run(cfg, "ray", (Pid,), skip_preflight=True)
+    assert result.rows_written == 200
+    # Each worker holds its share of the slots (2+2, 3+2; a cap of 1 allows one worker).
+    assert len({r["pid"] for r in read_rows(tmp_path / "out.jsonl")}) == workers
+    assert fake_openai_server.peak_in_flight == max_concurrency
+
+
+@pytest.mark.parametrize(
+    ("cls", "column", "error"),
+    [
+        (Crash, {"name": "boom", "generator": "crash"}, genwire.PluginError),
+        (
+            Snoop,
+            {"name": "snoop", "generator": "snoop", "resources": {"model": "writer"}},
+            genwire.UndeclaredResourceError,
+        ),
+    ],
+)
+async def test_plugin_errors_surface_as_the_same_genwire_error(
+    ray_workers: Any,
+    fake_openai_server: FakeOpenAIServer,
+    tmp_path: Path,
+    cls: type[Generator[Any]],
+    column: dict,
+    error: type[Exception],
+) -> None:
+    cfg = with_column(pipeline(fake_openai_server, tmp_path, n=40), column)
+    with pytest.raises(error) as local:
+        await run(cfg, "local", (cls,), skip_preflight=True)
+    with pytest.raises(error) as on_ray:
+        await run(cfg, "ray", (cls,), skip_preflight=True)
+    assert type(on_ray.value) is type(local.value)
+    assert str(on_ray.value) == str(local.value)
+    assert vars(on_ray.value).get("problems") == vars(local.value).get("problems")
+    assert any("raised on a Ray worker" in note for note in getattr(on_ray.value, "__notes__", []))
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+async def test_cancelled_run_closes_its_workers(
+    ray_workers: Any, fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    fake_openai_server.set_latency("writer", 0.05)
+    container = genwire.boot(pipeline(fake_openai_server, tmp_path, n=2000, max_concurrency=4))
+    async with container:
+        task = asyncio.create_task(container.run(engine="ray", skip_preflight=True))
+        deadline = time.monotonic() + 30
+        while fake_openai_server.requests["writer"] < 20 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert not (tmp_path / "out.jsonl").exists()
+    # (the ray_workers fixture then checks that both actors were killed)
+
+
+async def test_overrides_are_refused(ray_cluster: Any, tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        container = genwire.boot(pipeline(server, tmp_path, n=4))
+        async with container:
+            with (
+                container.override("writer", FakeChatModel()),
+                pytest.raises(genwire.RunError, match="cannot carry container overrides.*writer"),
+            ):
+                await container.run(engine="ray", skip_preflight=True)
+
+
+async def test_without_ray_installed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    cfg = {
+        "pipeline": {
+            "num_records": 4,
+            "output": str(tmp_path / "o.jsonl"),
+            "columns": [{"name": "x", "generator": "sampler", "params": {"kind": "uuid"}}],
+        }
+    }
+    with pytest.raises(genwire.RunError, match=r"pip install 'genwire\[ray\]'"):
+        await run(cfg, "ray")
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_cli_joins_a_cluster_by_address(ray_workers: Any, fake_openai_server: FakeOpenAIServer, tmp_path: Path) -> None:
+    cfg = pipeline(fake_openai_server, tmp_path, n=30)
+    path = tmp_path / "genwire.yaml"
+    path.write_text(json.dumps(cfg))  # JSON is YAML
+    address = ray_workers.get_runtime_context().gcs_address
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "genwire.cli.main", "run", str(path), "--engine", "ray", "--address", address],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(read_rows(tmp_path / "out.jsonl")) == 30
