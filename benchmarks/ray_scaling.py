@@ -1,13 +1,14 @@
 """Ray engine scaling: rows/s with 1 and 2 Ray workers beside the local engine, in the
 same run, against the fake server (real HTTP on 127.0.0.1).
 
-    python benchmarks/ray_scaling.py [--latency 0.05] [--concurrency 16] [--rows 800] [--cpu-ms 4]
+    python benchmarks/ray_scaling.py [--latency 0.05] [--concurrency 16] [--rows 800 3200] [--cpu-ms 4]
 
 Two pipelines: ``io`` (sampler + llm-text: bound by max_concurrency / latency, which the
 Ray engine holds cluster-wide, so more workers cannot beat the cap) and ``io+cpu`` (the
 same plus a plugin column burning ``--cpu-ms`` of pure-Python CPU per row: that part is
 what extra worker processes parallelise). Every timing is a whole run, so the Ray rows
-include booting the worker actors (Ray itself is started once, before the table).
+include booting the worker actors, about a second or two per run (Ray itself is started
+once, before the table); the larger row count shows how that amortises.
 """
 
 from __future__ import annotations
@@ -80,9 +81,9 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--latency", type=float, default=0.05)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--rows", type=int, default=800)
+    parser.add_argument("--rows", type=int, nargs="+", default=[800, 3200])
     parser.add_argument("--cpu-ms", type=float, default=4.0)
-    parser.add_argument("--repeat", type=int, default=3, help="runs per cell; the median is shown")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per cell; the median is shown")
     args = parser.parse_args()
     os.environ["BENCH_CPU_MS"] = str(args.cpu_ms)  # read by Busy in the workers too
     Busy.cpu_s = args.cpu_ms / 1000
@@ -103,21 +104,20 @@ async def main() -> None:
     limit = args.concurrency / args.latency
     print(
         f"fake server {args.latency * 1000:.0f} ms/request, max_concurrency {args.concurrency} "
-        f"(I/O limit {limit:.0f} rows/s), {args.rows} rows, busy column {args.cpu_ms:g} ms CPU/row, "
+        f"(I/O limit {limit:.0f} rows/s), busy column {args.cpu_ms:g} ms CPU/row, "
         f"median of {args.repeat}"
     )
-    print(f"{'pipeline':>9} {'engine':>14} {'rows/s':>8} {'of I/O limit':>13}")
+    print(f"{'pipeline':>9} {'rows':>6} {'engine':>14} {'rows/s':>8} {'of I/O limit':>13}")
     cells: list[tuple[str, str, int | None]] = [("local", "local", None), ("ray", "ray 1 worker", 1)]
     cells.append(("ray", "ray 2 workers", 2))
     with FakeOpenAIServer(latency=args.latency) as server, tempfile.TemporaryDirectory() as tmp:
         for cpu in (False, True):
             name = "io+cpu" if cpu else "io"
-            for engine, label, workers in cells:
-                cfg = config(server.url, args.concurrency, args.rows, Path(tmp) / "out.jsonl", cpu)
-                rates = [await measure(cfg, engine, workers) for _ in range(args.repeat)]
-                rate = statistics.median(rates)
-                print(f"{name:>9} {label:>14} {rate:>8.1f} {rate / limit:>12.0%}")
-                sys.stdout.flush()
+            for rows in args.rows:
+                for engine, label, workers in cells:
+                    cfg = config(server.url, args.concurrency, rows, Path(tmp) / "out.jsonl", cpu)
+                    rate = statistics.median([await measure(cfg, engine, workers) for _ in range(args.repeat)])
+                    print(f"{name:>9} {rows:>6} {label:>14} {rate:>8.1f} {rate / limit:>12.0%}", flush=True)
     ray.shutdown()
 
 

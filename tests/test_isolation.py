@@ -104,7 +104,7 @@ async def test_attribute_tricks_fail_with_undeclared_error() -> None:
                 lambda: res.secret_embedder,
                 lambda: res["other_chat"],
                 lambda: res._container,
-                lambda: getattr(res, "container"),
+                lambda: res.container,
                 lambda: res.__getattr__("x"),
             ):
                 with pytest.raises(genwire.UndeclaredResourceError):

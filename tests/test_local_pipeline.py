@@ -1,0 +1,91 @@
+"""The embedded models inside a real pipeline: pre-flight and the README's main job."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+import genwire
+from genwire.cli.main import cli
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "retrieval"
+
+
+def local_config(dimensions: int) -> dict[str, Any]:
+    return {
+        "providers": {"local": {"kind": "local"}},
+        "models": {
+            "writer": {"provider": "local", "model": "SmolLM2-135M-Instruct", "kind": "chat"},
+            "embedder": {
+                "provider": "local",
+                "model": "all-MiniLM-L6-v2",
+                "kind": "embedding",
+                "dimensions": dimensions,
+            },
+            "ghost": {"provider": "local", "model": "no-such-model", "kind": "chat"},
+        },
+        "pipeline": {
+            "columns": [
+                {"name": "t", "generator": "sampler", "params": {"kind": "category", "values": ["a"]}},
+                {
+                    "name": "q",
+                    "generator": "llm-text",
+                    "resources": {"model": "writer"},
+                    "params": {"prompt": "{{ t }}"},
+                },
+                {
+                    "name": "g",
+                    "generator": "llm-text",
+                    "resources": {"model": "ghost"},
+                    "params": {"prompt": "{{ t }}"},
+                },
+                {"name": "v", "generator": "embedding", "resources": {"model": "embedder"}, "params": {"column": "q"}},
+            ]
+        },
+    }
+
+
+async def test_local_preflight_checks_dimensions_for_real() -> None:
+    for dims, status, error_class in ((384, "ok", None), (768, "failed", "bad_response")):
+        container = genwire.boot(local_config(dims))
+        async with container:
+            report = await container.preflight()
+        embedder = report.check("embedder")
+        assert (embedder.status, embedder.error_class) == (status, error_class), embedder.message
+        assert report.check("writer").status == "ok"
+        ghost = report.check("ghost")
+        assert ghost.error_class == "not_found" and "SmolLM2-135M-Instruct" in ghost.message
+    assert "384 dimensions" in embedder.message and "768" in embedder.message
+
+
+def test_main_job_on_the_embedded_models(tmp_path: Path) -> None:
+    project = tmp_path / "retrieval"
+    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("out"))
+    result = CliRunner().invoke(cli, ["run", str(project / "genwire.yaml"), "-n", "3"])
+    assert result.exit_code == 0, result.output
+    out = project / "out" / "retrieval.jsonl"
+    assert f"dataset written to {out}" in result.stdout
+    assert "Pre-flight: passed" in result.stdout
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 3
+    for row in rows:
+        assert row["question"].strip() and row["positive_id"] == row["passage"]["id"]
+        negatives = row["hard_negatives"]
+        assert len(negatives) == 3 and all(n["id"] != row["positive_id"] and n["text"] for n in negatives)
+        assert negatives == sorted(negatives, key=lambda n: -n["score"])
+
+
+def test_starter_matches_the_example_and_validates(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["init", str(tmp_path / "new")])
+    assert result.exit_code == 0
+    for path in (tmp_path / "new").rglob("*"):
+        if path.is_file():
+            rel = path.relative_to(tmp_path / "new")
+            assert path.read_text() == (EXAMPLE / rel).read_text(), f"examples/retrieval/{rel} drifted from the starter"
+    assert CliRunner().invoke(cli, ["validate", str(tmp_path / "new" / "genwire.yaml")]).exit_code == 0
+    again = CliRunner().invoke(cli, ["init", str(tmp_path / "new")])
+    assert again.exit_code == 2 and "already exists; pass --force" in again.stderr
