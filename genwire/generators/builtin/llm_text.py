@@ -91,6 +91,7 @@ def template_variables(source: str) -> set[str]:
     roots = set(meta.find_undeclared_variables(tree)) - set(ENV.globals)
     fields: set[str] = set()
     for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
+        assert isinstance(node, nodes.Getattr | nodes.Getitem)  # find_all's type is too wide
         base = node.node
         if not (isinstance(base, nodes.Name) and base.name in roots):
             continue
