@@ -9,8 +9,7 @@ from genwire.container.core import WiredContainer
 from genwire.errors import GenwireError, ModelError, PluginError, UndeclaredResourceError
 from genwire.generators.base import Generator
 from genwire.generators.outcome import RowFailure
-
-INDEX = "_index"  # reserved row key: the row's position in the run (seeds per-row randomness)
+from genwire.generators.rows import INDEX_KEY as INDEX
 
 
 @dataclass

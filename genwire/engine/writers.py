@@ -57,12 +57,10 @@ class _AtomicFile:
         self.tmp.unlink(missing_ok=True)
 
 
-class JsonlWriter:
+class _TextWriter:
     def __init__(self, target: Path, columns: list[str]) -> None:
         self._file = _AtomicFile(target)
-
-    def write(self, rows: list[dict[str, Any]]) -> None:
-        self._file.handle.write("".join(dumps(r) + "\n" for r in rows))
+        self._columns = columns
 
     def commit(self) -> None:
         self._file.commit()
@@ -71,12 +69,16 @@ class JsonlWriter:
         self._file.abort()
 
 
-class CsvWriter:
+class JsonlWriter(_TextWriter):
+    def write(self, rows: list[dict[str, Any]]) -> None:
+        self._file.handle.write("".join(dumps(r) + "\n" for r in rows))
+
+
+class CsvWriter(_TextWriter):
     """Nested values (mappings, lists) are JSON-encoded in their cell."""
 
     def __init__(self, target: Path, columns: list[str]) -> None:
-        self._file = _AtomicFile(target)
-        self._columns = columns
+        super().__init__(target, columns)
         self._csv = csv.writer(self._file.handle)
         self._csv.writerow(columns)
 
@@ -87,12 +89,6 @@ class CsvWriter:
                 v = row.get(c)
                 cells.append(v if isinstance(v, str | int | float | bool) or v is None else dumps(v))
             self._csv.writerow(cells)
-
-    def commit(self) -> None:
-        self._file.commit()
-
-    def abort(self) -> None:
-        self._file.abort()
 
 
 class ParquetWriter:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
 from genwire.generators.base import Generator
 from genwire.generators.metadata import GeneratorMetadata
 from genwire.generators.resources import Resources
+from genwire.generators.rows import RowIndexer
 
 KINDS = ("category", "uniform", "uuid")
 
@@ -103,16 +104,12 @@ class Sampler(Generator[SamplerParams]):
 
     def __init__(self, *, column: str, params: SamplerParams, resources: Resources, seed: int = 0) -> None:
         super().__init__(column=column, params=params, resources=resources, seed=seed)
-        # Rows without "_index" (direct use outside the engine) continue from here.
-        self._cursor = 0
+        self._row_index = RowIndexer()
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
         out: list[Any] = []
         for row in rows:
-            index = row.get("_index")
-            if not isinstance(index, int):
-                index = self._cursor
-            self._cursor = max(self._cursor, index + 1)
+            index = self._row_index(row)
             # One RNG per row index, so a row's value does not depend on batch size or
             # on the order in which batches run.
             rng = random.Random(derive_seed(self.seed, self.column, index))

@@ -14,6 +14,7 @@ from genwire.generators.base import Generator
 from genwire.generators.builtin.sampler import derive_seed
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.resources import Resources
+from genwire.generators.rows import RowIndexer
 
 # Permutations kept in memory; batches advance through cycles roughly in order, so a few
 # recent cycles cover concurrent batches without holding one permutation per cycle.
@@ -43,8 +44,7 @@ class SeedDataset(Generator[SeedDatasetParams]):
         # Only used when the dataset has no random access (no ``row(i)``).
         self._rows: list[dict[str, Any]] | None = None
         self._orders: OrderedDict[int, list[int]] = OrderedDict()
-        # Rows without "_index" (direct use outside the engine) continue from here.
-        self._cursor = 0
+        self._row_index = RowIndexer()
 
     async def _ensure_loaded(self) -> int:
         async with self._lock:
@@ -90,10 +90,7 @@ class SeedDataset(Generator[SeedDatasetParams]):
         size = await self._ensure_loaded()
         out: list[Any] = []
         for row in rows:
-            index = row.get("_index")
-            if not isinstance(index, int):
-                index = self._cursor
-            self._cursor = max(self._cursor, index + 1)
+            index = self._row_index(row)
             # Position from the run's row index, not a running counter: results are the
             # same whatever the batch size or the order batches run in.
             cycle, offset = divmod(index, size)
