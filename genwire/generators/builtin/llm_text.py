@@ -14,6 +14,7 @@ from genwire.generators.base import Generator
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import RowFailure, gather_rows
 from genwire.generators.resources import Resources
+from genwire.generators.rows import INDEX_KEY
 
 
 class _RowEnvironment(ImmutableSandboxedEnvironment):
@@ -34,7 +35,7 @@ class _RowEnvironment(ImmutableSandboxedEnvironment):
 ENV = _RowEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
 
 # Keys of the row the engine adds itself; never a column the template must wait for.
-_RESERVED = frozenset({"_index"})
+_RESERVED = frozenset({INDEX_KEY})
 
 
 def compile_template(source: str, name: str) -> Template:
