@@ -8,6 +8,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa  # the parquet extra is part of the test install
+import pyarrow.parquet as pq
 import pytest
 
 from genwire.config.schema import DocumentsDatasetConfig, FileDatasetConfig
@@ -234,8 +236,6 @@ def test_csv_non_utf8_names_file_and_line(tmp_path: Path) -> None:
 
 
 async def test_parquet_round_trip(tmp_path: Path) -> None:
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
     path = tmp_path / "t.parquet"
     pq.write_table(pa.table({"id": [1, 2, 3], "text": ["a", "b", None]}), path)
     ds = _file("parquet", path)
@@ -249,8 +249,6 @@ async def test_parquet_round_trip(tmp_path: Path) -> None:
 
 
 def test_parquet_empty_keeps_schema_columns(tmp_path: Path) -> None:
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
     path = tmp_path / "empty.parquet"
     pq.write_table(pa.table({"x": pa.array([], pa.int64())}), path)
     ds = _file("parquet", path)
@@ -258,7 +256,6 @@ def test_parquet_empty_keeps_schema_columns(tmp_path: Path) -> None:
 
 
 def test_parquet_corrupt_file(tmp_path: Path) -> None:
-    pytest.importorskip("pyarrow")
     path = tmp_path / "bad.parquet"
     path.write_bytes(b"not parquet at all")
     with pytest.raises(DatasetError, match=r"bad\.parquet: not a valid parquet file"):

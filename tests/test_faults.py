@@ -132,7 +132,7 @@ def test_sigint_mid_run_exits_promptly_and_cleanly(tmp_path: Path) -> None:
         assert server.requests.get("writer", 0) >= 20
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=30)
+        _, stderr = proc.communicate(timeout=30)
         took = time.monotonic() - sent
     print(f"\nSIGINT to exit: {took:.2f}s")
     assert proc.returncode == 130, stderr

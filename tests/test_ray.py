@@ -29,7 +29,8 @@ HERE = Path(__file__).resolve().parent
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[Any]:
-    ray = pytest.importorskip("ray")
+    import ray  # a test dependency: the Ray engine is tested for real, never skipped
+
     pythonpath = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
     ray.init(
         num_cpus=2,
@@ -183,6 +184,7 @@ async def test_same_rows_as_the_local_engine(
     assert (tmp_path / "ray.jsonl").read_bytes() == (tmp_path / "local.jsonl").read_bytes()
     assert len({r["uid"] for r in read_rows(tmp_path / "ray.jsonl")}) == 100
     assert fake_openai_server.requests["writer"] == 2 * (100 + 1)  # each run: every row once, plus its probe
+    assert on_ray.requests == local.requests == {"writer": 101}  # workers' requests are counted too
 
 
 async def test_dead_worker_is_restarted_and_its_block_rerun(

@@ -180,10 +180,14 @@ class BlockWorker:
         except Exception as exc:
             return RemoteError.capture(exc)
 
-    async def close(self) -> None:
+    async def close(self) -> dict[str, int]:
+        """Close the container; returns the requests this worker sent, per model alias."""
         container, self._container, self._runner = self._container, None, None
-        if container is not None:
-            await container.aclose()
+        if container is None:
+            return {}
+        requests = container.requests_by_model()
+        await container.aclose()
+        return requests
 
 
 # --- the driver ------------------------------------------------------------------------
@@ -286,21 +290,26 @@ def last_line(exc: BaseException) -> str:
     return _lines(exc)[-1]
 
 
-async def close_workers(ray: ModuleType, actors: list[Any]) -> None:
-    """Close every worker's container (bounded wait), then free the actors' CPUs."""
+async def close_workers(ray: ModuleType, actors: list[Any], requests: dict[str, int]) -> None:
+    """Close every worker's container (bounded wait), adding up the requests they sent,
+    then free the actors' CPUs."""
     try:
         if actors:
             closing = asyncio.gather(*(actor.close.remote() for actor in actors), return_exceptions=True)
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(closing, CLOSE_TIMEOUT_S)
+                for counts in await asyncio.wait_for(closing, CLOSE_TIMEOUT_S):
+                    if isinstance(counts, dict):
+                        for alias, count in counts.items():
+                            requests[alias] = requests.get(alias, 0) + count
     finally:
         for actor in actors:
             with contextlib.suppress(Exception):
                 ray.kill(actor)
 
 
-async def ray_batches(container: WiredContainer, n: int) -> AsyncIterator[BatchResult]:
-    """The run's batches, in row order, computed by Ray actors."""
+async def ray_batches(container: WiredContainer, n: int, requests: dict[str, int]) -> AsyncIterator[BatchResult]:
+    """The run's batches, in row order, computed by Ray actors. ``requests`` receives the
+    workers' request counts per model alias when they close."""
     ray = import_ray()
     overridden = overridden_targets(container)
     if overridden:
@@ -311,7 +320,8 @@ async def ray_batches(container: WiredContainer, n: int) -> AsyncIterator[BatchR
     ensure_ray(ray)
     batch_size = container.config.pipeline.batch_size
     caps = provider_caps(container)
-    workers = min(requested_workers(ray), *caps.values()) if caps else requested_workers(ray)
+    # At most the smallest cap: every worker needs one slot of each provider it calls.
+    workers = min([requested_workers(ray), *caps.values()])
     batches = math.ceil(n / batch_size)
     # Small enough that every worker gets blocks, large enough to amortise a round trip.
     per_block = max(1, min(BATCHES_PER_BLOCK, math.ceil(batches / (workers * BLOCKS_PER_WORKER))))
@@ -365,4 +375,4 @@ async def ray_batches(container: WiredContainer, n: int) -> AsyncIterator[BatchR
         for _, _, _, ref in pending:
             with contextlib.suppress(Exception):
                 ray.cancel(ref)
-        await close_workers(ray, actors)
+        await close_workers(ray, actors, requests)

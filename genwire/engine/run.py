@@ -59,10 +59,11 @@ async def run_pipeline(
     sink = OutputSink(
         target, [c.name for c in container.columns], total=n, max_failure_rate=cfg.max_failure_rate, progress=progress
     )
+    worker_requests: dict[str, int] = {}  # requests made in other processes (Ray workers)
     if engine == "ray":
         from genwire.engine.ray_engine import ray_batches
 
-        batches = ray_batches(container, n)
+        batches = ray_batches(container, n, worker_requests)
     else:
         batches = local_batches(container, n)
     await drain(batches, sink)
@@ -73,9 +74,17 @@ async def run_pipeline(
         rows_failed=sink.failed,
         errors_file=sink.errors_target if sink.failed else None,
         duration_s=time.perf_counter() - started,
-        requests=container.requests_by_model(),
+        requests=_merge(container.requests_by_model(), worker_requests),
         preflight=report,
     )
+
+
+def _merge(*counts: dict[str, int]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for part in counts:
+        for alias, n in part.items():
+            total[alias] = total.get(alias, 0) + n
+    return total
 
 
 async def drain(batches: AsyncIterator[BatchResult], sink: OutputSink) -> None:
