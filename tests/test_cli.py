@@ -81,3 +81,8 @@ def test_real_entry_point_no_traceback_and_debug(write_config: Callable[[str], P
         [sys.executable, "-m", "genwire.cli.main", "--debug", "validate", bad], capture_output=True, text=True
     )
     assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_run_rejects_bad_output_before_anything(write_config: Callable[[str], Path]) -> None:
+    code, _, err = invoke("run", str(write_config(GOOD)), "-o", "data.txt")
+    assert code == 2 and "use a .jsonl, .csv or .parquet file" in err

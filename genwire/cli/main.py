@@ -137,11 +137,21 @@ def preflight(file: Path, as_json: bool) -> None:
         sys.exit(1)
 
 
+def _output_suffix(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    if value is not None and value.suffix.lower() not in (".jsonl", ".csv", ".parquet"):
+        raise click.BadParameter(f"{value}: use a .jsonl, .csv or .parquet file")
+    return value
+
+
 @cli.command()
 @_FILE
 @click.option("-n", "num_records", type=click.IntRange(min=1), help="Rows to generate (default: pipeline.num_records).")
 @click.option(
-    "-o", "output", type=click.Path(dir_okay=False, path_type=Path), help="Output file (.jsonl, .csv, .parquet)."
+    "-o",
+    "output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    callback=_output_suffix,
+    help="Output file (.jsonl, .csv, .parquet).",
 )
 @click.option("--skip-preflight", is_flag=True, help="Generate without checking resources first.")
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 from genwire.container.core import WiredContainer
 from genwire.engine.batches import BatchResult, BatchRunner
 from genwire.engine.sink import OutputSink, Progress
+from genwire.engine.writers import check_output
 from genwire.errors import PreflightError, RunError
 from genwire.preflight.report import PreflightReport
 
@@ -48,6 +49,7 @@ async def run_pipeline(
     if n <= 0:
         raise RunError(f"num_records must be positive, got {n}")
     target = Path(output) if output is not None else container.loaded.resolve_path(cfg.output)
+    check_output(target)
     if engine not in ("local", "ray"):
         raise RunError(f"unknown engine {engine!r}; use 'local' or 'ray'")
     started = time.perf_counter()

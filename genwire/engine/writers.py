@@ -139,11 +139,18 @@ _WRITERS: dict[str, type[JsonlWriter] | type[CsvWriter] | type[ParquetWriter]] =
 }
 
 
-def open_writer(target: Path, columns: list[str]) -> RowWriter:
-    writer = _WRITERS.get(target.suffix.lower())
-    if writer is None:
+OUTPUT_SUFFIXES = tuple(_WRITERS)
+
+
+def check_output(target: Path) -> None:
+    """Fail before any work (and any paid pre-flight) when the output cannot be written."""
+    if target.suffix.lower() not in _WRITERS:
         raise RunError(f"output {target}: unsupported extension; use .jsonl, .csv or .parquet")
-    return writer(target, columns)
+
+
+def open_writer(target: Path, columns: list[str]) -> RowWriter:
+    check_output(target)
+    return _WRITERS[target.suffix.lower()](target, columns)
 
 
 def errors_path(output: Path) -> Path:
