@@ -194,8 +194,8 @@ def init(directory: Path, force: bool) -> None:
     from genwire.cli.starter import write_starter
 
     for path in write_starter(directory, force=force):
-        out.print(f"wrote {path}")
-    out.print(f"next: genwire run {directory / 'genwire.yaml'}")
+        out.print(f"wrote {path}", markup=False)
+    out.print(f"next: genwire run {directory / 'genwire.yaml'}", markup=False)
 
 
 def main() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -15,6 +16,12 @@ from genwire.preflight.report import PreflightReport
 _STATUS_STYLE = {"ok": "green", "failed": "bold red", "skipped": "yellow"}
 
 
+def _cells(*values: str) -> list[str]:
+    """User- and server-supplied text as literal cells: ``[local]`` or ``[/]`` in a model
+    name, a path or an error message must print verbatim, never as rich markup."""
+    return [escape(v) for v in values]
+
+
 def plan_table(plan: WiringPlan) -> list[Table]:
     columns = Table(title="Columns", title_justify="left")
     for head in ("column", "generator", "slot", "kind", "bound to", "reads"):
@@ -22,29 +29,33 @@ def plan_table(plan: WiringPlan) -> list[Table]:
     for col in plan.columns:
         reads = ", ".join(col.reads) or "–"
         if not col.slots:
-            columns.add_row(col.name, col.generator, "–", "–", "–", reads)
+            columns.add_row(*_cells(col.name, col.generator, "–", "–", "–", reads))
         for i, s in enumerate(col.slots):
             bound = ", ".join(s.resources) + (" (default)" if s.source == "defaults" else "")
             columns.add_row(
-                col.name if i == 0 else "",
-                col.generator if i == 0 else "",
-                s.slot,
-                s.kind.value,
-                bound,
-                reads if i == 0 else "",
+                *_cells(
+                    col.name if i == 0 else "",
+                    col.generator if i == 0 else "",
+                    s.slot,
+                    s.kind.value,
+                    bound,
+                    reads if i == 0 else "",
+                )
             )
     targets = Table(title="Pre-flight targets (reachable from a wired generator)", title_justify="left")
     for head in ("target", "kind", "provider / model", "used by", "checked"):
         targets.add_column(head)
     for t in plan.targets:
         where = f"{t.provider} / {t.model}" if t.provider else "dataset"
-        targets.add_row(t.name, t.kind.value, where, ", ".join(t.used_by), "yes" if t.health_check else "skipped")
+        targets.add_row(
+            *_cells(t.name, t.kind.value, where, ", ".join(t.used_by), "yes" if t.health_check else "skipped")
+        )
     out = [columns, targets]
     if plan.unreachable:
         unused = Table(title="Defined but reached by no column (not probed)", title_justify="left")
         unused.add_column("resource")
         for name in plan.unreachable:
-            unused.add_row(name)
+            unused.add_row(escape(name))
         out.append(unused)
     return out
 
@@ -76,16 +87,16 @@ def preflight_table(report: PreflightReport) -> Table:
     for c in report.checks:
         style = _STATUS_STYLE[c.status]
         aliases = f" (= {', '.join(a for a in c.aliases if a != c.target)})" if len(c.aliases) > 1 else ""
-        table.add_row(
+        target, kind, error_class, latency, tries, used_by, message = _cells(
             c.target + aliases,
             c.kind,
-            f"[{style}]{c.status}[/]",
             c.error_class or "",
             f"{c.latency_s * 1000:.0f} ms",
             str(c.attempts),
             ", ".join(c.used_by),
             c.message,
         )
+        table.add_row(target, kind, f"[{style}]{c.status}[/]", error_class, latency, tries, used_by, message)
     return table
 
 
@@ -96,7 +107,7 @@ def plugins_table(generators: dict[str, Any], origins: dict[str, str]) -> Table:
     for name in sorted(generators):
         meta = generators[name].metadata
         slots = ", ".join(f"{s}: {k.value}" for s, k in meta.required_resources.items()) or "{}"
-        table.add_row(name, slots, meta.description, origins[name])
+        table.add_row(*_cells(name, slots, meta.description, origins[name]))
     return table
 
 
@@ -105,11 +116,13 @@ def run_summary(result: RunResult) -> Table:
     table.add_column("what")
     table.add_column("value")
     table.add_row("rows written", f"{result.rows_written} of {result.rows_requested}")
-    table.add_row("rows failed", str(result.rows_failed) + (f" → {result.errors_file}" if result.errors_file else ""))
+    table.add_row(
+        "rows failed", escape(str(result.rows_failed) + (f" → {result.errors_file}" if result.errors_file else ""))
+    )
     table.add_row("time", f"{result.duration_s:.2f}s ({result.rows_per_s:.1f} rows/s)")
     for alias, n in sorted(result.requests.items()):
-        table.add_row(f"requests: {alias}", str(n))
-    table.add_row("output", str(result.output))
+        table.add_row(escape(f"requests: {alias}"), str(n))
+    table.add_row("output", escape(str(result.output)))
     return table
 
 
