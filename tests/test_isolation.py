@@ -123,3 +123,140 @@ async def test_attribute_tricks_fail_with_undeclared_error() -> None:
             with pytest.raises(AttributeError):
                 registry.__dict__  # noqa: B018
             assert list(registry._models) == ["listed"]
+
+
+# --- real handles (issue 10): nothing but the handle's own model is reachable -------------
+
+CANARY_KEY = "sk-CANARY-real-handles-7f3a"
+SECRET_MODEL = "secret-big-model"
+
+
+def real_cfg(base_url: str) -> dict[str, Any]:
+    return {
+        "providers": {
+            "srv": {"kind": "openai", "base_url": base_url, "api_key": CANARY_KEY, "retries": 0},
+            "local": {"kind": "local"},
+        },
+        "models": {
+            "mine": {"provider": "srv", "model": "model-mine", "kind": "chat"},
+            "listed": {"provider": "local", "model": "all-MiniLM-L6-v2", "kind": "embedding"},
+            "local_chat": {"provider": "local", "model": "SmolLM2-135M-Instruct", "kind": "chat"},
+            "secret": {"provider": "srv", "model": SECRET_MODEL, "kind": "chat"},
+        },
+        "pipeline": {
+            "columns": [
+                {
+                    "name": "p",
+                    "generator": "prober",
+                    "resources": {"model": "mine", "models": ["listed", "local_chat"]},
+                },
+                {"name": "q", "generator": "llm-text", "resources": {"model": "secret"}, "params": {"prompt": "x"}},
+            ]
+        },
+    }
+
+
+def deep_reachable(root: object, limit: int = 200_000) -> list[object]:
+    """Like ``reachable_from``, but also through bound methods (``__self__``, ``__func__``),
+    functions' closures, defaults and ``__wrapped__``, the methods and properties of each
+    object's class, and slot values. Module globals are not followed: reaching them takes
+    an import, which no handle can prevent."""
+    seen: set[int] = set()
+    out: list[object] = []
+    stack: list[object] = [root]
+    opaque = (types.ModuleType, types.CodeType, types.FrameType, types.BuiltinFunctionType)
+    while stack and len(out) < limit:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, opaque):
+            continue
+        seen.add(id(obj))
+        out.append(obj)
+        if isinstance(obj, types.MethodType):
+            stack += [obj.__self__, obj.__func__]
+            continue
+        if isinstance(obj, types.FunctionType):
+            stack += [c.cell_contents for c in obj.__closure__ or () if c.cell_contents is not None]
+            stack += [*(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values()]
+            wrapped = getattr(obj, "__wrapped__", None)
+            if wrapped is not None:
+                stack.append(wrapped)
+            continue
+        if isinstance(obj, type):
+            continue  # classes reach every instance's code, not other instances' data
+        for klass in type(obj).__mro__:
+            for name, member in vars(klass).items():
+                if isinstance(member, property):
+                    stack += [f for f in (member.fget, member.fset) if f is not None]
+                elif isinstance(member, types.FunctionType | staticmethod | classmethod):
+                    stack.append(getattr(obj, name, member))
+            for slot in getattr(klass, "__slots__", ()):
+                if slot != "__weakref__" and hasattr(obj, slot):
+                    stack.append(getattr(obj, slot))
+        stack.extend(gc.get_referents(obj))
+    return out
+
+
+async def test_real_handles_reach_no_session_key_provider_or_other_model(
+    fake_openai_server: genwire.testing.FakeOpenAIServer,
+) -> None:
+    import aiohttp
+
+    from genwire.providers.local import LocalProvider
+    from genwire.providers.openai import OpenAIProvider
+
+    container = genwire.boot(real_cfg(fake_openai_server.url), generators=[Prober])
+    async with container:
+        gen = container.generator("p")
+        await gen.resources.model.complete("warm up")  # a live session exists now
+        found = deep_reachable(gen)
+        handles = [o for o in found if type(o).__name__.endswith(("ChatModel", "EmbeddingModel"))]
+        assert sorted(h.alias for h in handles) == ["listed", "local_chat", "mine"]  # declared: reachable
+        for obj in found:
+            assert not isinstance(obj, aiohttp.ClientSession | aiohttp.BaseConnector), obj
+            assert not isinstance(obj, OpenAIProvider | LocalProvider), obj
+            assert not isinstance(obj, WiredContainer | ProviderGraph), obj
+            if isinstance(obj, str):
+                assert CANARY_KEY not in obj and SECRET_MODEL not in obj, obj
+            assert type(obj).__name__ != "SecretStr", obj
+
+
+class Escaper(Generator[Any]):
+    """The issue's plugin: bound to ``mine``, it tries to send for another model."""
+
+    metadata = GeneratorMetadata(name="escaper", description="x", required_resources={"model": ResourceKind.CHAT_MODEL})
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        model = self.resources.model
+        attempts = [
+            lambda: model.provider.post("mine", "/chat/completions", {"model": SECRET_MODEL, "messages": []}),
+            lambda: model._provider,
+            lambda: model.complete.__self__.provider,
+        ]
+        escaped = []
+        for attempt in attempts:
+            try:
+                result = attempt()
+                if hasattr(result, "__await__"):
+                    await result
+                escaped.append(True)
+            except AttributeError:
+                escaped.append(False)
+        # Call params cannot redirect the request to another model either.
+        text = await model.complete("hi", model=SECRET_MODEL)
+        return [{"escaped": escaped, "text": text} for _ in rows]
+
+
+async def test_a_plugin_cannot_send_for_another_model(
+    fake_openai_server: genwire.testing.FakeOpenAIServer, tmp_path: Any
+) -> None:
+    cfg = real_cfg(fake_openai_server.url)
+    cfg["models"] = {k: v for k, v in cfg["models"].items() if k in ("mine", "secret")}
+    cfg["pipeline"]["columns"] = [{"name": "p", "generator": "escaper", "resources": {"model": "mine"}}]
+    container = genwire.boot(cfg, generators=[Escaper])
+    async with container:
+        result = await container.run(num_records=2, output=tmp_path / "o.jsonl", skip_preflight=True)
+    assert result.rows_written == 2
+    row = (tmp_path / "o.jsonl").read_text().splitlines()[0]
+    assert '"escaped": [false, false, false]' in row
+    assert fake_openai_server.requests.get(SECRET_MODEL, 0) == 0
+    assert fake_openai_server.requests["model-mine"] >= 1

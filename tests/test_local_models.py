@@ -18,13 +18,16 @@ import pytest
 from genwire.config.schema import LocalProviderConfig, ModelConfig
 from genwire.errors import ErrorClass, ModelError
 from genwire.providers import local
-from genwire.providers.base import attempt_counter, endpoint_key
+from genwire.providers.base import attempt_counter
+from genwire.providers.factory import endpoint_identity
 from genwire.providers.local import (
     CHAT_SPEC,
     EMBEDDING_SPEC,
     LocalChatModel,
     LocalEmbeddingModel,
     LocalProvider,
+    canonical_model_name,
+    load_model,
     loaded_models,
 )
 
@@ -56,7 +59,7 @@ async def test_embedding_vectors_are_384_finite_unit_floats() -> None:
     p = provider()
     model = embedder(p)
     assert model.dimensions == 384
-    assert model.endpoint_key == ("local", "all-MiniLM-L6-v2", "embedding")
+    assert canonical_model_name(model.model) == "all-MiniLM-L6-v2"
     vectors = await model.embed(["The quick brown fox.", "Another sentence.", ""])
     assert len(vectors) == 3
     for vector in vectors:
@@ -109,7 +112,7 @@ async def test_embedding_truncates_long_inputs_and_batches_in_chunks() -> None:
 async def test_chat_returns_text_and_honours_params() -> None:
     p = provider()
     model = chatter(p)
-    assert model.endpoint_key == ("local", "SmolLM2-135M-Instruct", "chat")
+    assert canonical_model_name(model.model) == "SmolLM2-135M-Instruct"
     text = await model.complete("Say hello.", max_tokens=16)
     assert isinstance(text, str) and text and text == text.strip()
     # No prompt cache: a cached prefix can shift logits by rounding and flip a greedy pick.
@@ -156,11 +159,12 @@ async def test_aliases_and_providers_share_one_loaded_instance() -> None:
     embs = [embedder(p1, "e1"), embedder(p2, "e2", model="sentence-transformers/all-MiniLM-L6-v2")]
     await asyncio.gather(*(m.complete("Hi", max_tokens=4) for m in chats), *(m.embed(["x"]) for m in embs))
     cache = loaded_models()
-    assert chats[0].runtime is chats[1].runtime is cache[CHAT_SPEC.name] is not None
-    assert embs[0].runtime is embs[1].runtime is cache[EMBEDDING_SPEC.name] is not None
+    assert chats[0].spec is chats[1].spec and load_model(chats[0].spec) is cache[CHAT_SPEC.name] is not None
+    assert embs[0].spec is embs[1].spec and load_model(embs[0].spec) is cache[EMBEDDING_SPEC.name] is not None
     # Spelled differently, same endpoint: the pre-flight probes it once.
-    assert endpoint_key(chats[0]) == endpoint_key(chats[1])
-    assert endpoint_key(embs[0]) == endpoint_key(embs[1])
+    local = LocalProviderConfig(kind="local")
+    chat_cfgs = [ModelConfig(provider="a", model=m.model, kind="chat") for m in chats]
+    assert endpoint_identity(local, chat_cfgs[0]) == endpoint_identity(local, chat_cfgs[1])
     assert p1.requests == {"c1": 1, "e1": 1} and p2.requests == {"c2": 1, "e2": 1}
 
 

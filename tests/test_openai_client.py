@@ -15,6 +15,7 @@ from pydantic import SecretStr
 from genwire.config.schema import ModelConfig, OpenAIProviderConfig
 from genwire.errors import ErrorClass, ModelError
 from genwire.providers.base import attempt_counter, endpoint_key
+from genwire.providers.factory import endpoint_identity
 from genwire.providers.openai import (
     MAX_RETRY_WAIT_S,
     OpenAIChatModel,
@@ -153,14 +154,20 @@ async def test_embed_orders_vectors_by_index(
     assert await embedder.embed(["a", "b"]) == [[1.0, 0.0], [0.0, 1.0]]
 
 
-async def test_endpoint_keys_identify_provider_url_model_and_kind(
+async def test_endpoint_identity_covers_everything_that_changes_the_request(
     provider: OpenAIProvider,
 ) -> None:
-    a = provider.chat_model("a", chat_config())
-    b = provider.chat_model("b", chat_config(temperature=0))
-    e = provider.embedding_model("e", embed_config())
-    assert endpoint_key(a) == endpoint_key(b) == ("openai", provider.base_url, CHAT, "chat")
-    assert endpoint_key(e) == ("openai", provider.base_url, EMBED, "embedding")
+    cfg = provider.config
+    other_key = cfg.model_copy(update={"api_key": SecretStr("a-different-key-123456")})
+    same = endpoint_identity(cfg, chat_config())
+    assert same == endpoint_identity(cfg, chat_config())
+    assert same != endpoint_identity(cfg, chat_config(temperature=0))  # params change the request
+    assert same != endpoint_identity(other_key, chat_config())  # so does the key
+    assert same != endpoint_identity(cfg, embed_config())
+    assert "a-different-key-123456" not in repr(endpoint_identity(other_key, chat_config()))
+    # The handle itself carries none of it: the container reads identities from config.
+    handle = provider.chat_model("a", chat_config())
+    assert not hasattr(handle, "endpoint_key") and endpoint_key(handle)[0] == "object"
 
 
 async def test_attempts_are_counted_per_http_attempt(
@@ -266,13 +273,14 @@ async def test_retry_after_is_honoured(fake_openai_server: FakeOpenAIServer, cha
 async def test_rate_limited_error_carries_retry_after(
     fake_openai_server: FakeOpenAIServer, provider: OpenAIProvider
 ) -> None:
-    model = make_provider(fake_openai_server.url, retries=0).chat_model("w", chat_config())
+    limited = make_provider(fake_openai_server.url, retries=0)
+    model = limited.chat_model("w", chat_config())
     fake_openai_server.script(CHAT, [FakeResponse(429, headers={"Retry-After": "7"})])
     try:
         with pytest.raises(ModelError) as caught:
             await model.complete("hi")
     finally:
-        await model.provider.aclose()
+        await limited.aclose()
     assert caught.value.error_class is ErrorClass.RATE_LIMITED
     assert caught.value.retry_after == 7.0
 

@@ -270,3 +270,38 @@ pipeline:
     assert table.exit_code == 1 and "auth" in table.stdout
     everything = result.stdout + result.stderr + table.stdout + table.stderr + caplog.text
     assert CANARY not in everything
+
+
+async def test_aliases_with_different_keys_are_probed_apart(fake_openai_server: FakeOpenAIServer) -> None:
+    """Same URL and model, one key expired: the pre-flight must fail that alias (issue 10)."""
+    fake_openai_server.require_api_key("the-good-key-0001")
+    providers = {
+        "good": {"kind": "openai", "base_url": fake_openai_server.url, "api_key": "the-good-key-0001", "retries": 0},
+        "old": {"kind": "openai", "base_url": fake_openai_server.url, "api_key": "an-expired-key-02", "retries": 0},
+    }
+    cfg = {
+        "providers": providers,
+        "models": {
+            "writer": {"provider": "good", "model": "m", "kind": "chat"},
+            "judge": {"provider": "old", "model": "m", "kind": "chat"},
+        },
+        "pipeline": {"columns": [chat_column("a", "writer"), chat_column("b", "judge")]},
+    }
+    report = await preflight(cfg)
+    assert report.check("writer").status == "ok" and report.check("writer").aliases == ["writer"]
+    assert report.check("judge").error_class == "auth"
+
+
+async def test_alias_asking_for_shorter_vectors_is_judged_on_its_own_request(
+    fake_openai_server: FakeOpenAIServer,
+) -> None:
+    fake_openai_server.set_dimensions("e", 384)
+    models = {
+        "full": {"model": "e", "kind": "embedding", "dimensions": 384},
+        "short": {"model": "e", "kind": "embedding", "dimensions": 128, "params": {"dimensions": 128}},
+    }
+    report = await preflight(
+        pipeline(fake_openai_server, models, [TEXT, embed_column("v", "full"), embed_column("w", "short")])
+    )
+    assert report.ok, report.checks
+    assert report.check("short").aliases == ["short"] and fake_openai_server.requests["e"] == 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from typing import Any, Self
 
 from dependency_injector import providers
@@ -16,6 +16,8 @@ from genwire.container.plan import WiringPlan, build_plan
 from genwire.container.wiring import ColumnWiring
 from genwire.errors import GenwireError
 from genwire.generators.base import Generator
+from genwire.providers.base import endpoint_key
+from genwire.providers.factory import endpoint_identity
 
 
 class WiredContainer:
@@ -63,6 +65,18 @@ class WiredContainer:
         except KeyError:
             raise GenwireError(f"no column named {column!r}") from None
         return provider()  # type: ignore[no-any-return]
+
+    def endpoint_identity(self, name: str) -> Hashable:
+        """Targets with equal identities send identical requests and share one probe.
+
+        Read from the config, not from the handle (handles expose nothing of their
+        provider); an overridden target is an object of its own.
+        """
+        target = self._target(name)
+        model = self.config.models.get(name)
+        if model is not None and not target.provider.overridden:
+            return endpoint_identity(self.config.providers[model.provider], model)
+        return endpoint_key(target.provider())
 
     def reset_generators(self) -> None:
         """Fresh generator instances for the next run (generators may keep per-run state)."""

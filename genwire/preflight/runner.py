@@ -18,7 +18,7 @@ from genwire.errors import ErrorClass, GenwireError, ModelError
 from genwire.generators.metadata import ResourceKind
 from genwire.preflight.probes import ProbeFailure, check_dimensions, probe_chat, probe_dataset, probe_embedding
 from genwire.preflight.report import CheckResult, PreflightReport
-from genwire.providers.base import attempt_counter, endpoint_key
+from genwire.providers.base import attempt_counter
 
 
 @dataclass
@@ -79,7 +79,7 @@ class _Preflight:
             except GenwireError as exc:
                 results[t.name] = _result(t, [t.name], "failed", ErrorClass.BAD_RESPONSE.value, str(exc))
                 continue
-            key = (t.kind, endpoint_key(resource))
+            key = (t.kind, self.container.endpoint_identity(t.name))
             groups.setdefault(key, _Group(t.kind, resource)).targets.append(t)
         return list(groups.values())
 

@@ -44,10 +44,10 @@ class Dataset(Protocol):
 
 
 def endpoint_key(resource: object) -> Hashable:
-    """Identity of the endpoint behind a model: aliases with equal keys are probed once.
+    """Identity of the endpoint behind a dataset or an override: equal keys are probed once.
 
-    Real clients define ``endpoint_key``; anything else (a fake, an override) is its own
-    endpoint.
+    Datasets define ``endpoint_key``; anything else (a fake, an override) is its own
+    endpoint. Configured models are identified by the container from their config.
     """
     key = getattr(resource, "endpoint_key", None)
     return key if key is not None else ("object", id(resource))

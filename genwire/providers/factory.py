@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -49,3 +52,19 @@ def make_dataset(name: str, config: DatasetConfig, path: Path) -> Any:
     from genwire.providers.datasets import open_dataset
 
     return open_dataset(name, config, path)
+
+
+def endpoint_identity(provider: ProviderConfig, model: ModelConfig) -> Hashable:
+    """What decides a model's requests: aliases with equal identities share one probe.
+
+    Everything that changes the request is in it (provider kind, base URL, API key,
+    model, kind, params); the key only as a hash, so the identity is safe to keep.
+    """
+    params = json.dumps(model.params, sort_keys=True, default=str)
+    if isinstance(provider, OpenAIProviderConfig):
+        key = provider.api_key.get_secret_value() if provider.api_key is not None else ""
+        key_hash = hashlib.sha256(key.encode()).hexdigest()
+        return ("openai", provider.base_url.rstrip("/"), key_hash, model.model, model.kind, params)
+    from genwire.providers.local import canonical_model_name
+
+    return ("local", canonical_model_name(model.model), model.kind, params)

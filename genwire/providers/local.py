@@ -27,9 +27,10 @@ import importlib.util
 import os
 import secrets
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal, TypeVar
 
 import numpy as np
@@ -38,6 +39,7 @@ import numpy.typing as npt
 from genwire.config.schema import LocalProviderConfig, ModelConfig
 from genwire.errors import ErrorClass, ModelError
 from genwire.providers.base import count_attempt
+from genwire.providers.routes import Route, open_route, resolve_route
 
 __all__ = [
     "CATALOG",
@@ -103,6 +105,13 @@ _BY_NAME = {n.lower(): spec for spec in CATALOG for n in (spec.name, *spec.alias
 def available_models(kind: Kind | None = None) -> list[str]:
     """Canonical names of the local models, optionally of one kind."""
     return [spec.name for spec in CATALOG if kind is None or spec.kind == kind]
+
+
+def canonical_model_name(name: str) -> str:
+    """The catalog's name for ``name`` (aliases spelling it differently share one probe);
+    an unknown name is itself, and is only reported when the model is used."""
+    spec = _BY_NAME.get(name.strip().lower())
+    return spec.name if spec is not None else name
 
 
 def resolve_model(name: str, kind: Kind, *, target: str | None = None) -> LocalModelSpec:
@@ -414,15 +423,16 @@ class LocalProvider:
         self.peak_in_flight = 0
         self._semaphore: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._routes: list[Route[LocalProvider]] = []  # keeps the handles' routes alive
 
     def __repr__(self) -> str:
         return f"LocalProvider(name={self.name!r})"
 
     def chat_model(self, alias: str, config: ModelConfig) -> LocalChatModel:
-        return LocalChatModel(self, alias, config)
+        return LocalChatModel(open_route(self, alias, config.model, self._routes), alias, config)
 
     def embedding_model(self, alias: str, config: ModelConfig) -> LocalEmbeddingModel:
-        return LocalEmbeddingModel(self, alias, config)
+        return LocalEmbeddingModel(open_route(self, alias, config.model, self._routes), alias, config)
 
     async def aclose(self) -> None:
         """Idempotent. Weights stay loaded (they are shared process-wide); a later call
@@ -481,42 +491,64 @@ class LocalProvider:
 # --- models ------------------------------------------------------------------------------
 
 
-class LocalEmbeddingModel:
-    """An embedding alias served by a ``LocalProvider``."""
+class _LocalHandle:
+    """What a plugin holds: alias, model, params and an opaque route token; the provider
+    (and through it every other alias) is not reachable from it."""
 
-    def __init__(self, provider: LocalProvider, alias: str, config: ModelConfig) -> None:
-        self.provider = provider
-        self.alias = alias
-        self.model = config.model
-        self._dimensions = config.dimensions
-        spec = _BY_NAME.get(config.model.strip().lower())
-        # Canonical name when known, so aliases spelling the model differently share one
-        # pre-flight probe; an unknown name is only reported when the model is used.
-        canonical = spec.name if spec is not None else config.model
-        self.endpoint_key = ("local", canonical, "embedding")
+    __slots__ = ("_kind", "_params", "_token", "alias", "model")
+    _kind: Kind
+    _params: Mapping[str, Any]
+    _token: int
+    alias: str
+    model: str
+
+    def __init__(self, token: int, alias: str, config: ModelConfig, kind: Kind) -> None:
+        object.__setattr__(self, "_token", token)
+        object.__setattr__(self, "_kind", kind)
+        object.__setattr__(self, "alias", alias)
+        object.__setattr__(self, "model", config.model)
+        object.__setattr__(self, "_params", MappingProxyType(dict(config.params)))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is read-only")
 
     def __repr__(self) -> str:
-        return f"LocalEmbeddingModel(alias={self.alias!r}, model={self.model!r}, provider={self.provider.name!r})"
+        return f"{type(self).__name__}(alias={self.alias!r}, model={self.model!r})"
 
     @property
-    def dimensions(self) -> int | None:
-        return self._dimensions
+    def params(self) -> Mapping[str, Any]:
+        return self._params
 
     @property
     def spec(self) -> LocalModelSpec:
         """The catalog entry; raises ``ModelError(not_found)`` for an unknown model."""
-        return resolve_model(self.model, "embedding", target=self.alias)
-
-    @property
-    def runtime(self) -> MiniLMRuntime | None:
-        """The shared loaded runtime, or None before the first call."""
-        loaded = _loaded.get(self.spec.name)
-        return loaded if isinstance(loaded, MiniLMRuntime) else None
+        return resolve_model(self.model, self._kind, target=self.alias)
 
     async def load(self) -> None:
-        """Load the weights now (otherwise the first ``embed`` does)."""
+        """Load the weights now (otherwise the first call does)."""
         spec = self.spec
         await asyncio.to_thread(load_model, spec)
+
+    async def _run(self, call: Callable[[object], T]) -> T:
+        route = resolve_route(self._token, LocalProvider)
+        route.provider.count(route.alias)
+        spec = self.spec
+        return await route.provider.run(route.alias, spec, call)
+
+
+class LocalEmbeddingModel(_LocalHandle):
+    """An embedding alias served by a ``LocalProvider``."""
+
+    __slots__ = ("_dimensions",)
+    _dimensions: int | None
+
+    def __init__(self, token: int, alias: str, config: ModelConfig) -> None:
+        super().__init__(token, alias, config, "embedding")
+        object.__setattr__(self, "_dimensions", config.dimensions)
+
+    @property
+    def dimensions(self) -> int | None:
+        return self._dimensions
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if isinstance(texts, str):  # a str is a Sequence[str] of characters: a caller bug
@@ -527,8 +559,7 @@ class LocalEmbeddingModel:
         for text in inputs:
             if not isinstance(text, str):
                 raise TypeError(f"embed() takes texts (str), got {type(text).__name__}")
-        self.provider.count(self.alias)
-        spec = self.spec
+        alias = self.alias
 
         def call(runtime: object) -> list[list[float]]:
             assert isinstance(runtime, MiniLMRuntime)
@@ -538,16 +569,16 @@ class LocalEmbeddingModel:
                 raise ModelError(
                     ErrorClass.SERVER_ERROR,
                     f"onnxruntime failed ({type(exc).__name__}: {exc})",
-                    target=self.alias,
+                    target=alias,
                 ) from exc
 
-        return await self.provider.run(self.alias, spec, call)
+        return await self._run(call)
 
 
 _ERROR_CLASSES = {401: ErrorClass.AUTH, 403: ErrorClass.AUTH, 404: ErrorClass.NOT_FOUND}
 
 
-class LocalChatModel:
+class LocalChatModel(_LocalHandle):
     """A chat alias served by a ``LocalProvider``.
 
     Config ``params`` are defaults and call ``params`` win; they go to llama.cpp's
@@ -555,40 +586,17 @@ class LocalChatModel:
     ``top_p``, ``stop``, ...). ``max_tokens`` defaults to 128.
     """
 
-    def __init__(self, provider: LocalProvider, alias: str, config: ModelConfig) -> None:
-        self.provider = provider
-        self.alias = alias
-        self.model = config.model
-        self.params: dict[str, Any] = dict(config.params)
-        spec = _BY_NAME.get(config.model.strip().lower())
-        canonical = spec.name if spec is not None else config.model
-        self.endpoint_key = ("local", canonical, "chat")
+    __slots__ = ()
 
-    def __repr__(self) -> str:
-        return f"LocalChatModel(alias={self.alias!r}, model={self.model!r}, provider={self.provider.name!r})"
-
-    @property
-    def spec(self) -> LocalModelSpec:
-        """The catalog entry; raises ``ModelError(not_found)`` for an unknown model."""
-        return resolve_model(self.model, "chat", target=self.alias)
-
-    @property
-    def runtime(self) -> SmolLMRuntime | None:
-        """The shared loaded runtime, or None before the first call."""
-        loaded = _loaded.get(self.spec.name)
-        return loaded if isinstance(loaded, SmolLMRuntime) else None
-
-    async def load(self) -> None:
-        """Load the weights now (otherwise the first ``complete`` does)."""
-        spec = self.spec
-        await asyncio.to_thread(load_model, spec)
+    def __init__(self, token: int, alias: str, config: ModelConfig) -> None:
+        super().__init__(token, alias, config, "chat")
 
     def build_request(self, prompt: str, system: str | None, params: dict[str, Any]) -> dict[str, Any]:
         messages: list[dict[str, str]] = []
         if system is not None:
             messages.append({"role": "system", "content": system})
         messages.append({"role": "user", "content": prompt})
-        request = {**self.params, **params}
+        request = {**self._params, **params}
         if "max_completion_tokens" in request:  # newer OpenAI spelling
             request.setdefault("max_tokens", request.pop("max_completion_tokens"))
         request.setdefault("max_tokens", _CHAT_DEFAULT_MAX_TOKENS)
@@ -597,10 +605,8 @@ class LocalChatModel:
         return request
 
     async def complete(self, prompt: str, *, system: str | None = None, **params: Any) -> str:
-        self.provider.count(self.alias)
-        spec = self.spec
         request = self.build_request(prompt, system, params)
-        response = await self.provider.run(self.alias, spec, lambda rt: _call_chat(rt, request))
+        response = await self._run(lambda rt: _call_chat(rt, request))
         return self._content(response)
 
     def _content(self, response: Any) -> str:

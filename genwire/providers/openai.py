@@ -14,6 +14,7 @@ import random
 import time
 from collections.abc import Mapping, Sequence
 from email.utils import parsedate_to_datetime
+from types import MappingProxyType
 from typing import Any, NoReturn
 
 import aiohttp
@@ -22,6 +23,7 @@ from yarl import URL
 from genwire.config.schema import ModelConfig, OpenAIProviderConfig
 from genwire.errors import ErrorClass, ModelError
 from genwire.providers.base import count_attempt
+from genwire.providers.routes import Route, open_route, resolve_route
 
 __all__ = ["OpenAIChatModel", "OpenAIEmbeddingModel", "OpenAIProvider"]
 
@@ -76,6 +78,7 @@ class OpenAIProvider:
         self._session: aiohttp.ClientSession | None = None
         self._semaphore: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._routes: list[Route[OpenAIProvider]] = []  # keeps the handles' routes alive
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(name={self.name!r}, base_url={self._display_url!r})"
@@ -83,10 +86,10 @@ class OpenAIProvider:
     # --- models ------------------------------------------------------------------------
 
     def chat_model(self, alias: str, config: ModelConfig) -> OpenAIChatModel:
-        return OpenAIChatModel(self, alias, config)
+        return OpenAIChatModel(open_route(self, alias, config.model, self._routes), alias, config)
 
     def embedding_model(self, alias: str, config: ModelConfig) -> OpenAIEmbeddingModel:
-        return OpenAIEmbeddingModel(self, alias, config)
+        return OpenAIEmbeddingModel(open_route(self, alias, config.model, self._routes), alias, config)
 
     # --- session lifecycle -------------------------------------------------------------
 
@@ -286,18 +289,42 @@ class OpenAIProvider:
         return text
 
 
-class OpenAIChatModel:
-    """A chat model alias served by an ``OpenAIProvider`` (``/chat/completions``)."""
+class _Handle:
+    """What a plugin holds: alias, model, params and an opaque route token; no provider,
+    session or key is reachable from it (see genwire.providers.routes)."""
 
-    def __init__(self, provider: OpenAIProvider, alias: str, config: ModelConfig) -> None:
-        self.provider = provider
-        self.alias = alias
-        self.model = config.model
-        self.params: dict[str, Any] = dict(config.params)
-        self.endpoint_key = ("openai", provider.base_url, config.model, "chat")
+    __slots__ = ("_params", "_token", "alias", "model")
+    _params: Mapping[str, Any]
+    _token: int
+    alias: str
+    model: str
+
+    def __init__(self, token: int, alias: str, config: ModelConfig) -> None:
+        object.__setattr__(self, "_token", token)
+        object.__setattr__(self, "alias", alias)
+        object.__setattr__(self, "model", config.model)
+        object.__setattr__(self, "_params", MappingProxyType(dict(config.params)))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is read-only")
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        return self._params
 
     def __repr__(self) -> str:
-        return f"OpenAIChatModel(alias={self.alias!r}, model={self.model!r}, provider={self.provider.name!r})"
+        return f"{type(self).__name__}(alias={self.alias!r}, model={self.model!r})"
+
+    async def _post(self, path: str, payload: dict[str, Any]) -> tuple[Any, int]:
+        route = resolve_route(self._token, OpenAIProvider)
+        # The route's model, whatever the payload says: a handle sends only for its model.
+        return await route.provider.post(route.alias, path, {**payload, "model": route.model})
+
+
+class OpenAIChatModel(_Handle):
+    """A chat model alias served by an ``OpenAIProvider`` (``/chat/completions``)."""
+
+    __slots__ = ()
 
     async def complete(self, prompt: str, *, system: str | None = None, **params: Any) -> str:
         messages: list[dict[str, str]] = []
@@ -305,8 +332,8 @@ class OpenAIChatModel:
             messages.append({"role": "system", "content": system})
         messages.append({"role": "user", "content": prompt})
         # Config params, then call params (they win); model and messages are ours.
-        payload = {**self.params, **params, "model": self.model, "messages": messages}
-        data, attempts = await self.provider.post(self.alias, "/chat/completions", payload)
+        payload = {**self._params, **params, "messages": messages}
+        data, attempts = await self._post("/chat/completions", payload)
         return self._content(data, attempts)
 
     def _content(self, data: Any, attempts: int) -> str:
@@ -335,7 +362,7 @@ class OpenAIChatModel:
         return content
 
 
-class OpenAIEmbeddingModel:
+class OpenAIEmbeddingModel(_Handle):
     """An embedding model alias served by an ``OpenAIProvider`` (``/embeddings``).
 
     The config's ``params`` go into the request as they are (e.g. NIM's ``input_type``,
@@ -343,16 +370,12 @@ class OpenAIEmbeddingModel:
     model config is what the pre-flight expects and is not sent by itself.
     """
 
-    def __init__(self, provider: OpenAIProvider, alias: str, config: ModelConfig) -> None:
-        self.provider = provider
-        self.alias = alias
-        self.model = config.model
-        self._dimensions = config.dimensions
-        self.params: dict[str, Any] = dict(config.params)
-        self.endpoint_key = ("openai", provider.base_url, config.model, "embedding")
+    __slots__ = ("_dimensions",)
+    _dimensions: int | None
 
-    def __repr__(self) -> str:
-        return f"OpenAIEmbeddingModel(alias={self.alias!r}, model={self.model!r}, provider={self.provider.name!r})"
+    def __init__(self, token: int, alias: str, config: ModelConfig) -> None:
+        super().__init__(token, alias, config)
+        object.__setattr__(self, "_dimensions", config.dimensions)
 
     @property
     def dimensions(self) -> int | None:
@@ -362,8 +385,8 @@ class OpenAIEmbeddingModel:
         inputs = list(texts)
         if not inputs:
             return []
-        payload = {**self.params, "model": self.model, "input": inputs}
-        data, attempts = await self.provider.post(self.alias, "/embeddings", payload)
+        payload = {**self._params, "input": inputs}
+        data, attempts = await self._post("/embeddings", payload)
         return self._vectors(data, len(inputs), attempts)
 
     def _vectors(self, data: Any, count: int, attempts: int) -> list[list[float]]:

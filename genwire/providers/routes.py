@@ -1,0 +1,44 @@
+"""Per-model send capabilities: what a model handle holds instead of its provider.
+
+A handle given to a plugin must lead nowhere but its own model (SPEC §3). It therefore
+keeps no reference to its provider (which owns the HTTP session and the API key and
+serves every alias): it holds an unguessable 128-bit token. The provider keeps the
+``Route`` (provider, alias, model) alive, and only provider code resolves a token, with
+the model id fixed inside the route, so a handle can only ever send for its own model.
+"""
+
+from __future__ import annotations
+
+import secrets
+import weakref
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+P = TypeVar("P")
+
+
+@dataclass(frozen=True, slots=True, weakref_slot=True)
+class Route(Generic[P]):
+    provider: P
+    alias: str
+    model: str
+
+
+# Weak values: a route lives exactly as long as the provider that created it.
+_ROUTES: weakref.WeakValueDictionary[int, Route[object]] = weakref.WeakValueDictionary()
+
+
+def open_route(provider: P, alias: str, model: str, keep: list[Route[P]]) -> int:
+    """Register a route and return its token; ``keep`` is the provider's list of routes."""
+    route = Route(provider, alias, model)
+    keep.append(route)
+    token = secrets.randbits(128)
+    _ROUTES[token] = route  # type: ignore[assignment]  # Route is covariant in practice
+    return token
+
+
+def resolve_route(token: int, provider_type: type[P]) -> Route[P]:
+    route = _ROUTES.get(token)
+    if route is None or not isinstance(route.provider, provider_type):
+        raise RuntimeError("this model handle's provider is closed or gone")
+    return route  # type: ignore[return-value]  # checked just above
