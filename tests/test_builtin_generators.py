@@ -87,7 +87,12 @@ def make(cls: type[Generator[Any]], params: dict[str, Any], seed: int = 7, **slo
 
 
 def indexed(n: int, start: int = 0, **fields: Any) -> list[dict[str, Any]]:
-    return [{"_index": i, **fields} for i in range(start, start + n)]
+    return [dict(fields) for _ in range(start, start + n)]
+
+
+async def at_rows(gen: Generator[Any], n: int, start: int = 0, **fields: Any) -> list[Any]:
+    """What the engine does: rows of user columns only, their run indices beside them."""
+    return await gen.generate_batch(indexed(n, start, **fields), list(range(start, start + n)))
 
 
 def params_error(cls: type[Generator[Any]], params: dict[str, Any]) -> str:
@@ -129,7 +134,7 @@ async def test_gather_rows_propagates_cancellation() -> None:
 
 async def test_sampler_category_weights_distribution() -> None:
     gen = make(Sampler, {"kind": "category", "values": ["a", "b", "c"], "weights": [1, 2, 7]})
-    values = await gen.generate(indexed(2000))
+    values = await at_rows(gen, 2000)
     counts = Counter(values)
     assert set(counts) == {"a", "b", "c"}
     for value, expected in {"a": 0.1, "b": 0.2, "c": 0.7}.items():
@@ -138,15 +143,15 @@ async def test_sampler_category_weights_distribution() -> None:
 
 async def test_sampler_is_seeded_reproducible_and_batch_independent() -> None:
     params = {"kind": "category", "values": list(range(10))}
-    one = await make(Sampler, params).generate(indexed(50))
-    again = await make(Sampler, params).generate(indexed(50))
-    other = await make(Sampler, params, seed=8).generate(indexed(50))
+    one = await at_rows(make(Sampler, params), 50)
+    again = await at_rows(make(Sampler, params), 50)
+    other = await at_rows(make(Sampler, params, seed=8), 50)
     assert one == again
     assert one != other
     # Same values whatever the batching, even with batches run out of order.
     gen = make(Sampler, params)
-    second = await gen.generate(indexed(30, start=20))
-    first = await gen.generate(indexed(20))
+    second = await at_rows(gen, 30, start=20)
+    first = await at_rows(gen, 20)
     assert first + second == one
     # The column name is part of the seed: two sampler columns do not mirror each other.
     other_col = Sampler(
@@ -155,39 +160,39 @@ async def test_sampler_is_seeded_reproducible_and_batch_independent() -> None:
         resources=Resources("sampler", "d", {}),
         seed=7,
     )
-    assert await other_col.generate(indexed(50)) != one
+    assert await at_rows(other_col, 50) != one
 
 
 async def test_sampler_uniform_integer_bounds_inclusive() -> None:
     gen = make(Sampler, {"kind": "uniform", "low": 1, "high": 3, "integer": True})
-    values = await gen.generate(indexed(300))
+    values = await at_rows(gen, 300)
     assert all(type(v) is int for v in values)
     assert set(values) == {1, 2, 3}
 
 
 async def test_sampler_uniform_float_bounds() -> None:
     gen = make(Sampler, {"kind": "uniform", "low": -0.5, "high": 0.5})
-    values = await gen.generate(indexed(500))
+    values = await at_rows(gen, 500)
     assert all(isinstance(v, float) and -0.5 <= v <= 0.5 for v in values)
     assert len(set(values)) == 500
 
 
 async def test_sampler_uuid_format_and_reproducible() -> None:
-    values = await make(Sampler, {"kind": "uuid"}).generate(indexed(100))
+    values = await at_rows(make(Sampler, {"kind": "uuid"}), 100)
     assert len(set(values)) == 100
     for v in values:
         parsed = uuid.UUID(v)
         assert parsed.version == 4 and str(parsed) == v
         assert parsed.variant == uuid.RFC_4122
-    assert await make(Sampler, {"kind": "uuid"}).generate(indexed(100)) == values
-    assert await make(Sampler, {"kind": "uuid"}, seed=1).generate(indexed(100)) != values
+    assert await at_rows(make(Sampler, {"kind": "uuid"}), 100) == values
+    assert await at_rows(make(Sampler, {"kind": "uuid"}, seed=1), 100) != values
 
 
 async def test_sampler_rows_without_index_continue_a_cursor() -> None:
     params = {"kind": "uuid"}
     gen = make(Sampler, params)
     values = await gen.generate([{}, {}]) + await gen.generate([{}])
-    assert values == await make(Sampler, params).generate(indexed(3))
+    assert values == await at_rows(make(Sampler, params), 3)
 
 
 @pytest.mark.parametrize(
@@ -217,53 +222,53 @@ ROWS = [{"id": i, "text": f"passage {i}"} for i in range(10)]
 async def test_seed_dataset_in_order_cycles() -> None:
     dataset = MemoryDataset(ROWS[:4])
     gen = make(SeedDataset, {}, dataset=dataset)
-    out = await gen.generate(indexed(10))
+    out = await at_rows(gen, 10)
     assert [r["id"] for r in out] == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1]
     assert out[0] == {"id": 0, "text": "passage 0"}
     assert dataset.loads == 1
-    await gen.generate(indexed(3, start=10))
+    await at_rows(gen, 3, start=10)
     assert dataset.loads == 1
 
 
 async def test_seed_dataset_shuffle_permutes_each_cycle() -> None:
     gen = make(SeedDataset, {"shuffle": True}, dataset=MemoryDataset(ROWS))
-    ids = [r["id"] for r in await gen.generate(indexed(30))]
+    ids = [r["id"] for r in await at_rows(gen, 30)]
     cycles = [ids[0:10], ids[10:20], ids[20:30]]
     assert all(sorted(c) == list(range(10)) for c in cycles)
     assert cycles[0] != list(range(10))
     assert len({tuple(c) for c in cycles}) == 3  # reshuffled every cycle
     again = make(SeedDataset, {"shuffle": True}, dataset=MemoryDataset(ROWS))
-    assert [r["id"] for r in await again.generate(indexed(30))] == ids
+    assert [r["id"] for r in await at_rows(again, 30)] == ids
     other = make(SeedDataset, {"shuffle": True}, seed=99, dataset=MemoryDataset(ROWS))
-    assert [r["id"] for r in await other.generate(indexed(30))] != ids
+    assert [r["id"] for r in await at_rows(other, 30)] != ids
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
 async def test_seed_dataset_batch_size_and_order_independent(shuffle: bool) -> None:
     whole = make(SeedDataset, {"shuffle": shuffle}, dataset=MemoryDataset(ROWS))
-    expected = await whole.generate(indexed(25))
+    expected = await at_rows(whole, 25)
     batched = make(SeedDataset, {"shuffle": shuffle}, dataset=MemoryDataset(ROWS))
-    batches = [indexed(min(3, 25 - s), start=s) for s in range(0, 25, 3)]
-    results = await asyncio.gather(*(batched.generate(b) for b in reversed(batches)))
+    starts = list(range(0, 25, 3))
+    results = await asyncio.gather(*(at_rows(batched, min(3, 25 - s), start=s) for s in reversed(starts)))
     assert [row for batch in reversed(results) for row in batch] == expected
 
 
 async def test_seed_dataset_rows_are_independent_copies() -> None:
     gen = make(SeedDataset, {}, dataset=MemoryDataset([{"tags": ["a"]}]))
-    first, second = await gen.generate(indexed(2))
+    first, second = await at_rows(gen, 2)
     first["tags"].append("b")
     assert second == {"tags": ["a"]}
 
 
 async def test_seed_dataset_without_random_access_reads_rows() -> None:
     gen = make(SeedDataset, {}, dataset=StreamOnlyDataset(ROWS[:3]))
-    assert [r["id"] for r in await gen.generate(indexed(5))] == [0, 1, 2, 0, 1]
+    assert [r["id"] for r in await at_rows(gen, 5)] == [0, 1, 2, 0, 1]
 
 
 async def test_seed_dataset_empty_raises() -> None:
     gen = make(SeedDataset, {}, dataset=MemoryDataset([]))
     with pytest.raises(ValueError, match="dataset is empty"):
-        await gen.generate(indexed(1))
+        await at_rows(gen, 1)
 
 
 def test_seed_dataset_bad_params() -> None:
@@ -285,7 +290,7 @@ async def test_llm_text_renders_row_and_passes_model_params() -> None:
         },
         model=model,
     )
-    rows = [{"_index": i, "passage": {"text": f"t{i}"}, "style": "short"} for i in range(3)]
+    rows = [{"passage": {"text": f"t{i}"}, "style": "short"} for i in range(3)]
     out = await gen.generate(rows)
     assert out == [f"Q about: Ask about: t{i}" for i in range(3)]
     assert model.calls[0] == {
@@ -299,14 +304,14 @@ async def test_llm_text_renders_row_and_passes_model_params() -> None:
 async def test_llm_text_without_system_sends_none() -> None:
     model = FakeChatModel("ok")
     gen = make(LLMText, {"prompt": "hi {{ name }}"}, model=model)
-    assert await gen.generate([{"_index": 0, "name": "x"}]) == ["ok"]
+    assert await gen.generate([{"name": "x"}]) == ["ok"]
     assert model.calls == [{"prompt": "hi x", "system": None}]
 
 
 def test_llm_text_reads_template_variables() -> None:
     params = LLMText.params_model.model_validate(
         {
-            "prompt": "{% for i in range(2) %}{{ passage.text }}{{ loop.index }}{% endfor %}{{ _index }}",
+            "prompt": "{% for i in range(2) %}{{ passage.text }}{{ loop.index }}{% endfor %}",
             "system": "{% set tone = 'dry' %}{{ persona.name }} {{ tone }}",
         }
     )
@@ -316,9 +321,9 @@ def test_llm_text_reads_template_variables() -> None:
 async def test_llm_text_missing_field_fails_only_that_row() -> None:
     gen = make(LLMText, {"prompt": "{{ passage.text }}"}, model=FakeChatModel("ok"))
     rows = [
-        {"_index": 0, "passage": {"text": "a"}},
-        {"_index": 1, "passage": {"title": "no text"}},
-        {"_index": 2},
+        {"passage": {"text": "a"}},
+        {"passage": {"title": "no text"}},
+        {},
     ]
     out = await gen.generate(rows)
     assert out[0] == "ok"
@@ -332,13 +337,13 @@ async def test_llm_text_missing_field_fails_only_that_row() -> None:
 async def test_llm_text_mapping_keys_win_over_dict_methods() -> None:
     model = FakeChatModel(lambda p: p)
     gen = make(LLMText, {"prompt": "{{ row.items }}/{{ row.keys }}"}, model=model)
-    assert await gen.generate([{"_index": 0, "row": {"items": "A", "keys": "B"}}]) == ["A/B"]
+    assert await gen.generate([{"row": {"items": "A", "keys": "B"}}]) == ["A/B"]
 
 
 async def test_llm_text_empty_reply_is_row_failure() -> None:
     model = FakeChatModel(lambda p: "" if p == "2" else "  \n" if p == "3" else "fine")
     gen = make(LLMText, {"prompt": "{{ n }}"}, model=model)
-    out = await gen.generate([{"_index": i, "n": i} for i in range(1, 4)])
+    out = await gen.generate([{"n": i} for i in range(1, 4)])
     assert out[0] == "fine"
     for failure in out[1:]:
         assert isinstance(failure, RowFailure)
@@ -353,7 +358,7 @@ async def test_llm_text_model_error_is_row_failure() -> None:
             return "good"
 
     gen = make(LLMText, {"prompt": "{{ p }}"}, model=Flaky())
-    out = await gen.generate([{"_index": 0, "p": "ok"}, {"_index": 1, "p": "bad"}])
+    out = await gen.generate([{"p": "ok"}, {"p": "bad"}])
     assert out[0] == "good"
     assert isinstance(out[1], RowFailure) and isinstance(out[1].error, ConnectionError)
 
@@ -386,10 +391,10 @@ async def test_embedding_one_call_per_batch_and_row_failures() -> None:
     model = FakeEmbeddingModel(dimensions=8)
     gen = make(Embedding, {"column": "passage.text"}, model=model)
     rows = [
-        {"_index": 0, "passage": {"text": "alpha"}},
-        {"_index": 1, "passage": {"text": 42}},
-        {"_index": 2, "passage": {}},
-        {"_index": 3, "passage": {"text": "beta"}},
+        {"passage": {"text": "alpha"}},
+        {"passage": {"text": 42}},
+        {"passage": {}},
+        {"passage": {"text": "beta"}},
     ]
     out = await gen.generate(rows)
     assert model.calls == [["alpha", "beta"]]
@@ -398,7 +403,7 @@ async def test_embedding_one_call_per_batch_and_row_failures() -> None:
     assert all(isinstance(x, float) for x in out[0])
     assert isinstance(out[1], RowFailure) and "not a string" in str(out[1].error)
     assert isinstance(out[2], RowFailure) and "no 'text'" in str(out[2].error)
-    await gen.generate([{"_index": 4, "passage": {"text": "gamma"}}])
+    await gen.generate([{"passage": {"text": "gamma"}}])
     assert len(model.calls) == 2
 
 
@@ -410,7 +415,7 @@ async def test_embedding_model_failure_fails_embedded_rows() -> None:
             return [[math.nan] * 4 for _ in texts]
 
     gen = make(Embedding, {"column": "q"}, model=Broken())
-    out = await gen.generate([{"_index": 0, "q": "a"}])
+    out = await gen.generate([{"q": "a"}])
     assert isinstance(out[0], RowFailure) and "non-finite" in str(out[0].error)
 
 
@@ -429,9 +434,9 @@ async def test_dedup_removes_exact_duplicates_keeps_distinct() -> None:
     model = FakeEmbeddingModel(dimensions=64)
     gen = make(EmbeddingDedup, {"column": "qs"}, embedder=model)
     rows = [
-        {"_index": 0, "qs": ["what is x?", "what is y?", "what is x?", "why z?"]},
-        {"_index": 1, "qs": []},
-        {"_index": 2, "qs": ["why z?", "  ", "why z?"]},
+        {"qs": ["what is x?", "what is y?", "what is x?", "why z?"]},
+        {"qs": []},
+        {"qs": ["why z?", "  ", "why z?"]},
     ]
     out = await gen.generate(rows)
     assert out == [["what is x?", "what is y?", "why z?"], [], ["why z?"]]
@@ -442,13 +447,13 @@ async def test_dedup_removes_exact_duplicates_keeps_distinct() -> None:
 async def test_dedup_text_field_returns_original_items() -> None:
     gen = make(EmbeddingDedup, {"column": "qs", "text_field": "q"}, embedder=FakeEmbeddingModel(16))
     a, b, a2 = {"q": "a", "n": 1}, {"q": "b", "n": 2}, {"q": "a", "n": 3}
-    (kept,) = await gen.generate([{"_index": 0, "qs": [a, b, a2]}])
+    (kept,) = await gen.generate([{"qs": [a, b, a2]}])
     assert kept == [a, b] and kept[0] is a
 
 
 async def test_dedup_threshold_on_near_duplicates() -> None:
     table = {"cat": [1.0, 0.0], "kitten": [0.95, 0.31], "car": [0.0, 1.0]}
-    rows = [{"_index": 0, "qs": ["cat", "kitten", "car"]}]
+    rows = [{"qs": ["cat", "kitten", "car"]}]
     loose = make(EmbeddingDedup, {"column": "qs"}, embedder=VectorEmbedder(table))
     assert await loose.generate(rows) == [["cat", "car"]]
     strict = make(EmbeddingDedup, {"column": "qs", "threshold": 0.99}, embedder=VectorEmbedder(table))
@@ -460,9 +465,9 @@ async def test_dedup_bad_rows_fail_alone() -> None:
     gen = make(EmbeddingDedup, {"column": "qs"}, embedder=model)
     out = await gen.generate(
         [
-            {"_index": 0, "qs": "not a list"},
-            {"_index": 1, "qs": [{"q": "mapping"}]},
-            {"_index": 2, "qs": ["ok", "ok"]},
+            {"qs": "not a list"},
+            {"qs": [{"q": "mapping"}]},
+            {"qs": ["ok", "ok"]},
         ]
     )
     assert isinstance(out[0], RowFailure) and "not a list" in str(out[0].error)
@@ -473,7 +478,7 @@ async def test_dedup_bad_rows_fail_alone() -> None:
 async def test_dedup_non_finite_vectors_fail_the_rows() -> None:
     table = {"a": [1.0, 0.0], "b": [math.nan, 1.0]}
     gen = make(EmbeddingDedup, {"column": "qs"}, embedder=VectorEmbedder(table))
-    out = await gen.generate([{"_index": 0, "qs": ["a", "b"]}, {"_index": 1, "qs": []}])
+    out = await gen.generate([{"qs": ["a", "b"]}, {"qs": []}])
     assert isinstance(out[0], RowFailure) and "non-finite" in str(out[0].error)
     assert out[1] == []
 
@@ -512,8 +517,8 @@ async def test_hard_negatives_top_k_excludes_positive() -> None:
     gen, _ = hard_negatives({"k": 4})
     # Query text equal to a passage makes that passage the nearest one: it is the positive.
     rows: list[dict[str, Any]] = [
-        {"_index": 0, "q": "passage number 5", "passage": CORPUS[5]},
-        {"_index": 1, "q": "passage number 9", "passage": "p9"},
+        {"q": "passage number 5", "passage": CORPUS[5]},
+        {"q": "passage number 9", "passage": "p9"},
     ]
     out = await gen.generate(rows)
     matrix = np.array([hash_vector(p["text"], 32) for p in CORPUS])
@@ -538,7 +543,7 @@ async def test_hard_negatives_embeds_corpus_once_in_chunks() -> None:
     gen, model = hard_negatives({"k": 2})
 
     def batch(start: int) -> list[dict[str, Any]]:
-        return [{"_index": i, "q": f"query {i}", "passage": f"p{i}"} for i in range(start, start + 3)]
+        return [{"q": f"query {i}", "passage": f"p{i}"} for i in range(start, start + 3)]
 
     await asyncio.gather(gen.generate(batch(0)), gen.generate(batch(3)))
     await gen.generate(batch(6))
@@ -557,7 +562,7 @@ async def test_hard_negatives_excludes_same_text_and_caps_k() -> None:
     ]
     gen, model = hard_negatives({"k": 5}, corpus=corpus)
     # Positive given as a string id while the corpus holds ints.
-    (negatives,) = await gen.generate([{"_index": 0, "q": "the question", "passage": "1"}])
+    (negatives,) = await gen.generate([{"q": "the question", "passage": "1"}])
     assert [n["id"] for n in negatives] == [3]
     assert model.calls[0] == ["the answer", "the answer", "something else"]
 
@@ -579,9 +584,9 @@ async def test_hard_negatives_corpus_embedding_failure_fails_batch_then_retries(
         embedder=model,
         corpus=MemoryDataset(CORPUS[:5]),
     )
-    (first,) = await gen.generate([{"_index": 0, "q": "x", "passage": "p0"}])
+    (first,) = await gen.generate([{"q": "x", "passage": "p0"}])
     assert isinstance(first, RowFailure) and isinstance(first.error, ConnectionError)
-    (second,) = await gen.generate([{"_index": 1, "q": "x", "passage": "p0"}])
+    (second,) = await gen.generate([{"q": "x", "passage": "p0"}])
     assert len(second) == 1 and second[0]["id"] != "p0"
     assert gen.resources.corpus.loads == 1  # the corpus is read once; only embedding retried
 
@@ -590,10 +595,10 @@ async def test_hard_negatives_bad_rows_fail_alone() -> None:
     gen, _ = hard_negatives({"k": 1})
     out = await gen.generate(
         [
-            {"_index": 0, "q": "", "passage": "p1"},
-            {"_index": 1, "q": "fine", "passage": None},
-            {"_index": 2, "q": "fine"},
-            {"_index": 3, "q": "fine", "passage": "p1"},
+            {"q": "", "passage": "p1"},
+            {"q": "fine", "passage": None},
+            {"q": "fine"},
+            {"q": "fine", "passage": "p1"},
         ]
     )
     assert [type(o) for o in out[:3]] == [RowFailure] * 3
@@ -604,9 +609,9 @@ async def test_hard_negatives_bad_rows_fail_alone() -> None:
 async def test_hard_negatives_corpus_missing_field_raises_dataset_error() -> None:
     gen, model = hard_negatives({"text_field": "body"})
     with pytest.raises(DatasetError, match="no 'body' field"):
-        await gen.generate([{"_index": 0, "q": "x", "passage": "p1"}])
+        await gen.generate([{"q": "x", "passage": "p1"}])
     with pytest.raises(DatasetError):
-        await gen.generate([{"_index": 1, "q": "x", "passage": "p1"}])
+        await gen.generate([{"q": "x", "passage": "p1"}])
     assert model.calls == []
 
 

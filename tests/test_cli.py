@@ -85,4 +85,4 @@ def test_real_entry_point_no_traceback_and_debug(write_config: Callable[[str], P
 
 def test_run_rejects_bad_output_before_anything(write_config: Callable[[str], Path]) -> None:
     code, _, err = invoke("run", str(write_config(GOOD)), "-o", "data.txt")
-    assert code == 2 and "use a .jsonl, .csv or .parquet file" in err
+    assert code == 2 and "'.txt' is not a known format; use .jsonl, .csv or .parquet" in err

@@ -112,7 +112,7 @@ def test_reads_of_later_or_unknown_columns_are_wiring_errors() -> None:
 def test_params_errors_name_the_column() -> None:
     cfg = config(columns=[{"name": "s", "generator": "sampler", "params": {"kind": "uniform", "low": 5, "high": 1}}])
     with pytest.raises(
-        genwire.WiringError, match=r"pipeline\.columns\[0\]\.params.*column 's' \(generator 'sampler'\)"
+        genwire.WiringError, match=r"pipeline\.columns\[0\] \(s\)\.params.*column 's' \(generator 'sampler'\)"
     ):
         genwire.boot(cfg)
 
@@ -162,7 +162,7 @@ async def test_registry_serves_only_bound_aliases() -> None:
             gen = container.generator("r")
             assert gen.resources.models.aliases == ["judge"]
             with pytest.raises(KeyError, match="not in this column's model registry"):
-                await gen.generate([{"_index": 0}])
+                await gen.generate([{}])
             # Nothing else is stored in the view to reach around it.
             assert list(gen.resources.models._models) == ["judge"]
 
@@ -195,7 +195,7 @@ async def test_override_restores_cleanly_twice_in_a_row() -> None:
             with container.override("writer", fake):
                 gen = container.generator("q")
                 assert gen is not before and gen.resources.model is fake  # singleton rebuilt
-                assert await gen.generate([{"_index": 0}]) == [reply]
+                assert await gen.generate([{}]) == [reply]
             after = container.generator("q")
             assert after.resources.model is original
             assert container.resource("writer") is original
@@ -216,7 +216,7 @@ async def test_override_of_dataset_and_embedding() -> None:
     container = genwire.boot(cfg)
     async with container:
         with container.override("embedder", FakeEmbeddingModel(dimensions=8)):
-            vectors = await container.generator("e").generate([{"_index": 0, "t": "hello"}])
+            vectors = await container.generator("e").generate([{"t": "hello"}])
             assert len(vectors[0]) == 8
 
 

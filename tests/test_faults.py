@@ -9,15 +9,31 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import genwire
+from genwire.generators import Generator, GeneratorMetadata
 from genwire.testing import FakeOpenAIServer
 from genwire.testing.fake_server import FakeResponse
 
 
-def load_pipeline(url: str, out: Path, n: int, concurrency: int = 32) -> dict[str, Any]:
+class RowIndex(Generator[Any]):
+    """The row's index in the run, from the indices the engine passes beside the rows."""
+
+    metadata = GeneratorMetadata(name="row-index", description="the row's index", required_resources={})
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        return await self.generate_batch(rows, range(len(rows)))
+
+    async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any]:
+        return [str(i) for i in indices]
+
+
+def load_pipeline(url: str, out: Path, n: int, concurrency: int = 32, row_index: bool = True) -> dict[str, Any]:
+    """With ``row_index`` (in-process runs only: it is a test plugin), each prompt names its row."""
+    index = [{"name": "idx", "generator": "row-index"}] if row_index else []
     return {
         "providers": {
             "srv": {"kind": "openai", "base_url": url, "max_concurrency": concurrency, "backoff_s": 0.01, "retries": 4}
@@ -28,7 +44,7 @@ def load_pipeline(url: str, out: Path, n: int, concurrency: int = 32) -> dict[st
             "output": str(out),
             "max_failure_rate": 0.05,
             "columns": [
-                {"name": "idx", "generator": "template", "params": {"template": "{{ _index }}"}},
+                *index,
                 {
                     "name": "k",
                     "generator": "sampler",
@@ -38,7 +54,7 @@ def load_pipeline(url: str, out: Path, n: int, concurrency: int = 32) -> dict[st
                     "name": "text",
                     "generator": "llm-text",
                     "resources": {"model": "writer"},
-                    "params": {"prompt": "row {{ k }}; id {{ idx }}"},
+                    "params": {"prompt": "row {{ k }}; id {{ idx }}" if row_index else "row {{ k }};"},
                 },
             ],
         },
@@ -52,7 +68,7 @@ async def test_2000_rows_with_transient_and_permanent_faults(tmp_path: Path) -> 
             "writer", 0.05, statuses=(503, FakeResponse(status=429, headers={"Retry-After": "0"}), "reset"), seed=7
         )
         server.fail_when("writer", "row 7;", 400)  # k == 7: about 1 % of rows, never recoverable
-        container = genwire.boot(load_pipeline(server.url, out, 2000))
+        container = genwire.boot(load_pipeline(server.url, out, 2000), generators=[RowIndex])
         async with container:
             result = await container.run(skip_preflight=True)
         peak, sent = server.peak_in_flight, server.requests["writer"]
@@ -118,7 +134,9 @@ def test_sigint_mid_run_exits_promptly_and_cleanly(tmp_path: Path) -> None:
     out = tmp_path / "data.jsonl"
     with FakeOpenAIServer(latency=0.2) as server:
         config = tmp_path / "genwire.yaml"
-        config.write_text(json.dumps(load_pipeline(server.url, out, 5000, concurrency=8)))  # JSON is YAML
+        config.write_text(
+            json.dumps(load_pipeline(server.url, out, 5000, concurrency=8, row_index=False))
+        )  # JSON is YAML
         proc = subprocess.Popen(
             [sys.executable, "-m", "genwire.cli.main", "run", str(config)],
             stdout=subprocess.PIPE,

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,9 +72,12 @@ class DieOnce(Generator[DieOnceParams]):
     params_model = DieOnceParams
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
-        for row in rows:
-            if row["_index"] in self.params.at:
-                marker = Path(self.params.marker_dir) / f"died-at-{row['_index']}"
+        return await self.generate_batch(rows, range(len(rows)))
+
+    async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any]:
+        for index in indices:
+            if index in self.params.at:
+                marker = Path(self.params.marker_dir) / f"died-at-{index}"
                 try:
                     fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
                 except FileExistsError:
@@ -82,7 +85,7 @@ class DieOnce(Generator[DieOnceParams]):
                 os.close(fd)
                 await asyncio.sleep(0.3)  # let the block's other batches finish first
                 os._exit(1)
-        return [row["_index"] for row in rows]
+        return list(indices)
 
 
 class Pid(Generator[Any]):
@@ -96,7 +99,10 @@ class Crash(Generator[Any]):
     metadata = GeneratorMetadata(name="crash", description="x", required_resources={})
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
-        if any(r["_index"] >= 20 for r in rows):
+        return await self.generate_batch(rows, range(len(rows)))
+
+    async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any]:
+        if any(i >= 20 for i in indices):
             raise ZeroDivisionError("oops")
         return [0 for _ in rows]
 

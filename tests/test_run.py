@@ -245,6 +245,6 @@ async def test_plugin_bugs_fail_the_run_clearly(tmp_path: Path, cls: type[Genera
 async def test_bad_output_extension_fails_before_any_request(
     fake_openai_server: FakeOpenAIServer, tmp_path: Path
 ) -> None:
-    with pytest.raises(genwire.RunError, match=r"unsupported extension; use \.jsonl, \.csv or \.parquet"):
+    with pytest.raises(genwire.RunError, match=r"'\.txt' is not a known format; use \.jsonl, \.csv or \.parquet"):
         await run(full_pipeline(fake_openai_server, tmp_path, n=5), output=tmp_path / "out.txt")
     assert fake_openai_server.total_requests == 0  # not even the pre-flight was paid for

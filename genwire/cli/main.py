@@ -138,8 +138,11 @@ def preflight(file: Path, as_json: bool) -> None:
 
 
 def _output_suffix(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
-    if value is not None and value.suffix.lower() not in (".jsonl", ".csv", ".parquet"):
-        raise click.BadParameter(f"{value}: use a .jsonl, .csv or .parquet file")
+    from genwire.config.schema import output_suffix_problem
+
+    problem = output_suffix_problem(str(value)) if value is not None else None
+    if problem:
+        raise click.BadParameter(problem)
     return value
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from genwire.config.messages import describe, shown, user_path
 from genwire.config.schema import GenwireConfig
 from genwire.errors import ConfigError
 
@@ -43,17 +44,26 @@ class LoadedConfig:
     source: str
     base_dir: Path
     locations: dict[Path_, Location] = field(default_factory=dict)
+    column_names: dict[int, str] = field(default_factory=dict)  # for "columns[1] (question)"
 
     def where(self, path: Path_) -> str:
-        """``file:line:col key.path`` for the deepest known prefix of ``path``."""
-        return f"{self._position(path)} {format_path(path)}".strip()
+        """``file:line:col key.path`` for the deepest known prefix of ``path``; a path
+        inside a column also names the column."""
+        shown = format_path(path)
+        if len(path) >= 3 and path[:2] == ("pipeline", "columns") and isinstance(path[2], int):
+            name = self.column_names.get(path[2])
+            if name:
+                head = format_path(path[:3])
+                shown = f"{head} ({name}){shown[len(head) :]}"
+        return f"{self._position(path)} {shown}".strip()
 
     def _position(self, path: Path_) -> str:
         for end in range(len(path), -1, -1):
             loc = self.locations.get(path[:end])
             if loc is not None:
                 return f"{self.source}:{loc.line}:{loc.column}"
-        return self.source
+        # Nothing located (a file that is empty, a list or a scalar): its start.
+        return f"{self.source}:1:1" if self.locations else self.source
 
     def resolve_path(self, value: str) -> Path:
         p = Path(os.path.expanduser(value))
@@ -167,7 +177,7 @@ def parse_yaml(text: str, source: str, env: Mapping[str, str] | None = None) -> 
     except RecursionError:
         raise ConfigError(f"{source}: nesting too deep to parse") from None
     if node is None:
-        raise ConfigError(f"{source}: the file is empty; it needs at least a pipeline: section")
+        raise ConfigError(f"{source}:1:1: the file is empty; it needs at least a pipeline: section")
     builder = _Builder(source, os.environ if env is None else env)
     try:
         data = builder.build(node, ())
@@ -178,16 +188,19 @@ def parse_yaml(text: str, source: str, env: Mapping[str, str] | None = None) -> 
     return data, builder.locations
 
 
+def _column_names(data: dict[str, Any]) -> dict[int, str]:
+    pipeline = data.get("pipeline")
+    columns = pipeline.get("columns") if isinstance(pipeline, dict) else None
+    if not isinstance(columns, list):
+        return {}
+    return {i: c["name"] for i, c in enumerate(columns) if isinstance(c, dict) and isinstance(c.get("name"), str)}
+
+
 def _validation_problems(exc: ValidationError, loaded: LoadedConfig) -> list[str]:
     problems = []
-    for err in exc.errors(include_url=False, include_input=False):
-        path = _strip_union_tag(tuple(err["loc"]))
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = f"unknown key {path[-1]!r}" if path else "unknown key"
-        elif err["type"] == "missing":
-            msg = "required key is missing"
-        problems.append(f"{loaded.where(path)}: {msg}")
+    for err in exc.errors(include_url=False):
+        path = user_path(err, _strip_union_tag(tuple(p for p in err["loc"] if p != "[key]")))
+        problems.append(f"{loaded.where(path)}: {describe(err, path)}")
     return problems
 
 
@@ -231,8 +244,10 @@ def validate_data(
 ) -> LoadedConfig:
     """Validate already-parsed data (a YAML document or a dict built in Python)."""
     if not isinstance(data, dict):
-        raise ConfigError(f"{source}: the top level must be a mapping with a pipeline: section")
+        where = f"{source}:1:1" if locations is not None else source
+        raise ConfigError(f"{where}: the top level must be a mapping with a pipeline: section, got {shown(data)}")
     loaded = LoadedConfig(config=None, source=source, base_dir=base_dir, locations=locations or {})  # type: ignore[arg-type]
+    loaded.column_names = _column_names(data)
     try:
         loaded.config = GenwireConfig.model_validate(data)
     except ValidationError as exc:

@@ -7,7 +7,37 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-Name = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]*$", max_length=128)]
+NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]*$"
+Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
+# The output formats, defined once: the schema, the CLI and the writers all use these.
+OUTPUT_SUFFIXES = (".jsonl", ".csv", ".parquet")
+
+
+def output_suffix_problem(path: str) -> str | None:
+    """Why ``path`` cannot be an output file, in words; None when its format is known."""
+    suffix = "." + path.rsplit(".", 1)[-1] if "." in path.rsplit("/", 1)[-1] else ""
+    if suffix.lower() in OUTPUT_SUFFIXES:
+        return None
+    known = ", ".join(OUTPUT_SUFFIXES[:-1]) + " or " + OUTPUT_SUFFIXES[-1]
+    if not suffix:
+        return f"{path!r} has no file extension; use {known}"
+    return f"{suffix!r} is not a known format; use {known}"
+
+
+def _output_path(value: str) -> str:
+    problem = output_suffix_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def _not_reserved(value: str) -> str:
+    if value.startswith("_"):
+        raise ValueError(f"got {value!r}: names beginning with '_' are reserved for genwire; rename it")
+    return value
+
+
+UserName = Annotated[Name, AfterValidator(_not_reserved)]
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 
@@ -87,7 +117,7 @@ class DefaultsConfig(StrictModel):
     model_registry: list[Name] | Literal["*"] | None = None
 
 
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_NAME_RE = re.compile(NAME_PATTERN)
 
 
 def _check_binding(value: Any) -> str | list[str]:
@@ -102,16 +132,17 @@ Binding = Annotated[Any, AfterValidator(_check_binding)]
 
 
 class ColumnConfig(StrictModel):
-    name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128)]
+    # No '-' in column names: templates read columns as Jinja names (``{{ question }}``).
+    name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128), AfterValidator(_not_reserved)]
     generator: Annotated[str, Field(min_length=1)]
-    resources: dict[Name, Binding] = Field(default_factory=dict)
+    resources: dict[UserName, Binding] = Field(default_factory=dict)
     params: dict[str, Any] = Field(default_factory=dict)
 
 
 class PipelineConfig(StrictModel):
     num_records: PositiveInt = 10
     seed: int = 0
-    output: Annotated[str, Field(pattern=r"\.(jsonl|csv|parquet)$")] = "out/dataset.jsonl"
+    output: Annotated[str, Field(min_length=1), AfterValidator(_output_path)] = "out/dataset.jsonl"
     batch_size: Annotated[int, Field(gt=0, le=100_000)] = 64
     max_failure_rate: Annotated[float, Field(ge=0, le=1)] = 0.1
     columns: Annotated[list[ColumnConfig], Field(min_length=1)]

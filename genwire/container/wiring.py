@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from genwire.config.loader import LoadedConfig, format_path
+from genwire.config.messages import describe
 from genwire.config.schema import ColumnConfig
 from genwire.errors import WiringError
 from genwire.generators.base import Generator
@@ -64,6 +65,22 @@ def _suggest(name: str, candidates: list[str]) -> str:
 def _suggest_cached(name: str, candidates: tuple[str, ...]) -> str:
     close = difflib.get_close_matches(name, candidates, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _user_path(loc: tuple[str | int, ...], data: Any, *, missing: bool) -> tuple[str | int, ...]:
+    """The part of a params error's location that the user wrote: pydantic adds union
+    tags and model names (``params.uniform.low``) that are not keys of the YAML."""
+    path: list[str | int] = []
+    for i, part in enumerate(loc):
+        last = i == len(loc) - 1
+        in_mapping = isinstance(data, dict) and part in data
+        in_list = isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data)
+        if in_mapping or in_list:
+            path.append(part)
+            data = data[part]
+        elif missing and last and isinstance(part, str) and isinstance(data, dict):
+            path.append(part)  # a missing key: name it, under the mapping that lacks it
+    return tuple(path)
 
 
 def _names_of_kind(kinds: Mapping[str, ResourceKind], kind: ResourceKind) -> list[str]:
@@ -130,9 +147,9 @@ class _Wirer:
         try:
             params = cls.params_model.model_validate(column.params)
         except ValidationError as exc:
-            for err in exc.errors(include_url=False, include_input=False):
-                loc = (*base, "params", *err["loc"])
-                msg = f"unknown param {err['loc'][-1]!r}" if err["type"] == "extra_forbidden" else err["msg"]
+            for err in exc.errors(include_url=False):
+                loc = (*base, "params", *_user_path(err["loc"], column.params, missing=err["type"] == "missing"))
+                msg = f"unknown param {err['loc'][-1]!r}" if err["type"] == "extra_forbidden" else describe(err, loc)
                 self.problem(loc, f"column {column.name!r} (generator {gen!r}): {msg}")
             params = None
         wiring = ColumnWiring(index, column.name, gen, cls, params) if params is not None else None

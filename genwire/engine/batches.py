@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,7 +10,6 @@ from genwire.container.core import WiredContainer
 from genwire.errors import GenwireError, ModelError, PluginError, UndeclaredResourceError
 from genwire.generators.base import Generator
 from genwire.generators.outcome import RowFailure
-from genwire.generators.rows import INDEX_KEY as INDEX
 
 
 @dataclass
@@ -19,11 +19,10 @@ class BatchResult:
     failures: list[dict[str, Any]]
 
 
-def failure_record(row: dict[str, Any], column: str, error: BaseException) -> dict[str, Any]:
-    data = {k: v for k, v in row.items() if k != INDEX}
+def failure_record(index: int, row: dict[str, Any], column: str, error: BaseException) -> dict[str, Any]:
     error_class = error.error_class.value if isinstance(error, ModelError) else type(error).__name__
     message = error.message if isinstance(error, ModelError) else str(error)
-    return {"row": row[INDEX], "column": column, "error_class": error_class, "error": message, "data": data}
+    return {"row": index, "column": column, "error_class": error_class, "error": message, "data": dict(row)}
 
 
 class BatchRunner:
@@ -35,33 +34,35 @@ class BatchRunner:
         self.columns = [c.name for c in container.columns]
 
     async def run(self, start: int, stop: int) -> BatchResult:
-        live = [{INDEX: i} for i in range(start, stop)]
+        # Row indices travel beside the rows: the row dicts hold user columns only.
+        indices = list(range(start, stop))
+        live: list[dict[str, Any]] = [{} for _ in indices]
         failures: list[dict[str, Any]] = []
         for gen in self.generators:
             if not live:
                 break
-            values = await self.call(gen, live)
-            kept = []
-            for row, value in zip(live, values, strict=True):
+            values = await self.call(gen, live, indices)
+            kept, kept_indices = [], []
+            for index, row, value in zip(indices, live, values, strict=True):
                 if isinstance(value, RowFailure):
                     if isinstance(value.error, UndeclaredResourceError | PluginError):
                         raise value.error  # a plugin bug, not a row problem: stop the run
-                    failures.append(failure_record(row, gen.column, value.error))
+                    failures.append(failure_record(index, row, gen.column, value.error))
                 else:
                     row[gen.column] = value
                     kept.append(row)
-            live = kept
-        for row in live:
-            del row[INDEX]
+                    kept_indices.append(index)
+            live, indices = kept, kept_indices
         return BatchResult(start, live, failures)
 
     @staticmethod
-    async def call(gen: Generator[Any], rows: list[dict[str, Any]]) -> list[Any]:
+    async def call(gen: Generator[Any], rows: list[dict[str, Any]], indices: list[int]) -> list[Any]:
         name = gen.metadata.name
-        # Generators get copies: a plugin mutating its input cannot corrupt other columns.
-        view = [dict(r) for r in rows]
+        # Generators get deep copies: a plugin mutating its input, nested values included,
+        # cannot change what an earlier column wrote.
+        view = copy.deepcopy(rows)
         try:
-            values = await gen.generate(view)
+            values = await gen.generate_batch(view, list(indices))
         except ModelError as exc:
             # The model stayed unhealthy through its retries: every row of the batch fails.
             return [RowFailure(exc) for _ in rows]

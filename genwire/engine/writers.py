@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from genwire.config.schema import OUTPUT_SUFFIXES, output_suffix_problem
 from genwire.errors import RunError
 
 
@@ -139,13 +140,14 @@ _WRITERS: dict[str, type[JsonlWriter] | type[CsvWriter] | type[ParquetWriter]] =
 }
 
 
-OUTPUT_SUFFIXES = tuple(_WRITERS)
+assert tuple(_WRITERS) == OUTPUT_SUFFIXES  # one writer per format the config accepts
 
 
 def check_output(target: Path) -> None:
     """Fail before any work (and any paid pre-flight) when the output cannot be written."""
-    if target.suffix.lower() not in _WRITERS:
-        raise RunError(f"output {target}: unsupported extension; use .jsonl, .csv or .parquet")
+    problem = output_suffix_problem(str(target))
+    if problem:
+        raise RunError(f"output {target}: {problem}")
 
 
 def open_writer(target: Path, columns: list[str]) -> RowWriter:

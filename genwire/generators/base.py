@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
@@ -55,6 +56,13 @@ class Generator(Generic[P]):
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
         """Return one value per row of the batch, in order."""
         raise NotImplementedError(f"generator {self.metadata.name!r} does not implement generate()")
+
+    async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any]:
+        """What the engine calls. ``indices`` are the rows' positions in the whole run,
+        passed beside the rows so that no engine data shares a row with user columns.
+        Override it when a value must depend on the row's position (seeded sampling);
+        the default ignores them."""
+        return await self.generate(rows)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.metadata.name!r} column={self.column!r}>"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 
 class ResourceKind(StrEnum):
@@ -15,7 +15,13 @@ class ResourceKind(StrEnum):
     DATASET = "dataset"
 
 
-Slot = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]*$", max_length=64)]
+def _not_reserved(slot: str) -> str:
+    if slot.startswith("_"):
+        raise ValueError(f"slot {slot!r}: names beginning with '_' are reserved for genwire; rename the slot")
+    return slot
+
+
+Slot = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]*$", max_length=64), AfterValidator(_not_reserved)]
 
 
 class GeneratorMetadata(BaseModel):

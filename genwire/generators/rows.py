@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-INDEX_KEY = "_index"  # set by the engine: the row's position in the whole run
+from collections.abc import Sequence
 
 
 class RowIndexer:
-    """The run's index of each row (``_index``); outside the engine, where rows carry
-    none, a running count that continues across calls."""
+    """The run's index of each row of a batch: the engine passes them beside the rows
+    (``Generator.generate_batch``); outside the engine, where there are none, a running
+    count that continues across calls."""
 
     def __init__(self) -> None:
         self._next = 0
 
-    def __call__(self, row: dict[str, Any]) -> int:
-        index = row.get(INDEX_KEY)
-        if not isinstance(index, int):
-            index = self._next
-        self._next = max(self._next, index + 1)
-        return index
+    def __call__(self, count: int, indices: Sequence[int] | None = None) -> list[int]:
+        taken = list(range(self._next, self._next + count) if indices is None else indices)
+        if taken:
+            self._next = max(self._next, max(taken) + 1)
+        return taken

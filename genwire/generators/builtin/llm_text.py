@@ -14,7 +14,6 @@ from genwire.generators.base import Generator
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import RowFailure, gather_rows
 from genwire.generators.resources import Resources
-from genwire.generators.rows import INDEX_KEY
 
 
 class _RowEnvironment(ImmutableSandboxedEnvironment):
@@ -33,9 +32,6 @@ class _RowEnvironment(ImmutableSandboxedEnvironment):
 
 
 ENV = _RowEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
-
-# Keys of the row the engine adds itself; never a column the template must wait for.
-_RESERVED = frozenset({INDEX_KEY})
 
 
 def compile_template(source: str, name: str) -> Template:
@@ -124,7 +120,7 @@ class LLMText(Generator[LLMTextParams]):
         names = template_variables(params.prompt)
         if params.system is not None:
             names |= template_variables(params.system)
-        return names - _RESERVED
+        return names
 
     def _render(self, template: Template, name: str, row: dict[str, Any]) -> str:
         try:

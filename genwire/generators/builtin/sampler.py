@@ -7,6 +7,7 @@ import hashlib
 import math
 import random
 import uuid
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
@@ -107,14 +108,15 @@ class Sampler(Generator[SamplerParams]):
         self._row_index = RowIndexer()
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
-        out: list[Any] = []
-        for row in rows:
-            index = self._row_index(row)
-            # One RNG per row index, so a row's value does not depend on batch size or
-            # on the order in which batches run.
-            rng = random.Random(derive_seed(self.seed, self.column, index))
-            out.append(self._draw(rng))
-        return out
+        return self._sample(self._row_index(len(rows)))
+
+    async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any]:
+        return self._sample(self._row_index(len(rows), indices))
+
+    def _sample(self, indices: list[int]) -> list[Any]:
+        # One RNG per row index, so a row's value does not depend on batch size or on
+        # the order in which batches run.
+        return [self._draw(random.Random(derive_seed(self.seed, self.column, i))) for i in indices]
 
     def _draw(self, rng: random.Random) -> Any:
         spec = self.params.root

@@ -6,6 +6,7 @@ import asyncio
 import copy
 import random
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -87,10 +88,15 @@ class SeedDataset(Generator[SeedDatasetParams]):
         return copy.deepcopy(dict(row))
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        return await self._take(self._row_index(len(rows)))
+
+    async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any]:
+        return await self._take(self._row_index(len(rows), indices))
+
+    async def _take(self, indices: list[int]) -> list[Any]:
         size = await self._ensure_loaded()
         out: list[Any] = []
-        for row in rows:
-            index = self._row_index(row)
+        for index in indices:
             # Position from the run's row index, not a running counter: results are the
             # same whatever the batch size or the order batches run in.
             cycle, offset = divmod(index, size)

@@ -12,7 +12,6 @@ from genwire.generators.builtin.llm_text import compile_template, template_varia
 from genwire.generators.metadata import GeneratorMetadata
 from genwire.generators.outcome import RowFailure
 from genwire.generators.resources import Resources
-from genwire.generators.rows import INDEX_KEY
 
 
 class TemplateParams(BaseModel):
@@ -41,7 +40,7 @@ class Template(Generator[TemplateParams]):
 
     @classmethod
     def reads(cls, params: TemplateParams) -> set[str]:
-        return template_variables(params.template) - {INDEX_KEY}
+        return template_variables(params.template)
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
         out: list[Any] = []

@@ -1,0 +1,75 @@
+"""pydantic's validation errors as sentences a user can act on: what was written, and what
+to write instead (SPEC §2). Never the value of a secret."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic_core import ErrorDetails
+
+SECRET_KEYS = frozenset({"api_key"})
+MAX_SHOWN = 80  # characters of a given value quoted back in a message
+
+_PATTERN_HINTS = {
+    "name": "a name starts with a letter or '_' and holds only letters, digits, '_' and '-'",
+    "url": "write an http:// or https:// URL, e.g. https://integrate.api.nvidia.com/v1",
+}
+
+_TYPE_WORDS = {  # container types read better in words ("expected a mapping, got a list")
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+    "list_type": "a list",
+}
+
+
+def shown(value: Any) -> str:
+    """A value as the user wrote it, in words for containers, cut to MAX_SHOWN."""
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "nothing (null)"
+    text = repr(value)
+    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 1] + "…'"
+
+
+def user_path(err: ErrorDetails, path: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    """Where the user should look: a wrong tag is at the tag's key (``providers.x.kind``)."""
+    if err["type"] == "union_tag_invalid":
+        return (*path, str((err.get("ctx") or {}).get("discriminator", "kind")).strip("'"))
+    return path
+
+
+def describe(err: ErrorDetails, path: tuple[str | int, ...]) -> str:
+    """One sentence for one pydantic error at ``path``."""
+    kind = err["type"]
+    secret = any(part in SECRET_KEYS for part in path)
+    given = "" if secret or "input" not in err else shown(err["input"])
+    got = f"got {given}" if given else ""
+    ctx = err.get("ctx") or {}
+    if kind == "extra_forbidden":
+        return f"unknown key {path[-1]!r}" if path else "unknown key"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "union_tag_invalid":
+        return f"got {ctx.get('tag')!r}; expected one of {ctx.get('expected_tags')}"
+    if kind == "union_tag_not_found":
+        return f"required key {str(ctx.get('discriminator', 'kind')).strip(chr(39))!r} is missing"
+    if kind in ("literal_error", "enum"):
+        return f"{got}; expected {ctx.get('expected', 'one of the allowed values')}"
+    if kind == "string_pattern_mismatch":
+        hint = _PATTERN_HINTS["url"] if path and path[-1] == "base_url" else _PATTERN_HINTS["name"]
+        return f"{got}; {hint}"
+    if kind in _TYPE_WORDS:
+        return f"expected {_TYPE_WORDS[kind]}, {got}" if got else f"expected {_TYPE_WORDS[kind]}"
+    if kind in ("value_error", "assertion_error"):
+        message = str(ctx.get("error", err["msg"]))
+        scalar = not isinstance(err.get("input"), dict | list)
+        quoted = "'" in message  # the message already quotes what was given
+        return f"{message} ({got})" if scalar and given and not quoted else message
+    # e.g. "Input should be a valid integer" (pydantic's ", unable to parse string as an
+    # integer" only repeats it once the given value is shown)
+    message = (err["msg"] or kind).split(", unable to parse")[0]
+    return f"{message}, {got}" if got else message

@@ -1,0 +1,146 @@
+"""Config errors show what was written and what to write instead, located (issue 10)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import genwire
+from genwire.cli.main import cli
+from genwire.generators import Generator, GeneratorMetadata, ResourceKind
+
+BASE = """\
+providers:
+  local: {kind: local}
+models:
+  writer: {provider: local, model: SmolLM2-135M-Instruct, kind: chat}
+pipeline:
+  output: out/data.jsonl
+  columns:
+    - name: topic
+      generator: sampler
+      params: {kind: category, values: [a, b]}
+    - name: question
+      generator: llm-text
+      resources: {model: writer}
+      params: {prompt: "{{ topic }}"}
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (
+            "kind: chat}",
+            "kind: chatt}",
+            "genwire.yaml:4:59 models.writer.kind: got 'chatt'; expected 'chat' or 'embedding'",
+        ),
+        (
+            "output: out/data.jsonl",
+            "output: out/data.xlsx",
+            "genwire.yaml:6:3 pipeline.output: '.xlsx' is not a known format; use .jsonl, .csv or .parquet",
+        ),
+        (
+            'params: {prompt: "{{ topic }}"}',
+            "params: [1, 2]",
+            "genwire.yaml:14:7 pipeline.columns[1] (question).params: expected a mapping, got a list",
+        ),
+        (
+            "- name: topic",
+            "- name: _index",
+            "genwire.yaml:8:7 pipeline.columns[0] (_index).name: got '_index': names beginning with '_' "
+            "are reserved for genwire; rename it",
+        ),
+        (
+            "resources: {model: writer}",
+            "resources: {_bound: writer}",
+            "pipeline.columns[1] (question).resources._bound: got '_bound': names beginning with '_' are reserved",
+        ),
+        (
+            "  local: {kind: local}",
+            "  local: {kind: lokal}",
+            "providers.local.kind: got 'lokal'; expected one of 'openai', 'local'",
+        ),
+        (
+            "kind: chat}",
+            "kind: chat, dimensions: abc}",
+            "models.writer.dimensions: Input should be a valid integer, got 'abc'",
+        ),
+    ],
+)
+def test_errors_show_the_value_and_what_to_write(
+    write_config: Callable[[str], Path], old: str, new: str, expected: str
+) -> None:
+    assert old in BASE
+    path = write_config(BASE.replace(old, new, 1))
+    with pytest.raises(genwire.ConfigError) as caught:
+        genwire.boot(path)
+    assert expected in str(caught.value).replace(str(path.parent) + "/", "")
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert expected in result.stderr.replace(str(path.parent) + "/", "")
+    assert "^" not in result.stderr and "$'" not in result.stderr  # no regex in any message
+
+
+@pytest.mark.parametrize("text", ["", "- a\n- b\n", "just a string\n"])
+def test_a_file_that_is_not_a_mapping_is_located_at_its_start(write_config: Callable[[str], Path], text: str) -> None:
+    path = write_config(text)
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 2 and f"{path}:1:1:" in result.stderr, result.stderr
+
+
+def test_secret_values_are_never_quoted_back(write_config: Callable[[str], Path]) -> None:
+    path = write_config(
+        BASE.replace(
+            "  local: {kind: local}",
+            "  local: {kind: local}\n  srv: {kind: openai, base_url: 'x', api_key: [sk-CANARY-msg]}",
+        )
+    )
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 2 and "providers.srv.api_key" in result.stderr
+    assert "CANARY" not in result.stderr
+
+
+def test_a_plugin_slot_beginning_with_underscore_is_a_plugin_error() -> None:
+    with pytest.raises(ValueError, match="slot '_model': names beginning with '_' are reserved"):
+        GeneratorMetadata(name="x", description="x", required_resources={"_model": ResourceKind.CHAT_MODEL})
+
+
+class Mutator(Generator[Any]):
+    """Changes what an earlier column wrote, nested values included."""
+
+    metadata = GeneratorMetadata(name="mutator", description="x", required_resources={})
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        for row in rows:
+            row["person"]["name"] = "X"
+            row["person"]["tags"].append("changed")
+        return [sorted(row) for row in rows]
+
+
+class Person(Generator[Any]):
+    metadata = GeneratorMetadata(name="person", description="x", required_resources={})
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        return [{"name": "Ada", "tags": ["a"]} for _ in rows]
+
+
+async def test_a_generator_cannot_change_an_earlier_column_and_rows_hold_user_columns_only(tmp_path: Path) -> None:
+    cfg = {
+        "pipeline": {
+            "num_records": 3,
+            "output": str(tmp_path / "o.jsonl"),
+            "columns": [{"name": "person", "generator": "person"}, {"name": "seen", "generator": "mutator"}],
+        }
+    }
+    container = genwire.boot(cfg, generators=[Person, Mutator])
+    async with container:
+        await container.run(skip_preflight=True)
+    import json
+
+    rows = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert rows == [{"person": {"name": "Ada", "tags": ["a"]}, "seen": ["person"]}] * 3
