@@ -144,3 +144,41 @@ async def test_a_generator_cannot_change_an_earlier_column_and_rows_hold_user_co
 
     rows = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
     assert rows == [{"person": {"name": "Ada", "tags": ["a"]}, "seen": ["person"]}] * 3
+
+
+# --- YAML means what the user typed (YAML 1.2 core) ------------------------------------
+
+
+def test_country_codes_and_yes_no_stay_text(write_config: Callable[[str], Path]) -> None:
+    path = write_config(BASE.replace("values: [a, b]", "values: [SE, NO, DK, FI, yes, no, on, off, maybe]"))
+    values = genwire.boot(path).config.pipeline.columns[0].params["values"]
+    assert values == ["SE", "NO", "DK", "FI", "yes", "no", "on", "off", "maybe"]
+
+
+def test_core_schema_numbers_booleans_and_null(write_config: Callable[[str], Path]) -> None:
+    path = write_config(BASE.replace("values: [a, b]", "values: [true, False, 12, -3, 0x1f, 1.5, 1e3, null, ~, '12']"))
+    values = genwire.boot(path).config.pipeline.columns[0].params["values"]
+    assert values == [True, False, 12, -3, 31, 1.5, 1000.0, None, None, "12"]
+
+
+@pytest.mark.parametrize("tag", ["!!int", "!!float", "!!bool", "!!timestamp", "!!binary", "!custom"])
+def test_explicit_tags_are_located_errors_that_never_echo_a_secret(
+    write_config: Callable[[str], Path], tag: str
+) -> None:
+    secret = "sk-CANARY-tagged-0042"
+    text = BASE.replace(
+        "  local: {kind: local}",
+        f"  local: {{kind: local}}\n  srv: {{kind: openai, base_url: 'http://h/v1', api_key: {tag} {secret}}}",
+    )
+    path = write_config(text)
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"{path}:3:" in result.stderr and "providers.srv.api_key" in result.stderr
+    assert secret not in result.output + result.stderr
+
+
+def test_a_5000_digit_seed_is_a_located_error(write_config: Callable[[str], Path]) -> None:
+    path = write_config(BASE.replace("  output: out/data.jsonl", "  output: out/data.jsonl\n  seed: " + "9" * 5000))
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "pipeline.seed: a number with 5,000 digits; the limit is 100 digits" in result.stderr

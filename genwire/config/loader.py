@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,15 @@ MAX_DEPTH = 64
 
 Path_ = tuple[str | int, ...]
 
-_SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BaseLoader):  # type: ignore[valid-type,misc]  # CSafeLoader is chosen at run time
+    """No implicit resolvers: every plain scalar composes as text, and ``_Builder`` types
+    it by YAML 1.2 core rules (YAML 1.1 would read ``NO`` and ``yes`` as booleans)."""
+
+    yaml_implicit_resolvers: dict[str, Any] = {}
+
 _ENV_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -89,7 +97,6 @@ class _Builder:
         self.locations: dict[Path_, Location] = {}
         self.problems: list[str] = []
         self.nodes = 0
-        self._scalars = yaml.constructor.SafeConstructor()
 
     def at(self, node: yaml.Node) -> str:
         return f"{self.source}:{node.start_mark.line + 1}:{node.start_mark.column + 1}"
@@ -113,7 +120,9 @@ class _Builder:
     def _mapping(self, node: yaml.MappingNode, path: Path_, depth: int) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
+            if key_node.tag == "tag:yaml.org,2002:merge" or (
+                isinstance(key_node, yaml.ScalarNode) and key_node.value == "<<" and not key_node.style
+            ):
                 self.problems.append(f"{self.at(key_node)} {format_path(path)}: merge keys (<<) are not supported")
                 continue
             if not isinstance(key_node, yaml.ScalarNode):
@@ -129,10 +138,34 @@ class _Builder:
         return out
 
     def _scalar(self, node: yaml.Node, path: Path_) -> Any:
-        try:
-            value = self._scalars.construct_object(node, deep=True)
-        except yaml.YAMLError as exc:
-            self.problems.append(f"{self.at(node)} {format_path(path)}: {_first_line(exc)}")
+        text = str(node.value)
+        tag = node.tag.removeprefix("tag:yaml.org,2002:")
+        plain = isinstance(node, yaml.ScalarNode) and not node.style
+        if tag == "str":
+            value = core_scalar(text) if plain else text
+        elif tag in _TYPED_TAGS:
+            value = core_scalar(text)
+            if not _TYPED_TAGS[tag](value):
+                # The value is not repeated: it may be a secret given the wrong tag.
+                self.problems.append(
+                    f"{self.at(node)} {format_path(path)}: the value tagged !!{tag} is not a valid {tag}; "
+                    "remove the tag (plain YAML values need none)"
+                )
+                return None
+            if tag == "float":
+                value = float(value)
+        else:
+            shown = f"!!{tag}" if node.tag.startswith("tag:yaml.org,2002:") else node.tag
+            self.problems.append(
+                f"{self.at(node)} {format_path(path)}: tag {shown} is not supported; remove it "
+                "(values are plain text, numbers, true/false or null)"
+            )
+            return None
+        if isinstance(value, _TooLong):
+            self.problems.append(
+                f"{self.at(node)} {format_path(path)}: a number with {value.digits:,} digits; "
+                f"the limit is {MAX_DIGITS} digits"
+            )
             return None
         if isinstance(value, str) and "$" in value:
             return self._substitute(value, node, path)
@@ -156,6 +189,53 @@ class _Builder:
         return _ENV_RE.sub(repl, text)
 
 
+MAX_DIGITS = 100  # a longer number is a mistake (and Python refuses > 4,300-digit ints)
+_INT = re.compile(r"[-+]?[0-9]+")
+_OCT = re.compile(r"0o[0-7]+")
+_HEX = re.compile(r"0x[0-9a-fA-F]+")
+_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+_INF = re.compile(r"[-+]?\.(inf|Inf|INF)")
+_NAN = re.compile(r"\.(nan|NaN|NAN)")
+
+
+@dataclass(frozen=True)
+class _TooLong:
+    digits: int
+
+
+def core_scalar(text: str) -> Any:
+    """A plain scalar by the YAML 1.2 core schema: only true/false are booleans."""
+    if text in ("", "~", "null", "Null", "NULL"):
+        return None
+    if text in ("true", "True", "TRUE"):
+        return True
+    if text in ("false", "False", "FALSE"):
+        return False
+    if len(text) > MAX_DIGITS and (_INT.fullmatch(text) or _FLOAT.fullmatch(text)):
+        return _TooLong(len(text))
+    if _INT.fullmatch(text):
+        return int(text)
+    if _OCT.fullmatch(text):
+        return int(text[2:], 8)
+    if _HEX.fullmatch(text):
+        return int(text[2:], 16)
+    if _FLOAT.fullmatch(text):
+        return float(text)
+    if _INF.fullmatch(text):
+        return float("-inf") if text.startswith("-") else float("inf")
+    if _NAN.fullmatch(text):
+        return float("nan")
+    return text
+
+
+_TYPED_TAGS: dict[str, Callable[[Any], bool]] = {
+    "int": lambda v: type(v) is int,
+    "float": lambda v: type(v) in (int, float),
+    "bool": lambda v: type(v) is bool,
+    "null": lambda v: v is None,
+}
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
@@ -171,7 +251,7 @@ def _yaml_syntax_error(source: str, exc: yaml.YAMLError) -> ConfigError:
 def parse_yaml(text: str, source: str, env: Mapping[str, str] | None = None) -> tuple[Any, dict[Path_, Location]]:
     """Parse YAML safely into plain data plus a map from key path to position."""
     try:
-        node = yaml.compose(text, Loader=_SafeLoader)
+        node = yaml.compose(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         raise _yaml_syntax_error(source, exc) from None
     except RecursionError:
