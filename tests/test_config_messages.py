@@ -182,3 +182,45 @@ def test_a_5000_digit_seed_is_a_located_error(write_config: Callable[[str], Path
     result = CliRunner().invoke(cli, ["validate", str(path)])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "pipeline.seed: a number with 5,000 digits; the limit is 100 digits" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://h:99999/v1", "Port out of range"),
+        ("http://h:abc/v1", "port can't be converted to integer"),
+        ("http://[::1/v1", "Invalid IPv6 URL"),
+    ],
+)
+def test_a_base_url_that_would_crash_the_client_is_refused_at_validate(
+    write_config: Callable[[str], Path], url: str, said: str
+) -> None:
+    path = write_config(
+        BASE.replace("  local: {kind: local}", f"  local: {{kind: local}}\n  srv: {{kind: openai, base_url: '{url}'}}")
+    )
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "providers.srv.base_url: got" in result.stderr and said in result.stderr
+
+
+def test_a_nested_default_is_refused_located(write_config: Callable[[str], Path]) -> None:
+    path = write_config(
+        BASE.replace(
+            "  local: {kind: local}",
+            "  local: {kind: local}\n"
+            "  srv: {kind: openai, base_url: 'http://h/v1', api_key: '${GW_NOPE_A:-${GW_NOPE_B}}'}",
+        )
+    )
+    with pytest.raises(genwire.ConfigError, match=r"genwire.yaml:3:\d+ providers.srv.api_key: a default inside"):
+        genwire.boot(path, env={})
+
+
+def test_a_sampler_params_error_points_at_the_users_key(write_config: Callable[[str], Path]) -> None:
+    path = write_config(BASE.replace("values: [a, b]", "values: 3"))
+    with pytest.raises(genwire.WiringError) as caught:
+        genwire.boot(path)
+    assert (
+        "pipeline.columns[0] (topic).params.values: column 'topic' (generator 'sampler'): expected a list, got 3"
+        in str(caught.value)
+    )
+    assert "category" not in str(caught.value).split("params.values")[0]

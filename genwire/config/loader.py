@@ -35,6 +35,7 @@ class _Loader(_BaseLoader):  # type: ignore[valid-type,misc]  # CSafeLoader is c
 
     yaml_implicit_resolvers: dict[str, Any] = {}
 
+
 _ENV_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -176,6 +177,13 @@ class _Builder:
             if match.group(0) == "$$":
                 return "$"
             name, default = match.group(1), match.group(2)
+            if default is not None and "${" in default:
+                # ${A:-${B}} would send the literal text "${B}" (e.g. as an API key).
+                self.problems.append(
+                    f"{self.at(node)} {format_path(path)}: a default inside ${{{name}:-...}} cannot hold another "
+                    "${...}; give a plain default, or set the variable"
+                )
+                return ""
             if name in self.env:
                 return self.env[name]
             if default is not None:

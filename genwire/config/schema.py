@@ -49,11 +49,25 @@ class StrictModel(BaseModel):
 # --- providers -----------------------------------------------------------------------
 
 
+def _check_base_url(value: str) -> str:
+    """Refuse here what would otherwise crash the first request (bad port, broken IPv6)."""
+    from yarl import URL  # aiohttp's URL type: what the client will parse it with
+
+    try:
+        url = URL(value)
+        url.port  # noqa: B018  # parsing the port is what fails for "h:99999" or "h:abc"
+    except ValueError as exc:
+        raise ValueError(f"got {value!r}: {str(exc).removeprefix('Invalid URL: ')}") from None
+    if not url.host:
+        raise ValueError(f"got {value!r}: the URL has no host")
+    return value
+
+
 class OpenAIProviderConfig(StrictModel):
     """Any OpenAI-compatible endpoint (NIM, vLLM, OpenAI, Ollama...)."""
 
     kind: Literal["openai"]
-    base_url: Annotated[str, Field(pattern=r"^https?://\S+$")]
+    base_url: Annotated[str, Field(pattern=r"^https?://\S+$"), AfterValidator(_check_base_url)]
     api_key: SecretStr | None = None
     timeout_s: PositiveFloat = 60.0
     max_concurrency: PositiveInt = 16
