@@ -538,3 +538,17 @@ def test_api_key_config_is_a_secret() -> None:
     p = make_provider("http://127.0.0.1:1/v1")
     assert isinstance(p.config.api_key, SecretStr)
     assert "CANARY" not in repr(p) + repr(vars(p))
+
+
+async def test_a_placeholder_key_does_not_mangle_messages(fake_openai_server: FakeOpenAIServer) -> None:
+    from genwire.providers.openai import MIN_SECRET_CHARS
+
+    placeholder = make_provider(fake_openai_server.url, retries=0, api_key="1")
+    assert len("1") < MIN_SECRET_CHARS
+    fake_openai_server.script(CHAT, [404])
+    try:
+        with pytest.raises(ModelError) as caught:
+            await placeholder.chat_model("w", chat_config()).complete("hi")
+    finally:
+        await placeholder.aclose()
+    assert "HTTP 404 from POST http://127.0.0.1:" in caught.value.message and "***" not in caught.value.message

@@ -30,6 +30,10 @@ __all__ = ["OpenAIChatModel", "OpenAIEmbeddingModel", "OpenAIProvider"]
 # Upper bound for any single wait between attempts (backoff or Retry-After): a server
 # asking for minutes would otherwise stall a run silently.
 MAX_RETRY_WAIT_S = 30.0
+# Keys shorter than this are placeholders (vLLM's "1", "EMPTY", "none") that guard
+# nothing; scrubbing them would mangle every message ("HTTP 40*** from http://***27.0...").
+# Real keys (OpenAI, NVIDIA, Anthropic...) are 20+ characters.
+MIN_SECRET_CHARS = 8
 # Response-body snippets in error messages are cut to this many characters.
 SNIPPET_CHARS = 200
 # Only these statuses are retried (spec: connect errors, 429, 502, 503, 504).
@@ -261,7 +265,7 @@ class OpenAIProvider:
         key = self.config.api_key
         if key is not None:
             secret = key.get_secret_value()
-            if secret:
+            if len(secret) >= MIN_SECRET_CHARS:
                 text = text.replace(secret, "***")
         return text
 
