@@ -224,3 +224,43 @@ def test_a_sampler_params_error_points_at_the_users_key(write_config: Callable[[
         in str(caught.value)
     )
     assert "category" not in str(caught.value).split("params.values")[0]
+
+
+# --- genwire init never overwrites or half-writes ---------------------------------------
+
+
+def test_init_refuses_an_existing_docs_directory_and_writes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    mine = tmp_path / "docs" / "01-why-genwire.md"
+    mine.write_text("my own notes")
+    result = CliRunner().invoke(cli, ["init", str(tmp_path)])
+    assert result.exit_code == 2 and "docs: already exists" in result.stderr
+    assert mine.read_text() == "my own notes" and sorted(p.name for p in tmp_path.iterdir()) == ["docs"]
+
+
+@pytest.mark.parametrize("where", ["docs-is-a-file", "below-a-file"])
+def test_init_where_it_cannot_write_is_a_clear_error(tmp_path: Path, where: str) -> None:
+    if where == "docs-is-a-file":
+        (tmp_path / "docs").write_text("x")
+        target = tmp_path
+    else:
+        (tmp_path / "f").write_text("x")
+        target = tmp_path / "f" / "x"
+    result = CliRunner().invoke(cli, ["init", str(target)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert not (tmp_path / "genwire.yaml").exists()
+
+
+def test_a_parquet_value_python_cannot_hold_names_the_file(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from genwire.config.schema import FileDatasetConfig
+    from genwire.errors import DatasetError
+    from genwire.providers.datasets import open_dataset
+
+    path = tmp_path / "times.parquet"
+    pq.write_table(pa.table({"t": pa.array([1_000_000_000_000_000_001], type=pa.timestamp("ns"))}), path)
+    dataset = open_dataset("times", FileDatasetConfig(kind="parquet", path=str(path)), path)
+    with pytest.raises(DatasetError, match=rf"{path}: cannot convert its values"):
+        dataset.load()

@@ -21,15 +21,33 @@ def starter_files() -> dict[str, str]:
 
 
 def write_starter(directory: Path, *, force: bool = False) -> list[Path]:
+    """Write the starter, all or nothing: every reason it cannot be written is found
+    before the first file is, and a user's own files are never overwritten or mixed in
+    (``--force`` replaces genwire.yaml only)."""
+    files = starter_files()
     config = directory / "genwire.yaml"
-    if config.exists() and not force:
-        raise ConfigError(f"{config}: already exists; pass --force to overwrite it")
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"{directory}: exists and is not a directory")
-    written = []
-    for rel, text in starter_files().items():
-        path = directory / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
+    if config.exists() and not force:
+        raise ConfigError(f"{config}: already exists; pass --force to overwrite it")
+    docs = directory / "docs"
+    if docs.exists() or docs.is_symlink():
+        what = "a directory" if docs.is_dir() else "a file"
+        raise ConfigError(
+            f"{docs}: already exists ({what}); the starter's documents would mix with yours. "
+            "Run genwire init in a new directory"
+        )
+    written: list[Path] = []
+    try:
+        for rel, text in files.items():
+            path = directory / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+    except OSError as exc:
+        for path in written:  # nothing half-written stays behind
+            path.unlink(missing_ok=True)
+        if written and docs.is_dir():
+            docs.rmdir()
+        raise ConfigError(f"{directory}: cannot write the starter there: {exc.strerror or exc}") from None
     return written

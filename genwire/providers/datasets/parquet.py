@@ -22,7 +22,13 @@ class ParquetDataset(LazyDataset):
             raise DatasetError(f"{self.path}: cannot read parquet file: {exc}") from None
         except Exception as exc:  # pyarrow raises ArrowInvalid & co. for corrupt files
             raise DatasetError(f"{self.path}: not a valid parquet file: {exc}") from None
-        rows: list[Row] = table.to_pylist()
+        try:
+            rows: list[Row] = table.to_pylist()
+        except Exception as exc:  # e.g. nanosecond timestamps that Python's datetime cannot hold
+            raise DatasetError(
+                f"{self.path}: cannot convert its values to Python ({type(exc).__name__}: {exc}); "
+                "cast the column to a supported type (e.g. microsecond timestamps) and write the file again"
+            ) from None
         # The schema gives the columns even when the file has no rows.
         columns: list[str] = list(table.schema.names)
         return rows, columns
