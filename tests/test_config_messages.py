@@ -264,3 +264,57 @@ def test_a_parquet_value_python_cannot_hold_names_the_file(tmp_path: Path) -> No
     dataset = open_dataset("times", FileDatasetConfig(kind="parquet", path=str(path)), path)
     with pytest.raises(DatasetError, match=rf"{path}: cannot convert its values"):
         dataset.load()
+
+
+# --- templates read what they say ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["range", "namespace", "self", "loop"])
+def test_a_column_named_like_a_template_builtin_is_refused_located(
+    write_config: Callable[[str], Path], name: str
+) -> None:
+    path = write_config(BASE.replace("- name: topic", f"- name: {name}").replace("{{ topic }}", f"{{{{ {name} }}}}"))
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert f"genwire.yaml:8:7 pipeline.columns[0] ({name}).name: got {name!r}: templates read" in result.stderr
+
+
+def test_reads_follow_method_and_item_access() -> None:
+    from genwire.generators.builtin.llm_text import template_variables
+
+    assert template_variables("{{ person.get('nickname', person.name) }}") == {"person.name"}
+    assert template_variables("{{ row['user.name'] }}") == {"row"}
+    assert template_variables("{{ p.items }} {{ q['k'] }}") == {"p.items", "q.k"}
+
+
+async def test_a_method_call_on_a_seed_row_passes_the_preflight_and_runs(tmp_path: Path) -> None:
+    from genwire.testing import FakeChatModel
+
+    data = tmp_path / "people.jsonl"
+    data.write_text('{"name": "Ada"}\n{"name": "Lin", "nickname": "L"}\n')
+    cfg = {
+        "providers": {"local": {"kind": "local"}},
+        "models": {"writer": {"provider": "local", "model": "SmolLM2-135M-Instruct", "kind": "chat"}},
+        "datasets": {"people": {"kind": "jsonl", "path": str(data)}},
+        "pipeline": {
+            "num_records": 2,
+            "output": str(tmp_path / "o.jsonl"),
+            "columns": [
+                {"name": "person", "generator": "seed-dataset", "resources": {"dataset": "people"}},
+                {
+                    "name": "hello",
+                    "generator": "llm-text",
+                    "resources": {"model": "writer"},
+                    "params": {"prompt": "hi {{ person.get('nickname', person.name) }}"},
+                },
+            ],
+        },
+    }
+    container = genwire.boot(cfg)
+    async with container:
+        with container.override("writer", FakeChatModel(lambda prompt: prompt)):
+            report = await container.preflight()
+            assert report.ok, report.checks
+            result = await container.run()
+    assert result.rows_written == 2
+    assert (tmp_path / "o.jsonl").read_text().count("hi ") == 2

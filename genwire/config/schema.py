@@ -37,6 +37,22 @@ def _not_reserved(value: str) -> str:
     return value
 
 
+# Names a Jinja2 template resolves itself (its globals and special names): a column so
+# named could never be read by a later template, which would get the built-in instead.
+TEMPLATE_NAMES = frozenset(
+    {"range", "dict", "lipsum", "cycler", "joiner", "namespace", "self", "loop", "caller", "varargs", "kwargs"}
+)
+
+
+def _column_name(value: str) -> str:
+    _not_reserved(value)
+    if value in TEMPLATE_NAMES or value.lower() in ("true", "false", "none"):
+        raise ValueError(
+            f"got {value!r}: templates read {value!r} as a built-in, never as this column; rename the column"
+        )
+    return value
+
+
 UserName = Annotated[Name, AfterValidator(_not_reserved)]
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -147,7 +163,7 @@ Binding = Annotated[Any, AfterValidator(_check_binding)]
 
 class ColumnConfig(StrictModel):
     # No '-' in column names: templates read columns as Jinja names (``{{ question }}``).
-    name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128), AfterValidator(_not_reserved)]
+    name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128), AfterValidator(_column_name)]
     generator: Annotated[str, Field(min_length=1)]
     resources: dict[UserName, Binding] = Field(default_factory=dict)
     params: dict[str, Any] = Field(default_factory=dict)

@@ -85,16 +85,22 @@ def template_variables(source: str) -> set[str]:
     ``col.field`` (the pre-flight checks a seed dataset has that field). Globals such as
     ``range`` are not columns."""
     tree = ENV.parse(source)
+    # Column names never collide with these (the config refuses them), so a global here
+    # is the global itself.
     roots = set(meta.find_undeclared_variables(tree)) - set(ENV.globals)
+    # ``person.get(...)`` calls a method of the column: it reads ``person``, not a field.
+    callees = {id(call.node) for call in tree.find_all(nodes.Call)}
     fields: set[str] = set()
     for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
         assert isinstance(node, nodes.Getattr | nodes.Getitem)  # find_all's type is too wide
         base = node.node
-        if not (isinstance(base, nodes.Name) and base.name in roots):
+        if not (isinstance(base, nodes.Name) and base.name in roots) or id(node) in callees:
             continue
         if isinstance(node, nodes.Getattr):
             fields.add(f"{base.name}.{node.attr}")
-        elif isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str):
+        elif isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str) and "." not in node.arg.value:
+            # A key holding a dot (``row['user.name']``) is one field, not a path: it
+            # cannot be written as ``col.field`` and is left to the row's own check.
             fields.add(f"{base.name}.{node.arg.value}")
     with_fields = {f.split(".", 1)[0] for f in fields}
     return fields | (roots - with_fields)
