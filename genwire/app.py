@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from genwire.container.boot import Source, boot_container
 from genwire.container.core import WiredContainer
-from genwire.engine.run import RunResult, run_pipeline
+from genwire.engine.run import Engine, RunResult, run_pipeline
+from genwire.engine.sink import Progress
 from genwire.generators.base import Generator
 from genwire.preflight.report import PreflightReport
 from genwire.preflight.runner import run_preflight
@@ -28,11 +29,21 @@ class Container(WiredContainer):
         *,
         output: str | Path | None = None,
         skip_preflight: bool = False,
-        progress: Any = None,
-        engine: str = "local",
+        progress: Progress | None = None,
+        engine: Engine = "local",
+        resume: bool = True,
+        ray_address: str | None = None,
+        on_preflight: Callable[[PreflightReport], None] | None = None,
     ) -> RunResult:
-        """Pre-flight (unless skipped), then generate and write the dataset atomically.
-        Raises PreflightError, with the report, if the pre-flight fails."""
+        """Pre-flight (unless skipped), then generate, checkpointing every batch, and
+        write the dataset atomically.
+
+        ``resume`` (the default) continues a checkpoint of the same configuration beside
+        the output; ``resume=False`` discards it. ``on_preflight`` receives the report
+        before the run starts (or stops). Raises ``PreflightError`` (with the report)
+        if the pre-flight fails, ``RunStopped`` above ``max_failure_rate`` (rows kept),
+        ``RunSetupError`` when the run cannot start as asked.
+        """
         return await run_pipeline(
             self,
             num_records=num_records,
@@ -40,7 +51,9 @@ class Container(WiredContainer):
             skip_preflight=skip_preflight,
             progress=progress,
             engine=engine,
-            preflight=run_preflight,
+            resume=resume,
+            ray_address=ray_address,
+            on_preflight=on_preflight,
         )
 
 

@@ -131,3 +131,18 @@ class PreflightError(GenwireError):
 
 class RunError(GenwireError):
     """The run stopped (failure-rate threshold, a generator bug, an interrupted write)."""
+
+
+class RunSetupError(RunError):
+    """The run cannot start as asked (an output it must not overwrite, a checkpoint of
+    another configuration, another run on the same output). Nothing was sent; exit 2."""
+
+
+class RunStopped(RunError):
+    """The run stopped above ``max_failure_rate``; the rows done so far are kept in the
+    checkpoint (``checkpoint``) and a rerun resumes them."""
+
+    def __init__(self, message: str, *, checkpoint: Any, kept: int) -> None:
+        self.checkpoint = checkpoint
+        self.kept = kept
+        super().__init__(message)

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar
 
 import click
 from rich.console import Console
 
-from genwire.errors import ConfigError, GenwireError, PluginError, PreflightError, WiringError
+from genwire.errors import ConfigError, GenwireError, PluginError, RunSetupError, WiringError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -21,7 +22,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-_INVALID = (ConfigError, WiringError, PluginError)
+_INVALID = (ConfigError, WiringError, PluginError, RunSetupError)
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -40,7 +41,7 @@ def handle_errors(fn: F) -> F:
         except KeyboardInterrupt:
             if debug:
                 raise
-            _fail("interrupted; no partial output was written", 130)
+            _fail("interrupted", 130)
         except _INVALID as exc:
             if debug:
                 raise
@@ -157,33 +158,69 @@ def _output_suffix(ctx: click.Context, param: click.Parameter, value: Path | Non
     help="Output file (.jsonl, .csv, .parquet).",
 )
 @click.option("--skip-preflight", is_flag=True, help="Generate without checking resources first.")
+@click.option("--fresh", is_flag=True, help="Discard the checkpoint of an earlier run and start over.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout (progress goes to stderr).")
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--address", help="Ray cluster address (with --engine ray).")
 @handle_errors
 def run(
-    file: Path, num_records: int | None, output: Path | None, skip_preflight: bool, engine: str, address: str | None
+    file: Path,
+    num_records: int | None,
+    output: Path | None,
+    skip_preflight: bool,
+    fresh: bool,
+    as_json: bool,
+    engine: Literal["local", "ray"],
+    address: str | None,
 ) -> None:
-    """Pre-flight, then generate the dataset (written atomically)."""
+    """Pre-flight, then generate the dataset, checkpointing as it goes; rerun to resume."""
     from genwire.cli.render import RichProgress, preflight_table, run_summary
+    from genwire.cli.signals import Interrupted, run_interruptibly
+    from genwire.engine.checkpoint import checkpoint_dir, kept_rows
+    from genwire.engine.run import output_path
+    from genwire.errors import RunStopped
 
     container = _boot(file)
-    if address:
-        import os
-
-        os.environ["RAY_ADDRESS"] = address
+    console = err if as_json else out  # --json: stdout holds the summary only
 
     async def go() -> Any:
         async with container:
-            if not skip_preflight:
-                report = await container.preflight()
-                out.print(preflight_table(report))
-                if not report.ok:
-                    raise PreflightError(report)
             return await container.run(
-                num_records, output=output, skip_preflight=True, progress=RichProgress(out), engine=engine
+                num_records,
+                output=output,
+                skip_preflight=skip_preflight,
+                progress=RichProgress(console),
+                engine=engine,
+                resume=not fresh,
+                ray_address=address,
+                on_preflight=lambda report: console.print(preflight_table(report)),
             )
 
-    result = asyncio.run(go())
+    try:
+        result = run_interruptibly(go())
+    except Interrupted as exc:
+        total = num_records or container.config.pipeline.num_records
+        directory = checkpoint_dir(output_path(container, output))
+        kept = kept_rows(directory)
+        if as_json:
+            click.echo(
+                json.dumps({"ok": False, "error": "interrupted", "rows_kept": kept, "checkpoint": str(directory)})
+            )
+        if kept:
+            message = f"interrupted: {kept:,} of {total:,} rows kept in {directory}; rerun the same command to resume"
+        else:
+            message = "interrupted before any row was done; nothing to resume"
+        err.print(message, markup=False)
+        sys.exit(exc.exit_code)
+    except RunStopped as exc:
+        if as_json:
+            click.echo(
+                json.dumps({"ok": False, "error": str(exc), "rows_kept": exc.kept, "checkpoint": str(exc.checkpoint)})
+            )
+        raise
+    if as_json:
+        click.echo(json.dumps(result.summary()))
+        return
     out.print(run_summary(result))
     click.echo(f"dataset written to {result.output}")
 

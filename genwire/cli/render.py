@@ -115,13 +115,18 @@ def run_summary(result: RunResult) -> Table:
     table = Table(title="Run summary", title_justify="left", show_header=False)
     table.add_column("what")
     table.add_column("value")
-    table.add_row("rows written", f"{result.rows_written} of {result.rows_requested}")
+    resumed = f" ({result.rows_resumed:,} resumed from the checkpoint)" if result.rows_resumed else ""
+    table.add_row("rows written", f"{result.rows_written:,} of {result.rows_requested:,}{resumed}")
     table.add_row(
         "rows failed", escape(str(result.rows_failed) + (f" → {result.errors_file}" if result.errors_file else ""))
     )
     table.add_row("time", f"{result.duration_s:.2f}s ({result.rows_per_s:.1f} rows/s)")
-    for alias, n in sorted(result.requests.items()):
-        table.add_row(escape(f"requests: {alias}"), str(n))
+    for alias, u in sorted(result.usage.items()):
+        table.add_row(
+            escape(f"model {alias}"),
+            f"{u.requests:,} requests ({u.retries:,} retries, {u.rate_limited:,} rate-limited), "
+            f"{u.prompt_tokens:,} prompt + {u.completion_tokens:,} completion tokens",
+        )
     table.add_row("output", escape(str(result.output)))
     return table
 
@@ -143,18 +148,22 @@ class RichProgress:
         )
         self._task: Any = None
         self._failed = 0
+        self._made = 0  # rows tried in this run (the rate leaves resumed rows out)
 
-    def start(self, total: int) -> None:
+    def start(self, total: int, done: int = 0) -> None:
         self._progress.start()
-        self._task = self._progress.add_task("rows", total=total, failed=0, rate=0.0)
+        self._task = self._progress.add_task("rows", total=total, completed=done, failed=0, rate=0.0)
 
     def advance(self, done: int, failed: int) -> None:
         self._failed += failed
+        self._made += done + failed
         task = self._progress.tasks[0]
         elapsed = task.elapsed or 0.0
-        completed = task.completed + done + failed
         self._progress.update(
-            self._task, completed=completed, failed=self._failed, rate=completed / elapsed if elapsed > 0 else 0.0
+            self._task,
+            completed=task.completed + done + failed,
+            failed=self._failed,
+            rate=self._made / elapsed if elapsed > 0 else 0.0,
         )
 
     def stop(self) -> None:

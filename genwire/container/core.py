@@ -18,6 +18,7 @@ from genwire.errors import GenwireError
 from genwire.generators.base import Generator
 from genwire.providers.base import endpoint_key
 from genwire.providers.factory import endpoint_identity
+from genwire.providers.usage import ModelUsage, merge_usage
 
 
 class WiredContainer:
@@ -82,12 +83,12 @@ class WiredContainer:
         """Fresh generator instances for the next run (generators may keep per-run state)."""
         self._graph.reset_singletons()
 
+    def usage_by_model(self) -> dict[str, ModelUsage]:
+        """Requests, retries, 429s and tokens of this process's clients, per model alias."""
+        return merge_usage(client.usage for client in self._graph.live_clients)
+
     def requests_by_model(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for client in self._graph.live_clients:
-            for alias, n in client.requests.items():
-                counts[alias] = counts.get(alias, 0) + n
-        return counts
+        return {alias: u.requests for alias, u in self.usage_by_model().items()}
 
     def _target(self, name: str) -> Any:
         try:

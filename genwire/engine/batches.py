@@ -14,13 +14,16 @@ from genwire.generators.outcome import RowFailure
 
 @dataclass
 class BatchResult:
-    start: int
+    indices: list[int]  # of ``rows``, one each
     rows: list[dict[str, Any]]
     failures: list[dict[str, Any]]
 
 
-def failure_record(index: int, row: dict[str, Any], column: str, error: BaseException) -> dict[str, Any]:
-    error_class = error.error_class.value if isinstance(error, ModelError) else type(error).__name__
+def failure_record(
+    index: int, row: dict[str, Any], column: str, error: BaseException, error_class: str | None = None
+) -> dict[str, Any]:
+    if error_class is None:
+        error_class = error.error_class.value if isinstance(error, ModelError) else type(error).__name__
     message = error.message if isinstance(error, ModelError) else str(error)
     return {"row": index, "column": column, "error_class": error_class, "error": message, "data": dict(row)}
 
@@ -33,9 +36,10 @@ class BatchRunner:
         self.generators: list[Generator[Any]] = [container.generator(c.name) for c in container.columns]
         self.columns = [c.name for c in container.columns]
 
-    async def run(self, start: int, stop: int) -> BatchResult:
-        # Row indices travel beside the rows: the row dicts hold user columns only.
-        indices = list(range(start, stop))
+    async def run(self, indices: list[int]) -> BatchResult:
+        """Rows ``indices`` (global positions; any set, e.g. the rows a resumed run still
+        needs). Indices travel beside the rows: the row dicts hold user columns only."""
+        indices = list(indices)
         live: list[dict[str, Any]] = [{} for _ in indices]
         failures: list[dict[str, Any]] = []
         for gen in self.generators:
@@ -53,7 +57,8 @@ class BatchRunner:
                     kept.append(row)
                     kept_indices.append(index)
             live, indices = kept, kept_indices
-        return BatchResult(start, live, failures)
+        failures.sort(key=lambda f: int(f["row"]))
+        return BatchResult(indices, live, failures)
 
     @staticmethod
     async def call(gen: Generator[Any], rows: list[dict[str, Any]], indices: list[int]) -> list[Any]:

@@ -15,9 +15,10 @@ in row order, so the ``OutputSink`` writes exactly what the local engine writes.
   without re-scanning entry points. The container is booted lazily inside the actor's
   event loop (clients belong to a loop) and closed by ``close()``, which the driver
   calls at the end, on failure and on cancellation, before killing the actor.
-* **Same rows as the local engine.** A block runs ``BatchRunner.run(start, stop)`` on
-  global row indices, so every seeded generator (sampler, seed-dataset shuffle) draws
-  the same values whichever worker runs a row.
+* **Same rows as the local engine.** A block runs ``BatchRunner.run(indices)`` on
+  global row indices (a resumed run sends only the rows its checkpoint lacks), so
+  every seeded generator (sampler, seed-dataset shuffle) draws the same values
+  whichever worker runs a row.
 * **Cluster-wide ``max_concurrency``.** Each provider's cap is *split* across workers:
   worker i gets ``cap // W`` slots plus one of the ``cap % W`` left over, and W is
   capped by the smallest cap among the providers the columns use, so every worker has
@@ -40,10 +41,14 @@ in row order, so the ``OutputSink`` writes exactly what the local engine writes.
   and dataset files at the same absolute paths on every node; each worker loads its own
   copy of any embedded (``local``) model. Container overrides live in the driver's
   process only, so a run with overrides is refused rather than silently using the real
-  resource on the workers. Request counts (``RunResult.requests``) cover the driver's
-  pre-flight only: the generation requests are made by the workers.
+  resource on the workers. Each worker returns its usage (requests, retries, tokens)
+  when it closes; ``RunResult.usage`` adds them to the driver's pre-flight requests.
+* **Checkpoints.** Blocks come back to the driver in row order and go through the same
+  ``OutputSink`` as the local engine's batches: the driver writes the checkpoint, and a
+  resume sends the workers only the missing rows.
 * **Ray's lifetime.** An existing Ray (``ray.is_initialized()``) is used as is and never
-  shut down. Otherwise ``ray.init(address=$RAY_ADDRESS)`` joins that cluster or starts a
+  shut down. Otherwise ``ray.init(address=...)`` (the ``ray_address`` given, else
+  Ray's own ``RAY_ADDRESS``) joins that cluster or starts a
   local one, which is left running: starting Ray costs seconds, so a second run in the
   same process reuses it, and Ray shuts it down at interpreter exit (its atexit hook).
   The actors of a run are always killed at the end of the run.
@@ -61,7 +66,7 @@ import pickle
 import re
 import traceback
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -72,6 +77,7 @@ from genwire.container.wiring import wire_columns
 from genwire.engine.batches import BatchResult, BatchRunner
 from genwire.errors import GenwireError, RunError
 from genwire.generators.base import Generator
+from genwire.providers.usage import ModelUsage, merge_usage
 
 INSTALL_HINT = "the ray engine needs Ray: pip install 'genwire[ray]'"
 WORKERS_ENV = "GENWIRE_RAY_WORKERS"
@@ -160,17 +166,19 @@ class BlockWorker:
         assert self._slots is not None
         return self._runner, self._slots
 
-    async def run_block(self, start: int, stop: int, batch_size: int) -> list[BatchResult] | RemoteError:
+    async def run_block(self, indices: list[int], batch_size: int) -> list[BatchResult] | RemoteError:
         """The block's batches in order, or the first error in row order (as the local
         engine would raise it)."""
         try:
             runner, slots = await self._ready()
 
-            async def batch(s: int) -> BatchResult:
+            async def batch(rows: list[int]) -> BatchResult:
                 async with slots:  # FIFO: earlier blocks' batches go first
-                    return await runner.run(s, min(s + batch_size, stop))
+                    return await runner.run(rows)
 
-            tasks = [asyncio.create_task(batch(s)) for s in range(start, stop, batch_size)]
+            tasks = [
+                asyncio.create_task(batch(indices[s : s + batch_size])) for s in range(0, len(indices), batch_size)
+            ]
             try:
                 return [await task for task in tasks]
             finally:
@@ -180,14 +188,14 @@ class BlockWorker:
         except Exception as exc:
             return RemoteError.capture(exc)
 
-    async def close(self) -> dict[str, int]:
-        """Close the container; returns the requests this worker sent, per model alias."""
+    async def close(self) -> dict[str, dict[str, int]]:
+        """Close the container; returns this worker's usage per model alias."""
         container, self._container, self._runner = self._container, None, None
         if container is None:
             return {}
-        requests = container.requests_by_model()
+        usage = {alias: u.as_dict() for alias, u in container.usage_by_model().items()}
         await container.aclose()
-        return requests
+        return usage
 
 
 # --- the driver ------------------------------------------------------------------------
@@ -201,11 +209,11 @@ def import_ray() -> ModuleType:
     return ray
 
 
-def ensure_ray(ray: ModuleType) -> None:
-    """Join the Ray the caller started, else $RAY_ADDRESS, else start a local one."""
+def ensure_ray(ray: ModuleType, address: str | None) -> None:
+    """Join the Ray the caller started, else ``address`` (or Ray's own $RAY_ADDRESS),
+    else start a local one."""
     if ray.is_initialized():
         return
-    address = os.environ.get("RAY_ADDRESS") or None
     try:
         ray.init(
             address=address,
@@ -290,89 +298,104 @@ def last_line(exc: BaseException) -> str:
     return _lines(exc)[-1]
 
 
-async def close_workers(ray: ModuleType, actors: list[Any], requests: dict[str, int]) -> None:
-    """Close every worker's container (bounded wait), adding up the requests they sent,
-    then free the actors' CPUs."""
+async def close_workers(ray: ModuleType, actors: list[Any]) -> dict[str, ModelUsage]:
+    """Close every worker's container (bounded wait) and free the actors' CPUs; returns
+    what the workers' requests cost, per model alias."""
+    parts: list[dict[str, ModelUsage]] = []
     try:
         if actors:
             closing = asyncio.gather(*(actor.close.remote() for actor in actors), return_exceptions=True)
             with contextlib.suppress(asyncio.TimeoutError):
                 for counts in await asyncio.wait_for(closing, CLOSE_TIMEOUT_S):
                     if isinstance(counts, dict):
-                        for alias, count in counts.items():
-                            requests[alias] = requests.get(alias, 0) + count
+                        parts.append({alias: ModelUsage(**u) for alias, u in counts.items()})
+        return merge_usage(parts)
     finally:
         for actor in actors:
             with contextlib.suppress(Exception):
                 ray.kill(actor)
 
 
-async def ray_batches(container: WiredContainer, n: int, requests: dict[str, int]) -> AsyncIterator[BatchResult]:
-    """The run's batches, in row order, computed by Ray actors. ``requests`` receives the
-    workers' request counts per model alias when they close."""
-    ray = import_ray()
-    overridden = overridden_targets(container)
-    if overridden:
-        raise RunError(
-            f"the ray engine cannot carry container overrides to its workers (overridden: "
-            f"{', '.join(overridden)}); run with engine='local', or point the config at the resource"
-        )
-    ensure_ray(ray)
-    batch_size = container.config.pipeline.batch_size
-    caps = provider_caps(container)
-    # At most the smallest cap: every worker needs one slot of each provider it calls.
-    workers = min([requested_workers(ray), *caps.values()])
-    batches = math.ceil(n / batch_size)
-    # Small enough that every worker gets blocks, large enough to amortise a round trip.
-    per_block = max(1, min(BATCHES_PER_BLOCK, math.ceil(batches / (workers * BLOCKS_PER_WORKER))))
-    block_rows = per_block * batch_size
-    workers = min(workers, math.ceil(n / block_rows))
+class RayBatches:
+    """The run's batches, in row order, computed by Ray actors."""
 
-    generators = {c.generator_name: c.generator_cls for c in container.columns}
-    cpus = float(ray.cluster_resources().get("CPU", 1.0))
-    actor_cls = ray.remote(BlockWorker).options(
-        max_restarts=MAX_RESTARTS,
-        max_task_retries=MAX_TASK_RETRIES,
-        num_cpus=min(1.0, cpus / workers),  # one CPU each, shared when asked for more workers than CPUs
-    )
-    actors: list[Any] = []
-    pending: deque[tuple[int, int, int, Any]] = deque()  # (start, stop, worker, ref), in row order
-    load = [0] * workers
-    starts = iter(range(0, n, block_rows))
+    def __init__(self, container: WiredContainer, address: str | None) -> None:
+        self._container = container
+        self._address = address
+        self._usage: dict[str, ModelUsage] = {}
 
-    def submit() -> None:
-        start = next(starts, None)
-        if start is None:
+    def usage(self) -> dict[str, ModelUsage]:
+        """The workers' usage, once the batches are closed."""
+        return self._usage
+
+    async def batches(self, indices: Iterator[int], batch_size: int) -> AsyncGenerator[BatchResult, None]:
+        container = self._container
+        todo = list(indices)  # the rows a resumed run still needs (ints: small beside rows)
+        n = len(todo)
+        if n == 0:
             return
-        stop = min(start + block_rows, n)
-        worker = min(range(workers), key=load.__getitem__)
-        load[worker] += 1
-        pending.append((start, stop, worker, actors[worker].run_block.remote(start, stop, batch_size)))
+        ray = import_ray()
+        overridden = overridden_targets(container)
+        if overridden:
+            raise RunError(
+                f"the ray engine cannot carry container overrides to its workers (overridden: "
+                f"{', '.join(overridden)}); run with engine='local', or point the config at the resource"
+            )
+        ensure_ray(ray, self._address)
+        caps = provider_caps(container)
+        # At most the smallest cap: every worker needs one slot of each provider it calls.
+        workers = min([requested_workers(ray), *caps.values()])
+        batches = math.ceil(n / batch_size)
+        # Small enough that every worker gets blocks, large enough to amortise a round trip.
+        per_block = max(1, min(BATCHES_PER_BLOCK, math.ceil(batches / (workers * BLOCKS_PER_WORKER))))
+        block_rows = per_block * batch_size
+        workers = min(workers, math.ceil(n / block_rows))
 
-    try:
-        for i in range(workers):
-            spec = WorkerSpec(split_config(container.loaded, caps, workers, i), generators)
-            try:
-                actors.append(actor_cls.remote(spec))
-            except Exception as exc:  # the spec must pickle: config data and importable classes
-                raise RunError(f"cannot send the pipeline to the Ray workers: {type(exc).__name__}: {exc}") from exc
-        for _ in range(workers * BLOCKS_PER_WORKER):
-            submit()
-        while pending:
-            start, stop, worker, ref = pending[0]
-            try:
-                out = await ref
-            except ray.exceptions.RayError as exc:
-                raise driver_error(ray, exc, start, stop) from exc
-            pending.popleft()
-            load[worker] -= 1
-            if isinstance(out, RemoteError):
-                raise out.rebuild()
-            submit()  # before yielding: the next block runs while the sink writes this one
-            for result in out:
-                yield result
-    finally:
-        for _, _, _, ref in pending:
-            with contextlib.suppress(Exception):
-                ray.cancel(ref)
-        await close_workers(ray, actors, requests)
+        generators = {c.generator_name: c.generator_cls for c in container.columns}
+        cpus = float(ray.cluster_resources().get("CPU", 1.0))
+        actor_cls = ray.remote(BlockWorker).options(
+            max_restarts=MAX_RESTARTS,
+            max_task_retries=MAX_TASK_RETRIES,
+            num_cpus=min(1.0, cpus / workers),  # one CPU each, shared when asked for more workers than CPUs
+        )
+        actors: list[Any] = []
+        pending: deque[tuple[list[int], int, Any]] = deque()  # (rows, worker, ref), in row order
+        load = [0] * workers
+        starts = iter(range(0, n, block_rows))
+
+        def submit() -> None:
+            start = next(starts, None)
+            if start is None:
+                return
+            rows = todo[start : start + block_rows]
+            worker = min(range(workers), key=load.__getitem__)
+            load[worker] += 1
+            pending.append((rows, worker, actors[worker].run_block.remote(rows, batch_size)))
+
+        try:
+            for i in range(workers):
+                spec = WorkerSpec(split_config(container.loaded, caps, workers, i), generators)
+                try:
+                    actors.append(actor_cls.remote(spec))
+                except Exception as exc:  # the spec must pickle: config data and importable classes
+                    raise RunError(f"cannot send the pipeline to the Ray workers: {type(exc).__name__}: {exc}") from exc
+            for _ in range(workers * BLOCKS_PER_WORKER):
+                submit()
+            while pending:
+                rows, worker, ref = pending[0]
+                try:
+                    out = await ref
+                except ray.exceptions.RayError as exc:
+                    raise driver_error(ray, exc, rows[0], rows[-1] + 1) from exc
+                pending.popleft()
+                load[worker] -= 1
+                if isinstance(out, RemoteError):
+                    raise out.rebuild()
+                submit()  # before yielding: the next block runs while the sink writes this one
+                for result in out:
+                    yield result
+        finally:
+            for _, _, ref in pending:
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref)
+            self._usage = await close_workers(ray, actors)

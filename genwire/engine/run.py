@@ -1,37 +1,88 @@
-"""The run: pre-flight, then the local engine (or Ray), with an atomic output."""
+"""The run: its one gate (the pre-flight), then the local engine (or Ray), every batch
+checkpointed, and the output written atomically once all rows were tried.
+
+Resume is the default: a run over an existing checkpoint of the same configuration
+generates only the rows it does not hold (see ``engine.checkpoint``).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal, Protocol
 
 from genwire.container.core import WiredContainer
 from genwire.engine.batches import BatchResult, BatchRunner
+from genwire.engine.checkpoint import Checkpoint, checkpoint_dir
+from genwire.engine.fingerprint import fingerprint
 from genwire.engine.sink import OutputSink, Progress
-from genwire.engine.writers import check_output
+from genwire.engine.writers import check_output, errors_path
 from genwire.errors import PreflightError, RunError
 from genwire.preflight.report import PreflightReport
+from genwire.preflight.runner import run_preflight
+from genwire.providers.usage import ModelUsage, merge_usage
 
+Engine = Literal["local", "ray"]
 BATCHES_IN_FLIGHT = 4  # keeps providers saturated across the barrier between columns
+FRESH_HINT = "run with --fresh (resume=False in Python)"
 
 
 @dataclass
 class RunResult:
+    """What a finished run did. ``rows_written`` counts every row in the output,
+    ``rows_resumed`` those of them an earlier, interrupted run had already made."""
+
     output: Path
     rows_requested: int
     rows_written: int
     rows_failed: int
     errors_file: Path | None
     duration_s: float
-    requests: dict[str, int] = field(default_factory=dict)
+    rows_resumed: int = 0
+    usage: dict[str, ModelUsage] = field(default_factory=dict)
     preflight: PreflightReport | None = None
 
     @property
+    def requests(self) -> dict[str, int]:
+        return {alias: u.requests for alias, u in self.usage.items()}
+
+    @property
     def rows_per_s(self) -> float:
-        return self.rows_written / self.duration_s if self.duration_s > 0 else 0.0
+        made = self.rows_written - self.rows_resumed
+        return made / self.duration_s if self.duration_s > 0 else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        """The machine-readable summary (``genwire run --json``; SPEC §9)."""
+        return {
+            "ok": True,
+            "rows_written": self.rows_written,
+            "rows_failed": self.rows_failed,
+            "rows_resumed": self.rows_resumed,
+            "duration_s": round(self.duration_s, 3),
+            "output": str(self.output),
+            "errors_file": str(self.errors_file) if self.errors_file else None,
+            "models": {alias: u.as_dict() for alias, u in self.usage.items()},
+        }
+
+
+class BatchSource(Protocol):
+    """An engine: batches of the given rows, yielded in row order."""
+
+    def batches(self, indices: Iterator[int], batch_size: int) -> AsyncGenerator[BatchResult, None]: ...
+
+    def usage(self) -> dict[str, ModelUsage]: ...
+
+
+def output_path(container: WiredContainer, output: str | Path | None) -> Path:
+    return Path(output) if output is not None else container.loaded.resolve_path(container.config.pipeline.output)
+
+
+def dataset_files(container: WiredContainer) -> list[Path]:
+    return [container.loaded.resolve_path(d.path) for d in container.config.datasets.values()]
 
 
 async def run_pipeline(
@@ -41,89 +92,107 @@ async def run_pipeline(
     output: str | Path | None,
     skip_preflight: bool,
     progress: Progress | None,
-    engine: str,
-    preflight: Callable[[WiredContainer], Awaitable[PreflightReport]],
+    engine: Engine,
+    resume: bool,
+    ray_address: str | None,
+    on_preflight: Callable[[PreflightReport], None] | None,
 ) -> RunResult:
     cfg = container.config.pipeline
     n = cfg.num_records if num_records is None else num_records
     if n <= 0:
         raise RunError(f"num_records must be positive, got {n}")
-    target = Path(output) if output is not None else container.loaded.resolve_path(cfg.output)
-    check_output(target)
     if engine not in ("local", "ray"):
         raise RunError(f"unknown engine {engine!r}; use 'local' or 'ray'")
-    started = time.perf_counter()
-    report = None
-    if not skip_preflight:
-        report = await preflight(container)
-        if not report.ok:
-            raise PreflightError(report)
-    sink = OutputSink(
-        target, [c.name for c in container.columns], total=n, max_failure_rate=cfg.max_failure_rate, progress=progress
+    target = output_path(container, output)
+    directory = checkpoint_dir(target)
+    # Before anything is paid for: the output must be writable and must not be an input.
+    check_output(target, protected=dataset_files(container), extra=[errors_path(target), directory])
+    checkpoint = Checkpoint.open(
+        directory, fingerprint(container.loaded, container.columns), n, fresh=not resume, fresh_hint=FRESH_HINT
     )
-    worker_requests: dict[str, int] = {}  # requests made in other processes (Ray workers)
+    started = time.perf_counter()
+    source: BatchSource
     if engine == "ray":
-        from genwire.engine.ray_engine import ray_batches
+        from genwire.engine.ray_engine import RayBatches
 
-        batches = ray_batches(container, n, worker_requests)
+        source = RayBatches(container, ray_address)
     else:
-        batches = local_batches(container, n)
-    await drain(batches, sink)
+        source = LocalBatches(container)
+    sink: OutputSink | None = None
+    try:
+        report = None
+        if not skip_preflight:
+            report = await run_preflight(container)
+            if on_preflight is not None:
+                on_preflight(report)
+            if not report.ok:
+                raise PreflightError(report)
+        sink = OutputSink(
+            target,
+            [c.name for c in container.columns],
+            checkpoint,
+            max_failure_rate=cfg.max_failure_rate,
+            progress=progress,
+        )
+        batches = source.batches(checkpoint.pending(), cfg.batch_size)
+        try:
+            async for result in batches:
+                sink.add(result)
+        finally:
+            await batches.aclose()
+        sink.finish()
+    except BaseException:
+        if sink is not None:
+            sink.suspend()
+        if checkpoint.kept == 0:
+            checkpoint.remove()  # nothing was paid for: leave no empty checkpoint behind
+        else:
+            checkpoint.close()
+        raise
     return RunResult(
         output=target,
         rows_requested=n,
-        rows_written=sink.written,
+        rows_written=sink.kept,
         rows_failed=sink.failed,
         errors_file=sink.errors_target if sink.failed else None,
         duration_s=time.perf_counter() - started,
-        requests=_merge(container.requests_by_model(), worker_requests),
+        rows_resumed=sink.resumed,
+        usage=merge_usage([container.usage_by_model(), source.usage()]),
         preflight=report,
     )
 
 
-def _merge(*counts: dict[str, int]) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for part in counts:
-        for alias, n in part.items():
-            total[alias] = total.get(alias, 0) + n
-    return total
+def in_batches(indices: Iterable[int], size: int) -> Iterator[list[int]]:
+    iterator = iter(indices)
+    while batch := list(itertools.islice(iterator, size)):
+        yield batch
 
 
-async def drain(batches: AsyncIterator[BatchResult], sink: OutputSink) -> None:
-    """Feed every batch to the sink; on any failure or cancellation, no output remains."""
-    try:
-        async for result in batches:
-            sink.add(result)
-    except BaseException as exc:
-        sink.abort(exc)
-        raise
-    finally:
-        aclose = getattr(batches, "aclose", None)
-        if aclose is not None:
-            await aclose()
-    sink.commit()
-
-
-async def local_batches(container: WiredContainer, n: int) -> AsyncIterator[BatchResult]:
+class LocalBatches:
     """Batches in row order, several in flight; a finished batch leaves memory as soon as
     it is next in order (flat memory however many rows)."""
-    runner = BatchRunner(container)
-    size = container.config.pipeline.batch_size
-    starts = iter(range(0, n, size))
-    pending: list[asyncio.Task[BatchResult]] = []
-    try:
-        for s in starts:
-            pending.append(asyncio.create_task(runner.run(s, min(s + size, n))))
-            if len(pending) >= BATCHES_IN_FLIGHT:
-                break
-        while pending:
-            result = await pending.pop(0)
-            nxt = next(starts, None)
-            if nxt is not None:
-                pending.append(asyncio.create_task(runner.run(nxt, min(nxt + size, n))))
-            yield result
-    finally:
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+
+    def __init__(self, container: WiredContainer) -> None:
+        self._container = container
+
+    def usage(self) -> dict[str, ModelUsage]:
+        return {}  # the container's own clients made every request: counted by the caller
+
+    async def batches(self, indices: Iterator[int], batch_size: int) -> AsyncGenerator[BatchResult, None]:
+        runner = BatchRunner(self._container)
+        todo = in_batches(indices, batch_size)
+        pending: list[asyncio.Task[BatchResult]] = []
+        try:
+            for batch in itertools.islice(todo, BATCHES_IN_FLIGHT):
+                pending.append(asyncio.create_task(runner.run(batch)))
+            while pending:
+                result = await pending.pop(0)
+                nxt = next(todo, None)
+                if nxt is not None:
+                    pending.append(asyncio.create_task(runner.run(nxt)))
+                yield result
+        finally:
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)

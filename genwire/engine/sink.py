@@ -1,21 +1,26 @@
-"""Where batch results go, in row order: the output file, the errors file, the counts,
-the progress bar, and the failure-rate stop. Commit renames both files into place;
-abort leaves no partial output."""
+"""Where batch results go, in row order: the checkpoint (every batch, on disk, before the
+next), the counts, the progress bar and the failure-rate stop. ``finish`` streams the
+checkpoint into the output and the errors file, each renamed into place atomically,
+then removes the checkpoint. A run that does not finish keeps its checkpoint."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import NoReturn, Protocol
 
-from genwire.engine.batches import BatchResult
-from genwire.engine.writers import JsonlWriter, errors_path, open_writer
-from genwire.errors import RunError
+from genwire.engine.batches import BatchResult, failure_record
+from genwire.engine.checkpoint import Checkpoint
+from genwire.engine.encoding import UnwritableCell, encode_failure, encode_row
+from genwire.engine.writers import AtomicFile, WriteFailure, errors_path, open_writer
+from genwire.errors import RunStopped
 
-MIN_ROWS_FOR_RATE = 20  # don't stop on the failure rate of a handful of rows
+MIN_ROWS_FOR_RATE = 20  # don't stop early on the failure rate of a handful of rows
 
 
 class Progress(Protocol):
-    def start(self, total: int) -> None: ...
+    def start(self, total: int, done: int = 0) -> None: ...
 
     def advance(self, done: int, failed: int) -> None: ...
 
@@ -24,49 +29,104 @@ class Progress(Protocol):
 
 class OutputSink:
     def __init__(
-        self, target: Path, columns: list[str], *, total: int, max_failure_rate: float, progress: Progress | None
+        self,
+        target: Path,
+        columns: list[str],
+        checkpoint: Checkpoint,
+        *,
+        max_failure_rate: float,
+        progress: Progress | None,
     ) -> None:
         self.target = target
         self.errors_target = errors_path(target)
+        self.checkpoint = checkpoint
+        self.columns = columns
         self.max_failure_rate = max_failure_rate
         self.progress = progress
-        self.written = 0
-        self.failed = 0
-        self._rows = open_writer(target, columns)
-        self._errors = JsonlWriter(self.errors_target, [])
+        self.resumed = checkpoint.resumed
+        self.written = 0  # rows done in this session
+        self.failed = 0  # rows failed in this session
         if progress is not None:
-            progress.start(total)
+            progress.start(checkpoint.num_records, checkpoint.resumed)
+
+    @property
+    def total(self) -> int:
+        return self.checkpoint.num_records
 
     def add(self, result: BatchResult) -> None:
-        self._rows.write(result.rows)
-        self._errors.write(result.failures)
-        self.written += len(result.rows)
-        self.failed += len(result.failures)
+        rows: list[tuple[int, bytes]] = []
+        failures = [encode_failure(f) for f in result.failures]
+        for index, row in zip(result.indices, result.rows, strict=True):
+            try:
+                rows.append((index, encode_row(index, row)))
+            except UnwritableCell as exc:
+                failures.append(encode_failure(failure_record(index, row, exc.column, exc, "unwritable")))
+        self.checkpoint.append(rows, failures)
+        self.written += len(rows)
+        self.failed += len(failures)
         if self.progress is not None:
-            self.progress.advance(len(result.rows), len(result.failures))
+            self.progress.advance(len(rows), len(failures))
         processed = self.written + self.failed
         if processed >= MIN_ROWS_FOR_RATE and self.failed / processed > self.max_failure_rate:
-            raise RunError(
-                f"stopped after {processed} rows: {self.failed} failed ({self.failed / processed:.0%}), above "
-                f"max_failure_rate {self.max_failure_rate:.0%}; failed rows are in {self.errors_target}"
-            )
+            self._stop(f"stopped after {processed} rows: {self.failed} failed ({self.failed / processed:.0%})")
 
-    def commit(self) -> None:
+    def finish(self) -> None:
+        """All rows were tried: check the failure rate over the whole run, then write
+        the output and the errors file and remove the checkpoint."""
         self._stop_progress()
-        self._rows.commit()
+        writer = open_writer(self.target, self.columns)
+        try:
+            late = writer.write_all(self.checkpoint.rows)
+        except BaseException:
+            writer.abort()
+            raise
+        self.written -= len(late)
+        self.failed += len(late)
+        try:
+            if (self.failed and self.failed / self.total > self.max_failure_rate) or self.kept == 0:
+                self._stop(f"{self.failed} of {self.total} rows failed ({self.failed / self.total:.0%})", late)
+        except BaseException:
+            writer.abort()
+            raise
         if self.failed:
-            self._errors.commit()
+            self._write_errors(late)
         else:
-            self._errors.abort()
             self.errors_target.unlink(missing_ok=True)  # a stale errors file from an earlier run would mislead
+        writer.commit()
+        self.checkpoint.remove()
 
-    def abort(self, exc: BaseException) -> None:
+    @property
+    def kept(self) -> int:
+        return self.resumed + self.written
+
+    def suspend(self) -> None:
+        """The run ends unfinished (interrupt, error): the checkpoint stays for a resume."""
         self._stop_progress()
-        self._rows.abort()
-        if isinstance(exc, RunError) and self.failed:
-            self._errors.commit()  # keep the evidence of why the run stopped
-        else:
-            self._errors.abort()
+        self.checkpoint.close()
+
+    def _stop(self, what: str, late: Sequence[WriteFailure] = ()) -> NoReturn:
+        self._write_errors(late)
+        raise RunStopped(
+            f"{what}, above max_failure_rate {self.max_failure_rate:.0%}; failed rows are in "
+            f"{self.errors_target}. {self.kept:,} of {self.total:,} rows are kept in {self.checkpoint.directory}; "
+            "fix the cause and rerun the same command to resume",
+            checkpoint=self.checkpoint.directory,
+            kept=self.kept,
+        )
+
+    def _write_errors(self, late: Sequence[WriteFailure]) -> None:
+        errors = AtomicFile(self.errors_target, binary=True)
+        try:
+            for record in self.checkpoint.failures():
+                errors.handle.write(json.dumps(record, ensure_ascii=True).encode("ascii") + b"\n")
+            for f in late:
+                errors.handle.write(
+                    encode_failure(failure_record(f.index, f.row, f.column, ValueError(f.message), "unwritable"))
+                )
+        except BaseException:
+            errors.abort()
+            raise
+        errors.commit()
 
     def _stop_progress(self) -> None:
         if self.progress is not None:

@@ -1,41 +1,64 @@
-"""Streaming, atomic dataset writers: rows go to a temporary file beside the target, which
-is renamed into place only when the run completes. A failed or interrupted run leaves no
-partial output."""
+"""Atomic dataset writers: the finished rows, streamed from the checkpoint into a
+temporary file beside the target, renamed into place in one step. A failed or
+interrupted write leaves no partial output and no temporary file.
+
+A value one format cannot hold (parquet: a type that conflicts with the other rows' or
+an empty mapping) fails that row, returned as a ``WriteFailure``; the run goes on.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import csv
-import json
 import os
 import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 from genwire.config.schema import OUTPUT_SUFFIXES, output_suffix_problem
-from genwire.errors import RunError
+from genwire.engine.encoding import dumps
+from genwire.errors import RunError, RunSetupError
+
+Rows = Callable[[], Iterable[tuple[int, dict[str, Any]]]]  # a fresh pass over the rows, in order
+CHUNK_ROWS = 1024  # rows handed to a writer at a time: flat memory, few calls
+
+
+@dataclass(frozen=True)
+class WriteFailure:
+    index: int
+    row: dict[str, Any]
+    column: str
+    message: str
 
 
 class RowWriter(Protocol):
-    def write(self, rows: list[dict[str, Any]]) -> None: ...
+    def write_all(self, rows: Rows) -> list[WriteFailure]: ...
 
     def commit(self) -> None: ...
 
     def abort(self) -> None: ...
 
 
-def _json_default(value: Any) -> Any:
-    tolist = getattr(value, "tolist", None)  # numpy arrays and scalars
-    if callable(tolist):
-        return tolist()
-    return str(value)
+def chunks(rows: Iterable[tuple[int, dict[str, Any]]]) -> Iterator[list[tuple[int, dict[str, Any]]]]:
+    chunk: list[tuple[int, dict[str, Any]]] = []
+    for item in rows:
+        chunk.append(item)
+        if len(chunk) >= CHUNK_ROWS:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
-def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=_json_default)
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
-class _AtomicFile:
+class AtomicFile:
     def __init__(self, target: Path, binary: bool = False) -> None:
         self.target = target
         try:
@@ -43,6 +66,9 @@ class _AtomicFile:
             fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         except OSError as exc:
             raise RunError(f"cannot write {target}: {exc.strerror or exc}") from None
+        # mkstemp creates 0600, and the mode survives the rename: give the file the mode
+        # any other new file gets (0666 less the umask).
+        os.fchmod(fd, 0o666 & ~_umask())
         self.tmp = Path(tmp)
         self.handle: IO[Any] = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="")
 
@@ -60,7 +86,7 @@ class _AtomicFile:
 
 class _TextWriter:
     def __init__(self, target: Path, columns: list[str]) -> None:
-        self._file = _AtomicFile(target)
+        self._file = AtomicFile(target)
         self._columns = columns
 
     def commit(self) -> None:
@@ -71,28 +97,36 @@ class _TextWriter:
 
 
 class JsonlWriter(_TextWriter):
-    def write(self, rows: list[dict[str, Any]]) -> None:
-        self._file.handle.write("".join(dumps(r) + "\n" for r in rows))
+    def write_all(self, rows: Rows) -> list[WriteFailure]:
+        for chunk in chunks(rows()):
+            self._file.handle.write("".join(dumps(row) + "\n" for _, row in chunk))
+        return []
 
 
 class CsvWriter(_TextWriter):
     """Nested values (mappings, lists) are JSON-encoded in their cell."""
 
-    def __init__(self, target: Path, columns: list[str]) -> None:
-        super().__init__(target, columns)
-        self._csv = csv.writer(self._file.handle)
-        self._csv.writerow(columns)
+    def write_all(self, rows: Rows) -> list[WriteFailure]:
+        out = csv.writer(self._file.handle)
+        out.writerow(self._columns)
+        for chunk in chunks(rows()):
+            out.writerows([self._cells(row) for _, row in chunk])
+        return []
 
-    def write(self, rows: list[dict[str, Any]]) -> None:
-        for row in rows:
-            cells = []
-            for c in self._columns:
-                v = row.get(c)
-                cells.append(v if isinstance(v, str | int | float | bool) or v is None else dumps(v))
-            self._csv.writerow(cells)
+    def _cells(self, row: dict[str, Any]) -> list[Any]:
+        cells = []
+        for column in self._columns:
+            value = row.get(column)
+            cells.append(value if isinstance(value, str | int | float | bool) or value is None else dumps(value))
+        return cells
 
 
 class ParquetWriter:
+    """Two passes over the rows: the first finds one schema for the whole run (widening
+    as rows arrive: a null column that later holds text becomes text, a nested key seen
+    only in a later row is kept); the second writes. A row whose value fits no schema
+    the other rows allow fails alone."""
+
     def __init__(self, target: Path, columns: list[str]) -> None:
         try:
             import pyarrow as pa
@@ -100,29 +134,83 @@ class ParquetWriter:
         except ImportError:
             raise RunError(f"writing {target.name} needs pyarrow: pip install 'genwire[parquet]'") from None
         self._pa, self._pq = pa, pq
-        self._file = _AtomicFile(target, binary=True)
-        self._writer: Any = None
+        self._errors = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError, TypeError)
+        self._file = AtomicFile(target, binary=True)
         self._columns = columns
+        self._writer: Any = None
 
-    def write(self, rows: list[dict[str, Any]]) -> None:
-        if not rows:
-            return
-        pa = self._pa
-        table = pa.Table.from_pylist([{c: r.get(c) for c in self._columns} for r in rows])
-        if self._writer is None:
-            self._writer = self._pq.ParquetWriter(self._file.handle, table.schema)
-        elif table.schema != self._writer.schema:
+    def _table(self, chunk: list[tuple[int, dict[str, Any]]], schema: Any = None) -> Any:
+        return self._pa.Table.from_pylist([{c: r.get(c) for c in self._columns} for _, r in chunk], schema=schema)
+
+    def _unify(self, a: Any, b: Any) -> Any:
+        return self._pa.unify_schemas([a, b], promote_options="permissive")
+
+    def _schema(self, rows: Rows) -> tuple[Any, dict[int, WriteFailure]]:
+        schema = self._pa.schema([(c, self._pa.null()) for c in self._columns])
+        bad: dict[int, WriteFailure] = {}
+        for chunk in chunks(rows()):
             try:
-                table = table.cast(self._writer.schema)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as exc:
-                raise RunError(f"{self._file.target}: a later batch does not fit the parquet schema: {exc}") from None
-        self._writer.write_table(table)
+                schema = self._unify(schema, self._table(chunk).schema)
+                continue
+            except self._errors:
+                pass
+            for item in chunk:  # the slow path, only for a chunk that holds a bad row
+                try:
+                    schema = self._unify(schema, self._table([item]).schema)
+                except self._errors as exc:
+                    bad[item[0]] = self._failure(item, schema, exc)
+        return schema, bad
+
+    def _failure(self, item: tuple[int, dict[str, Any]], schema: Any, exc: BaseException) -> WriteFailure:
+        index, row = item
+        for column in self._columns:
+            try:
+                self._unify(schema, self._pa.Table.from_pylist([{column: row.get(column)}]).schema)
+            except self._errors as cell_exc:
+                exc = cell_exc
+                break
+        else:
+            column = self._columns[0]
+        why = " ".join(str(exc).split())[:200]
+        return WriteFailure(index, row, column, f"cannot be written to parquet ({why}); write .jsonl to keep it")
+
+    def write_all(self, rows: Rows) -> list[WriteFailure]:
+        schema, bad = self._schema(rows)
+        empty = [f.name for f in schema if _holds_empty_struct(self._pa, f.type)]
+        # Parquet has no type for an empty mapping ({}): rows with a value there fail.
+        if empty:
+            schema = self._pa.schema([f if f.name not in empty else (f.name, self._pa.null()) for f in schema])
+        self._writer = self._pq.ParquetWriter(self._file.handle, schema)
+        for chunk in chunks(rows()):
+            good = []
+            for item in chunk:
+                column = next((c for c in empty if item[1].get(c) is not None), None)
+                if column is not None:
+                    message = "holds an empty mapping ({}), which parquet cannot store; write .jsonl to keep it"
+                    bad[item[0]] = WriteFailure(item[0], item[1], column, message)
+                elif item[0] not in bad:
+                    good.append(item)
+            self._write(good, schema, bad)
+        return sorted(bad.values(), key=lambda f: f.index)
+
+    def _write(self, chunk: list[tuple[int, dict[str, Any]]], schema: Any, bad: dict[int, WriteFailure]) -> None:
+        if not chunk:
+            return
+        try:
+            self._writer.write_table(self._table(chunk, schema))
+            return
+        except self._errors:
+            pass
+        for item in chunk:
+            try:
+                self._writer.write_table(self._table([item], schema))
+            except self._errors as exc:
+                bad[item[0]] = self._failure(item, schema, exc)
 
     def commit(self) -> None:
-        if self._writer is None:  # no rows: still a valid (empty) parquet file
-            self._writer = self._pq.ParquetWriter(
-                self._file.handle, self._pa.schema([(c, self._pa.null()) for c in self._columns])
-            )
+        if self._writer is None:  # never written: still a valid (empty) parquet file
+            schema = self._pa.schema([(c, self._pa.null()) for c in self._columns])
+            self._writer = self._pq.ParquetWriter(self._file.handle, schema)
         self._writer.close()
         self._file.commit()
 
@@ -131,6 +219,14 @@ class ParquetWriter:
             with contextlib.suppress(Exception):  # the temp file is removed anyway
                 self._writer.close()
         self._file.abort()
+
+
+def _holds_empty_struct(pa: Any, kind: Any) -> bool:
+    if pa.types.is_struct(kind):
+        return kind.num_fields == 0 or any(_holds_empty_struct(pa, kind.field(i).type) for i in range(kind.num_fields))
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _holds_empty_struct(pa, kind.value_type)
+    return False
 
 
 _WRITERS: dict[str, type[JsonlWriter] | type[CsvWriter] | type[ParquetWriter]] = {
@@ -143,17 +239,36 @@ _WRITERS: dict[str, type[JsonlWriter] | type[CsvWriter] | type[ParquetWriter]] =
 assert tuple(_WRITERS) == OUTPUT_SUFFIXES  # one writer per format the config accepts
 
 
-def check_output(target: Path) -> None:
-    """Fail before any work (and any paid pre-flight) when the output cannot be written."""
+def errors_path(output: Path) -> Path:
+    return output.with_name(output.name + ".errors.jsonl")
+
+
+def check_output(target: Path, *, protected: Iterable[Path] = (), extra: Iterable[Path] = ()) -> None:
+    """Fail before any work (and any paid pre-flight) when the output cannot be written:
+    an unknown format, a directory, a path below a file, or a file the pipeline reads
+    (``protected``). ``extra`` are the run's other files (errors file, checkpoint)."""
     problem = output_suffix_problem(str(target))
     if problem:
-        raise RunError(f"output {target}: {problem}")
+        raise RunSetupError(f"output {target}: {problem}")
+    if target.is_dir():
+        raise RunSetupError(f"output {target} is a directory; give a file path (-o DIR/dataset.jsonl)")
+    for parent in target.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise RunSetupError(f"output {target}: {parent} is a file, not a directory")
+            break
+    reads = {_real(p): p for p in protected}
+    for path in (target, *extra):
+        if _real(path) in reads:
+            raise RunSetupError(
+                f"output {target}: {path} is a dataset file this pipeline reads ({reads[_real(path)]}); "
+                "writing it would destroy the input. Choose another output (-o)"
+            )
+
+
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(path))
 
 
 def open_writer(target: Path, columns: list[str]) -> RowWriter:
-    check_output(target)
     return _WRITERS[target.suffix.lower()](target, columns)
-
-
-def errors_path(output: Path) -> Path:
-    return output.with_name(output.name + ".errors.jsonl")

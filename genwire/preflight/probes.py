@@ -3,13 +3,13 @@ description of what it saw."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from genwire.errors import DatasetError, ErrorClass
+from genwire.providers.threads import in_daemon_thread
 
 CHAT_PROBE_PROMPT = "Reply with one short word."
 EMBED_PROBE_TEXT = "genwire pre-flight probe"
@@ -66,7 +66,7 @@ async def probe_dataset(dataset: Any, needed_columns: Sequence[str]) -> str:
     load = getattr(dataset, "load", None)
     try:
         if load is not None:
-            await asyncio.to_thread(load)
+            await in_daemon_thread(load)  # a FIFO or stalled mount cannot outlive the deadline
         rows = len(dataset)
         columns = list(dataset.columns)
     except DatasetError as exc:

@@ -16,12 +16,13 @@ from genwire.config.schema import (
     OpenAIProviderConfig,
     ProviderConfig,
 )
+from genwire.providers.usage import ModelUsage
 
 
 class ProviderClient(Protocol):
-    """What every provider kind offers: models by kind, a request count, and a close."""
+    """What every provider kind offers: models by kind, usage per alias, and a close."""
 
-    requests: dict[str, int]
+    usage: dict[str, ModelUsage]
 
     def chat_model(self, alias: str, config: ModelConfig) -> Any: ...
 

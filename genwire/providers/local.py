@@ -40,6 +40,7 @@ from genwire.config.schema import LocalProviderConfig, ModelConfig
 from genwire.errors import ErrorClass, ModelError
 from genwire.providers.base import count_attempt
 from genwire.providers.routes import Route, open_route, resolve_route
+from genwire.providers.usage import ModelUsage
 
 __all__ = [
     "CATALOG",
@@ -418,7 +419,7 @@ class LocalProvider:
     def __init__(self, name: str, config: LocalProviderConfig) -> None:
         self.name = name
         self.config = config
-        self.requests: dict[str, int] = {}  # inference calls, per model alias
+        self.usage: dict[str, ModelUsage] = {}  # inference calls and tokens, per model alias
         self.in_flight = 0  # calls holding a slot: running, or waiting for the CPU gate
         self.peak_in_flight = 0
         self._semaphore: asyncio.Semaphore | None = None
@@ -451,7 +452,15 @@ class LocalProvider:
     def count(self, alias: str) -> None:
         """One inference call for ``alias`` (also one that fails before it runs)."""
         count_attempt()
-        self.requests[alias] = self.requests.get(alias, 0) + 1
+        self.usage_of(alias).requests += 1
+
+    def usage_of(self, alias: str) -> ModelUsage:
+        return self.usage.setdefault(alias, ModelUsage())
+
+    @property
+    def requests(self) -> dict[str, int]:
+        """Inference calls, per model alias."""
+        return {alias: u.requests for alias, u in self.usage.items()}
 
     async def run(self, alias: str, spec: LocalModelSpec, call: Callable[[object], T]) -> T:
         """Run ``call(runtime)`` in a worker thread under the concurrency bound, loading
@@ -480,12 +489,14 @@ class LocalProvider:
             raise
         future.add_done_callback(on_done)
         try:
-            return await asyncio.wrap_future(future)
+            result = await asyncio.wrap_future(future)
         except ModelError as exc:
             if exc.target is not None:
                 raise
             # Load failures are raised without knowing the alias; name it here.
             raise ModelError(exc.error_class, exc.message, target=alias) from exc
+        self.usage_of(alias).count_tokens(result)  # llama.cpp's chat answers carry ``usage``
+        return result
 
 
 # --- models ------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from genwire.config.schema import ModelConfig, OpenAIProviderConfig
 from genwire.errors import ErrorClass, ModelError
 from genwire.providers.base import count_attempt
 from genwire.providers.routes import Route, open_route, resolve_route
+from genwire.providers.usage import ModelUsage
 
 __all__ = ["OpenAIChatModel", "OpenAIEmbeddingModel", "OpenAIProvider"]
 
@@ -76,7 +77,7 @@ class OpenAIProvider:
         self.base_url = config.base_url.rstrip("/")
         # Shown in messages: never the userinfo part a base URL might carry.
         self._display_url = str(URL(self.base_url).with_user(None))
-        self.requests: dict[str, int] = {}  # HTTP requests sent, per model alias
+        self.usage: dict[str, ModelUsage] = {}  # per model alias: attempts, retries, 429s, tokens
         self.in_flight = 0
         self.peak_in_flight = 0
         self._session: aiohttp.ClientSession | None = None
@@ -169,7 +170,16 @@ class OpenAIProvider:
                         retry_after=failure.retry_after,
                         attempts=attempts,
                     ) from None  # the cause adds nothing the message lacks
+                self._usage(alias).retries += 1
                 await asyncio.sleep(self._retry_wait(attempts - 1, failure.retry_after))
+
+    @property
+    def requests(self) -> dict[str, int]:
+        """HTTP requests sent (every attempt), per model alias."""
+        return {alias: u.requests for alias, u in self.usage.items()}
+
+    def _usage(self, alias: str) -> ModelUsage:
+        return self.usage.setdefault(alias, ModelUsage())
 
     def _retry_wait(self, retry: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -183,7 +193,8 @@ class OpenAIProvider:
         session, semaphore = await self._ensure_session()
         async with semaphore:
             count_attempt()
-            self.requests[alias] = self.requests.get(alias, 0) + 1
+            usage = self._usage(alias)
+            usage.requests += 1
             self.in_flight += 1
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
             try:
@@ -217,7 +228,7 @@ class OpenAIProvider:
                 self.in_flight -= 1
         if 200 <= status < 300:
             try:
-                return json.loads(raw)
+                decoded = json.loads(raw)
             except ValueError:
                 raise _Failure(
                     ErrorClass.BAD_RESPONSE,
@@ -225,6 +236,10 @@ class OpenAIProvider:
                     retry=False,
                     retry_after=None,
                 ) from None
+            usage.count_tokens(decoded)
+            return decoded
+        if status == 429:
+            usage.rate_limited += 1
         self._raise_for_status(url, status, raw, headers)
 
     def _raise_for_status(self, url: str, status: int, raw: bytes, headers: Mapping[str, str]) -> NoReturn:

@@ -309,6 +309,9 @@ class FakeOpenAIServer:
             self.in_flight_by_model: dict[str, int] = defaultdict(int)
             self.peak_in_flight_by_model: dict[str, int] = defaultdict(int)
             self.last_body: dict[str, Any] = {}  # last decoded request body, per model
+            # Tokens reported in the ``usage`` of answered requests, per model.
+            self.prompt_tokens: dict[str, int] = defaultdict(int)
+            self.completion_tokens: dict[str, int] = defaultdict(int)
 
     # --- handlers ----------------------------------------------------------------------
 
@@ -409,14 +412,23 @@ class FakeOpenAIServer:
         content: str | None = None,
         vectors: list[list[float]] | None = None,
     ) -> web.Response:
+        prompt_tokens = sum(map(count_tokens, texts))
         if endpoint == "chat":
             if content is None:
                 content = fake_answer(texts[-1] if texts else "")
-            return _json(200, _chat_body(model, content))
+            completion_tokens = count_tokens(content)
+            self._count_usage(model, prompt_tokens, completion_tokens)
+            return _json(200, _chat_body(model, content, prompt_tokens, completion_tokens))
+        self._count_usage(model, prompt_tokens, 0)
         if vectors is None:
             dims = self._dims(model, body)
-            return _raw(200, _fast_embedding_body(model, texts, dims))
-        return _json(200, _embedding_body(model, vectors))
+            return _raw(200, _fast_embedding_body(model, texts, dims, prompt_tokens))
+        return _json(200, _embedding_body(model, vectors, prompt_tokens))
+
+    def _count_usage(self, model: str, prompt_tokens: int, completion_tokens: int) -> None:
+        with self._lock:
+            self.prompt_tokens[model] += prompt_tokens
+            self.completion_tokens[model] += completion_tokens
 
     async def _scripted(
         self,
@@ -498,7 +510,12 @@ def _texts(endpoint: str, body: dict[str, Any]) -> list[str]:
     return []
 
 
-def _chat_body(model: str, content: str) -> dict[str, Any]:
+def count_tokens(text: str) -> int:
+    """The fake's tokenizer: whitespace-separated words (at least 1 for any text)."""
+    return max(1, len(text.split()))
+
+
+def _chat_body(model: str, content: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
     return {
         "id": "chatcmpl-fake",
         "object": "chat.completion",
@@ -511,26 +528,30 @@ def _chat_body(model: str, content: str) -> dict[str, Any]:
                 "finish_reason": "stop",
             }
         ],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
     }
 
 
-def _embedding_body(model: str, vectors: list[list[float]]) -> dict[str, Any]:
+def _embedding_body(model: str, vectors: list[list[float]], prompt_tokens: int) -> dict[str, Any]:
     return {
         "object": "list",
         "model": model,
         "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
-        "usage": {"prompt_tokens": 1, "total_tokens": 1},
+        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
     }
 
 
-def _fast_embedding_body(model: str, texts: list[str], dims: int) -> bytes:
+def _fast_embedding_body(model: str, texts: list[str], dims: int, prompt_tokens: int) -> bytes:
     """Same document as ``_embedding_body`` with normal vectors, from cached JSON pieces."""
     items = ",".join(
         f'{{"object":"embedding","index":{i},"embedding":{_vector_json(t, dims)}}}' for i, t in enumerate(texts)
     )
     head = json.dumps({"object": "list", "model": model})[:-1]
-    usage = '"usage":{"prompt_tokens":1,"total_tokens":1}'
+    usage = f'"usage":{{"prompt_tokens":{prompt_tokens},"total_tokens":{prompt_tokens}}}'
     return f'{head},"data":[{items}],{usage}}}'.encode()
 
 

@@ -21,6 +21,7 @@ from genwire.generators.builtin.embedding_dedup import finite_unit_rows
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import RowFailure
 from genwire.generators.resources import Resources
+from genwire.providers.threads import in_daemon_thread
 
 if TYPE_CHECKING:  # numpy is imported where vectors are handled: `genwire validate` never pays for it
     import numpy as np
@@ -86,7 +87,7 @@ class HardNegatives(Generator[HardNegativesParams]):
         dataset = self.resources.corpus
         load = getattr(dataset, "load", None)
         if callable(load):
-            await asyncio.to_thread(load)  # may read files; keep the loop responsive
+            await in_daemon_thread(load)  # may read files; keep the loop responsive
         ids: list[Any] = []
         texts: list[str] = []
         id_field, text_field = self.params.id_field, self.params.text_field

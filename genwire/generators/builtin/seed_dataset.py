@@ -16,6 +16,7 @@ from genwire.generators.builtin.sampler import derive_seed
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.resources import Resources
 from genwire.generators.rows import RowIndexer
+from genwire.providers.threads import in_daemon_thread
 
 # Permutations kept in memory; batches advance through cycles roughly in order, so a few
 # recent cycles cover concurrent batches without holding one permutation per cycle.
@@ -55,7 +56,7 @@ class SeedDataset(Generator[SeedDatasetParams]):
             load = getattr(dataset, "load", None)
             if callable(load):
                 # Loading may read files: keep the event loop (and other columns) running.
-                await asyncio.to_thread(load)
+                await in_daemon_thread(load)
             if not callable(getattr(dataset, "row", None)):
                 self._rows = [row async for row in dataset.rows()]
                 size = len(self._rows)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from genwire.providers.threads import in_daemon_thread
+
 Row = dict[str, Any]
 
 # Values that callers cannot mutate in place: rows holding only these are copied shallowly.
@@ -118,7 +120,7 @@ class LazyDataset:
         state = self._loaded
         if state is None:
             # Loading blocks on disk; keep it off the event loop.
-            state = await asyncio.to_thread(self._state)
+            state = await in_daemon_thread(self._state)
         for i, row in enumerate(state.rows):
             if i and i % _YIELD_EVERY == 0:
                 await asyncio.sleep(0)

@@ -1,0 +1,240 @@
+"""The run's checkpoint: every finished batch, on disk, before the next one is taken.
+
+Layout of ``<output>.checkpoint/``::
+
+    meta.json          fingerprint, num_records, columns (no secret: config paths and hashes)
+    lock               held (flock) by the run using it; holds its PID
+    rows-0001.jsonl    {"i": row index, "row": {...}} per line, one file per session
+    failed-0001.jsonl  the failure records of that session
+
+A *session* is one ``genwire run`` over the checkpoint. Within a session batches arrive in
+row order, so each ``rows-*`` file is sorted by index and the final output is a streaming
+merge of them (flat memory). A row is never done twice: a resumed session generates only
+the indices no ``rows-*`` file holds. The final errors file is the last session's
+failures: that session retried every row that had failed before.
+
+A kill can tear the last line of a file; opening the checkpoint cuts it off (that row is
+simply generated again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import heapq
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from genwire.engine.fingerprint import Fingerprint, changes
+from genwire.errors import RunSetupError
+
+FORMAT_VERSION = 1
+_META = "meta.json"
+_LOCK = "lock"
+
+
+def checkpoint_dir(output: Path) -> Path:
+    return output.with_name(output.name + ".checkpoint")
+
+
+def kept_rows(directory: Path) -> int:
+    """Rows a checkpoint holds (0 if there is none); read without taking the lock."""
+    count = 0
+    for segment in directory.glob("rows-*.jsonl"):
+        with contextlib.suppress(OSError), segment.open("rb") as handle:
+            count += sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
+    return count
+
+
+def _segment_number(path: Path) -> int:
+    return int(path.stem.rsplit("-", 1)[1])
+
+
+def _repair(path: Path) -> None:
+    """Cut a torn last line (the process died mid-write) so the file parses."""
+    with path.open("rb+") as handle:
+        data = handle.read()
+        good = data.rfind(b"\n") + 1
+        if good < len(data):
+            handle.truncate(good)
+
+
+def _lines(path: Path) -> Iterator[Any]:
+    with path.open("rb") as handle:
+        for line in handle:
+            yield json.loads(line)
+
+
+class Checkpoint:
+    """Open with ``Checkpoint.open``; ``close`` releases the lock, ``remove`` deletes it."""
+
+    def __init__(self, directory: Path, lock: IO[str], num_records: int, done: bytearray, session: int) -> None:
+        self.directory = directory
+        self.num_records = num_records
+        self._lock = lock
+        self._done = done  # one byte per row: 1 = in some rows-* file
+        self.resumed = sum(done)
+        self.kept = self.resumed
+        self._session = session
+        self._rows: IO[bytes] | None = None
+        self._failed: IO[bytes] | None = None
+
+    # --- opening -----------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls, directory: Path, fingerprint: Fingerprint, num_records: int, *, fresh: bool, fresh_hint: str
+    ) -> Checkpoint:
+        """Lock the checkpoint, then start it, or resume it when it matches.
+
+        Raises ``RunSetupError`` when another run holds it, or when it was made by a
+        different configuration (naming what changed and ``fresh_hint``)."""
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            lock = (directory / _LOCK).open("a+", encoding="utf-8")
+        except OSError as exc:
+            raise RunSetupError(f"cannot create the checkpoint {directory}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            lock.seek(0)
+            holder = lock.read().strip() or "unknown"
+            lock.close()
+            raise RunSetupError(
+                f"another genwire run (PID {holder}) is writing the same output; its checkpoint {directory} is "
+                "locked. Wait for it to finish, or give this run another output (-o)"
+            ) from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(str(os.getpid()))
+        lock.flush()
+        try:
+            return cls._start(directory, lock, fingerprint, num_records, fresh=fresh, fresh_hint=fresh_hint)
+        except BaseException:
+            lock.close()
+            raise
+
+    @classmethod
+    def _start(
+        cls, directory: Path, lock: IO[str], fingerprint: Fingerprint, n: int, *, fresh: bool, fresh_hint: str
+    ) -> Checkpoint:
+        meta_path = directory / _META
+        if fresh:
+            for path in directory.iterdir():
+                if path.name != _LOCK:
+                    path.unlink()
+        meta = cls._read_meta(meta_path, fresh_hint) if meta_path.exists() else None
+        if meta is not None:
+            problems = changes(meta["fingerprint"], fingerprint)
+            if n < meta["num_records"]:
+                problems.append(
+                    f"num_records is {n}, fewer than the {meta['num_records']} rows the checkpoint was made for"
+                )
+            if problems:
+                raise RunSetupError(
+                    f"the checkpoint {directory} was made by a different configuration:\n"
+                    + "\n".join(f"  {p}" for p in problems)
+                    + f"\nrerun with the earlier configuration to resume it, or {fresh_hint} to discard it"
+                )
+        _write_json_atomically(meta_path, {"version": FORMAT_VERSION, "fingerprint": fingerprint, "num_records": n})
+        done = bytearray(n)
+        segments = sorted(directory.glob("rows-*.jsonl"), key=_segment_number)
+        for segment in segments:
+            _repair(segment)
+            for record in _lines(segment):
+                done[record["i"]] = 1
+        failed = sorted(directory.glob("failed-*.jsonl"), key=_segment_number)
+        last = max((_segment_number(p) for p in [*segments, *failed]), default=0)
+        return cls(directory, lock, n, done, last + 1)
+
+    @staticmethod
+    def _read_meta(path: Path, fresh_hint: str) -> dict[str, Any]:
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8"))
+            if meta.get("version") != FORMAT_VERSION:
+                raise ValueError(f"format version {meta.get('version')!r}, this genwire writes {FORMAT_VERSION}")
+            if not isinstance(meta.get("fingerprint"), dict) or type(meta.get("num_records")) is not int:
+                raise ValueError("fingerprint or num_records missing")
+        except (OSError, ValueError, AttributeError) as exc:
+            raise RunSetupError(
+                f"the checkpoint {path.parent} cannot be read ({exc}); {fresh_hint} discards it"
+            ) from None
+        return meta  # type: ignore[no-any-return]
+
+    # --- a session ---------------------------------------------------------------------
+
+    def pending(self) -> Iterator[int]:
+        """Row indices still to generate, in order: never reached, or failed before."""
+        done = self._done
+        return (i for i in range(self.num_records) if not done[i])
+
+    def append(self, rows: list[tuple[int, bytes]], failures: list[bytes]) -> None:
+        """One batch: encoded row lines and failure lines, flushed to the disk before
+        returning (a kill after this cannot lose them)."""
+        if self._rows is None or self._failed is None:
+            self._rows = (self.directory / f"rows-{self._session:04d}.jsonl").open("ab")
+            self._failed = (self.directory / f"failed-{self._session:04d}.jsonl").open("ab")
+        for handle, lines in ((self._rows, [line for _, line in rows]), (self._failed, failures)):
+            if lines:
+                handle.write(b"".join(lines))
+                handle.flush()
+                os.fsync(handle.fileno())
+        for index, _ in rows:
+            self._done[index] = 1
+        self.kept += len(rows)
+
+    def rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Every done row, in index order, streamed from all sessions' files."""
+        self._flush()
+        streams = [
+            ((r["i"], r["row"]) for r in _lines(p))
+            for p in sorted(self.directory.glob("rows-*.jsonl"), key=_segment_number)
+        ]
+        last = -1
+        for index, row in heapq.merge(*streams, key=lambda item: item[0]):
+            if index != last:  # defensive: a row in two files is written once
+                yield index, row
+                last = index
+
+    def failures(self) -> Iterator[dict[str, Any]]:
+        """This session's failure records: every row not done failed in it."""
+        self._flush()
+        path = self.directory / f"failed-{self._session:04d}.jsonl"
+        if path.exists():
+            yield from _lines(path)
+
+    # --- ending ------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        for handle in (self._rows, self._failed):
+            if handle is not None and not handle.closed:
+                handle.flush()
+
+    def close(self) -> None:
+        """Close the files and release the lock; the checkpoint stays for a resume."""
+        for handle in (self._rows, self._failed):
+            if handle is not None:
+                handle.close()
+        with contextlib.suppress(OSError):
+            self._lock.close()
+
+    def remove(self) -> None:
+        """After the output is in place: the checkpoint has served its purpose."""
+        self.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _write_json_atomically(path: Path, value: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        json.dump(value, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)

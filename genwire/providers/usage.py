@@ -1,0 +1,51 @@
+"""What each model alias cost: requests, retries, rate-limited answers and tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass
+class ModelUsage:
+    """Counts for one model alias. Tokens come from the responses' ``usage`` (0 where a
+    server reports none); ``requests`` counts every attempt, retries included."""
+
+    requests: int = 0
+    retries: int = 0
+    rate_limited: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def add(self, other: ModelUsage) -> None:
+        self.requests += other.requests
+        self.retries += other.retries
+        self.rate_limited += other.rate_limited
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+
+    def count_tokens(self, body: Any) -> None:
+        """Add the tokens an OpenAI-style response reports in ``usage``; ignore anything else."""
+        usage = body.get("usage") if isinstance(body, dict) else None
+        if not isinstance(usage, dict):
+            return
+        self.prompt_tokens += _count(usage.get("prompt_tokens"))
+        self.completion_tokens += _count(usage.get("completion_tokens"))
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def _count(value: Any) -> int:
+    # Exact int check: a bool or a float from a confused server is not a token count.
+    return value if type(value) is int and value >= 0 else 0
+
+
+def merge_usage(parts: Iterable[Mapping[str, ModelUsage]]) -> dict[str, ModelUsage]:
+    """Sum per alias: one definition for the container's clients and Ray's workers."""
+    total: dict[str, ModelUsage] = {}
+    for part in parts:
+        for alias, usage in part.items():
+            total.setdefault(alias, ModelUsage()).add(usage)
+    return dict(sorted(total.items()))
