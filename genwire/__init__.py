@@ -2,6 +2,7 @@
 model and dataset checked before generation starts."""
 
 from genwire.app import Container, boot
+from genwire.engine.run import RunResult
 from genwire.errors import (
     ConfigError,
     DatasetError,
@@ -10,10 +11,13 @@ from genwire.errors import (
     PluginError,
     PreflightError,
     RunError,
+    RunSetupError,
+    RunStopped,
     UndeclaredResourceError,
     WiringError,
 )
 from genwire.preflight.report import CheckResult, PreflightReport
+from genwire.providers.usage import ModelUsage
 
 __version__ = "0.1.0"
 
@@ -24,10 +28,14 @@ __all__ = [
     "DatasetError",
     "GenwireError",
     "ModelError",
+    "ModelUsage",
     "PluginError",
     "PreflightError",
     "PreflightReport",
     "RunError",
+    "RunResult",
+    "RunSetupError",
+    "RunStopped",
     "UndeclaredResourceError",
     "WiringError",
     "__version__",

@@ -193,6 +193,28 @@ async def test_same_rows_as_the_local_engine(
     assert on_ray.requests == local.requests == {"writer": 101}  # workers' requests are counted too
 
 
+async def test_a_stopped_ray_run_resumes_on_ray_with_the_same_rows(
+    ray_workers: Any, fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    from genwire.errors import RunStopped
+
+    cfg = pipeline(fake_openai_server, tmp_path, n=100)
+    await run(cfg, "local", output=tmp_path / "local.jsonl")
+    fake_openai_server.fail_when("writer", "c p", 400)  # style "c": a third of the rows fail
+    with pytest.raises(RunStopped) as caught:
+        await run(cfg, "ray")
+    kept = caught.value.kept
+    assert kept > 0
+    fake_openai_server.clear()
+    fake_openai_server.reset_stats()
+    resumed = await run(cfg, "ray")
+    assert resumed.rows_resumed == kept and resumed.rows_written == 100
+    # The driver wrote the checkpoint; the workers were sent only the rows it lacked.
+    assert fake_openai_server.requests["writer"] == 1 + 100 - kept
+    assert resumed.requests == {"writer": 1 + 100 - kept}
+    assert (tmp_path / "out.jsonl").read_bytes() == (tmp_path / "local.jsonl").read_bytes()
+
+
 async def test_dead_worker_is_restarted_and_its_block_rerun(
     ray_workers: Any, fake_openai_server: FakeOpenAIServer, tmp_path: Path
 ) -> None:

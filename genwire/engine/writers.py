@@ -176,19 +176,21 @@ class ParquetWriter:
 
     def write_all(self, rows: Rows) -> list[WriteFailure]:
         schema, bad = self._schema(rows)
-        empty = [f.name for f in schema if _holds_empty_struct(self._pa, f.type)]
-        # Parquet has no type for an empty mapping ({}): rows with a value there fail.
-        if empty:
-            schema = self._pa.schema([f if f.name not in empty else (f.name, self._pa.null()) for f in schema])
+        pa = self._pa
+        # Parquet has no type for a mapping with no keys at all ({} where no row has a
+        # key): such a place becomes a null column, and a row with a {} there fails.
+        empty = [f for f in schema if _strip_empty(pa, f.type) != f.type]
+        schema = pa.schema([pa.field(f.name, _strip_empty(pa, f.type)) for f in schema])
         self._writer = self._pq.ParquetWriter(self._file.handle, schema)
         for chunk in chunks(rows()):
             good = []
             for item in chunk:
-                column = next((c for c in empty if item[1].get(c) is not None), None)
+                index, row = item
+                column = next((f.name for f in empty if _needs_empty(pa, row.get(f.name), f.type)), None)
                 if column is not None:
                     message = "holds an empty mapping ({}), which parquet cannot store; write .jsonl to keep it"
-                    bad[item[0]] = WriteFailure(item[0], item[1], column, message)
-                elif item[0] not in bad:
+                    bad[index] = WriteFailure(index, row, column, message)
+                elif index not in bad:
                     good.append(item)
             self._write(good, schema, bad)
         return sorted(bad.values(), key=lambda f: f.index)
@@ -221,11 +223,29 @@ class ParquetWriter:
         self._file.abort()
 
 
-def _holds_empty_struct(pa: Any, kind: Any) -> bool:
+def _strip_empty(pa: Any, kind: Any) -> Any:
+    """``kind`` with every struct that has no fields replaced by null."""
     if pa.types.is_struct(kind):
-        return kind.num_fields == 0 or any(_holds_empty_struct(pa, kind.field(i).type) for i in range(kind.num_fields))
+        if kind.num_fields == 0:
+            return pa.null()
+        return pa.struct([pa.field(f.name, _strip_empty(pa, f.type)) for f in kind])
+    if pa.types.is_list(kind):
+        return pa.list_(_strip_empty(pa, kind.value_type))
+    if pa.types.is_large_list(kind):
+        return pa.large_list(_strip_empty(pa, kind.value_type))
+    return kind
+
+
+def _needs_empty(pa: Any, value: Any, kind: Any) -> bool:
+    """Whether ``value`` holds something where ``kind`` has a struct with no fields."""
+    if value is None:
+        return False
+    if pa.types.is_struct(kind):
+        if kind.num_fields == 0:
+            return True
+        return isinstance(value, dict) and any(_needs_empty(pa, value.get(f.name), f.type) for f in kind)
     if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-        return _holds_empty_struct(pa, kind.value_type)
+        return isinstance(value, list) and any(_needs_empty(pa, v, kind.value_type) for v in value)
     return False
 
 
