@@ -172,7 +172,7 @@ class StopAfter:
     def start(self, total: int, done: int = 0) -> None:
         pass
 
-    def advance(self, done: int, failed: int) -> None:
+    def advance(self, done: int, failed: int, status: str = "") -> None:
         self.batches -= 1
         if self.batches <= 0:
             raise StopAfter.Stop

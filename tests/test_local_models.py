@@ -18,7 +18,7 @@ import pytest
 from genwire.config.schema import LocalProviderConfig, ModelConfig
 from genwire.errors import ErrorClass, ModelError
 from genwire.providers import local
-from genwire.providers.base import attempt_counter
+from genwire.providers.base import Attempts, attempt_log
 from genwire.providers.factory import endpoint_identity
 from genwire.providers.local import (
     CHAT_SPEC,
@@ -187,14 +187,14 @@ async def test_unknown_model_is_not_found_when_used() -> None:
 
 async def test_calls_are_counted_as_attempts() -> None:
     model = embedder(provider())
-    counter = [0]
-    token = attempt_counter.set(counter)
+    counter = Attempts()
+    token = attempt_log.set(counter)
     try:
         await model.embed(["one"])
         await model.embed(["two", "three"])
     finally:
-        attempt_counter.reset(token)
-    assert counter == [2]
+        attempt_log.reset(token)
+    assert counter.count == 2
 
 
 # --- concurrency ------------------------------------------------------------------------------

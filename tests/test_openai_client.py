@@ -14,7 +14,7 @@ from pydantic import SecretStr
 
 from genwire.config.schema import ModelConfig, OpenAIProviderConfig
 from genwire.errors import ErrorClass, ModelError
-from genwire.providers.base import attempt_counter, endpoint_key
+from genwire.providers.base import Attempts, attempt_log, endpoint_key
 from genwire.providers.factory import endpoint_identity
 from genwire.providers.openai import (
     MAX_RETRY_WAIT_S,
@@ -174,13 +174,13 @@ async def test_attempts_are_counted_per_http_attempt(
     fake_openai_server: FakeOpenAIServer, chat: OpenAIChatModel
 ) -> None:
     fake_openai_server.script(CHAT, [503, 502])
-    counter = [0]
-    token = attempt_counter.set(counter)
+    counter = Attempts()
+    token = attempt_log.set(counter)
     try:
         await chat.complete("hi")
     finally:
-        attempt_counter.reset(token)
-    assert counter == [3]
+        attempt_log.reset(token)
+    assert counter.count == 3
 
 
 # --- error classes -----------------------------------------------------------------------
@@ -203,7 +203,6 @@ OTHER_400 = FakeResponse(400, json={"error": {"message": "max_tokens must be pos
         (502, ErrorClass.SERVER_ERROR, 3),
         (503, ErrorClass.SERVER_ERROR, 3),
         (504, ErrorClass.SERVER_ERROR, 3),
-        (429, ErrorClass.RATE_LIMITED, 3),
         ("malformed", ErrorClass.BAD_RESPONSE, 1),
         ("reset", ErrorClass.UNREACHABLE, 3),
     ],
@@ -273,7 +272,7 @@ async def test_retry_after_is_honoured(fake_openai_server: FakeOpenAIServer, cha
 async def test_rate_limited_error_carries_retry_after(
     fake_openai_server: FakeOpenAIServer, provider: OpenAIProvider
 ) -> None:
-    limited = make_provider(fake_openai_server.url, retries=0)
+    limited = make_provider(fake_openai_server.url, rate_limit_wait_s=1)  # a 7 s wait is past it
     model = limited.chat_model("w", chat_config())
     fake_openai_server.script(CHAT, [FakeResponse(429, headers={"Retry-After": "7"})])
     try:

@@ -89,7 +89,6 @@ async def test_transient_then_ok_takes_exactly_two_requests(fake_openai_server: 
 @pytest.mark.parametrize(
     ("item", "error_class"),
     [
-        (429, "rate_limited"),
         (500, "server_error"),
         ("malformed", "bad_response"),
         ("empty_text", "bad_response"),
@@ -103,6 +102,30 @@ async def test_error_classes(fake_openai_server: FakeOpenAIServer, item: Any, er
     cfg["providers"]["srv"]["retries"] = 1
     report = await preflight(cfg)
     assert (report.check("m").status, report.check("m").error_class) == ("failed", error_class)
+
+
+async def test_a_probe_still_rate_limited_at_its_timeout_is_reported_rate_limited(
+    fake_openai_server: FakeOpenAIServer,
+) -> None:
+    from genwire.testing.fake_server import FakeResponse
+
+    fake_openai_server.script("m", [FakeResponse(429, headers={"Retry-After": "0.1"})] * 100)
+    cfg = pipeline(fake_openai_server, {"m": {"model": "m", "kind": "chat"}}, [chat_column("q", "m")])
+    cfg["preflight"] = {"timeout_s": 0.5}
+    report = await preflight(cfg)
+    check = report.check("m")
+    assert (check.status, check.error_class) == ("failed", "rate_limited")
+    assert "still rate-limited after" in (check.message or "") and check.attempts >= 3
+
+
+async def test_a_briefly_rate_limited_probe_waits_and_passes(fake_openai_server: FakeOpenAIServer) -> None:
+    from genwire.testing.fake_server import FakeResponse
+
+    fake_openai_server.script("m", [FakeResponse(429, headers={"Retry-After": "0.1"})] * 4)
+    cfg = pipeline(fake_openai_server, {"m": {"model": "m", "kind": "chat"}}, [chat_column("q", "m")])
+    cfg["providers"]["srv"]["retries"] = 1  # 429s are bounded by time, not by retries
+    report = await preflight(cfg)
+    assert report.check("m").status == "ok" and report.check("m").attempts == 5
 
 
 async def test_unreachable_endpoint() -> None:

@@ -127,6 +127,12 @@ def run_summary(result: RunResult) -> Table:
             f"{u.requests:,} requests ({u.retries:,} retries, {u.rate_limited:,} rate-limited), "
             f"{u.prompt_tokens:,} prompt + {u.completion_tokens:,} completion tokens",
         )
+    for name, c in sorted(result.concurrency.items()):
+        paused = f", paused {c.pauses:,} times by 429s" if c.pauses else ""
+        table.add_row(
+            escape(f"provider {name}"),
+            f"peak {c.peak_in_flight} in flight of {c.max_concurrency}, ended at {c.limit}{paused}",
+        )
     table.add_row("output", escape(str(result.output)))
     return table
 
@@ -141,6 +147,7 @@ class RichProgress:
             MofNCompleteColumn(),
             TextColumn("{task.fields[rate]:.1f} rows/s"),
             TextColumn("[red]{task.fields[failed]} failed"),
+            TextColumn("{task.fields[status]}", markup=False),
             TimeElapsedColumn(),
             TextColumn("ETA"),
             TimeRemainingColumn(),
@@ -152,9 +159,9 @@ class RichProgress:
 
     def start(self, total: int, done: int = 0) -> None:
         self._progress.start()
-        self._task = self._progress.add_task("rows", total=total, completed=done, failed=0, rate=0.0)
+        self._task = self._progress.add_task("rows", total=total, completed=done, failed=0, rate=0.0, status="")
 
-    def advance(self, done: int, failed: int) -> None:
+    def advance(self, done: int, failed: int, status: str = "") -> None:
         self._failed += failed
         self._made += done + failed
         task = self._progress.tasks[0]
@@ -164,6 +171,7 @@ class RichProgress:
             completed=task.completed + done + failed,
             failed=self._failed,
             rate=self._made / elapsed if elapsed > 0 else 0.0,
+            status=status,
         )
 
     def stop(self) -> None:

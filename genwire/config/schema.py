@@ -79,6 +79,20 @@ def _check_base_url(value: str) -> str:
     return value
 
 
+class RateLimitConfig(StrictModel):
+    """Pacing below an endpoint's published limits (either or both)."""
+
+    requests_per_minute: PositiveFloat | None = None
+    tokens_per_minute: PositiveFloat | None = None
+
+
+def _retry_statuses(value: list[int]) -> list[int]:
+    bad = [v for v in value if not 400 <= v <= 599]
+    if bad:
+        raise ValueError(f"got {bad}: retry_on holds HTTP error statuses (400-599)")
+    return value
+
+
 class OpenAIProviderConfig(StrictModel):
     """Any OpenAI-compatible endpoint (NIM, vLLM, OpenAI, Ollama...)."""
 
@@ -89,6 +103,17 @@ class OpenAIProviderConfig(StrictModel):
     max_concurrency: PositiveInt = 16
     retries: Annotated[int, Field(ge=0, le=20)] = 3
     backoff_s: Annotated[float, Field(ge=0)] = 0.5
+    # Which statuses are retried (connect errors and timeouts always are). Add 500 behind
+    # a gateway (LiteLLM) that reports a brief upstream outage as 500.
+    retry_on: Annotated[list[int], AfterValidator(_retry_statuses)] = Field(
+        default_factory=lambda: [429, 502, 503, 504]
+    )
+    rate_limit: RateLimitConfig | None = None
+    # A request still rate-limited (429) after this long fails its row as rate_limited.
+    rate_limit_wait_s: PositiveFloat = 300.0
+    # false: no provider-wide pause or adaptive concurrency; each request retries a 429
+    # on its own, bounded by ``retries`` (the behaviour before 0.2; a benchmark baseline).
+    adapt_to_rate_limits: bool = True
 
 
 class LocalProviderConfig(StrictModel):

@@ -18,7 +18,7 @@ from genwire.errors import GenwireError
 from genwire.generators.base import Generator
 from genwire.providers.base import endpoint_key
 from genwire.providers.factory import endpoint_identity
-from genwire.providers.usage import ModelUsage, merge_usage
+from genwire.providers.usage import Concurrency, ModelUsage, merge_usage
 
 
 class WiredContainer:
@@ -86,6 +86,10 @@ class WiredContainer:
     def usage_by_model(self) -> dict[str, ModelUsage]:
         """Requests, retries, 429s and tokens of this process's clients, per model alias."""
         return merge_usage(client.usage for client in self._graph.live_clients)
+
+    def concurrency(self) -> dict[str, Concurrency]:
+        """In flight against the current and configured limit, per provider in use."""
+        return {client.name: client.concurrency() for client in self._graph.live_clients}
 
     def requests_by_model(self) -> dict[str, int]:
         return {alias: u.requests for alias, u in self.usage_by_model().items()}

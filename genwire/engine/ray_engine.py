@@ -27,6 +27,10 @@ in row order, so the ``OutputSink`` writes exactly what the local engine writes.
   single point of failure; splitting is exact and free, at the cost of idle slots when
   one worker has less to do than another (blocks are small and handed to the least
   loaded worker, which keeps that cost low).
+* **Rate limits.** ``rate_limit`` is split the same way (each worker paces at 1/W of the
+  requests and tokens per minute). A 429 slows only the worker that got it: workers share
+  no state, so the cluster adapts worker by worker, and a burst from all W workers at
+  once can still draw 429s that one process would have avoided.
 * **Fault tolerance.** Actors have ``max_restarts`` and their tasks
   ``max_task_retries``: a worker process that dies mid-block is restarted and the block
   re-run. A block's result is returned only when the whole block is done, so a retried
@@ -252,11 +256,18 @@ def provider_caps(container: WiredContainer) -> dict[str, int]:
 
 
 def split_config(loaded: LoadedConfig, caps: dict[str, int], workers: int, index: int) -> LoadedConfig:
-    """Worker ``index``'s share of every used provider's slots; the shares sum to the cap."""
+    """Worker ``index``'s share of every used provider's slots and ``rate_limit``; the
+    shares sum to the provider's figures."""
     providers = dict(loaded.config.providers)
     for name, cap in caps.items():
         share = cap // workers + (1 if index < cap % workers else 0)
-        providers[name] = providers[name].model_copy(update={"max_concurrency": share})
+        update: dict[str, object] = {"max_concurrency": share}
+        limit = getattr(providers[name], "rate_limit", None)
+        if limit is not None:  # an exact share of the pacing too: the shares sum to the limit
+            update["rate_limit"] = limit.model_copy(
+                update={key: value / workers for key, value in limit.model_dump().items() if value is not None}
+            )
+        providers[name] = providers[name].model_copy(update=update)
     return dataclasses.replace(loaded, config=loaded.config.model_copy(update={"providers": providers}))
 
 

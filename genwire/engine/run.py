@@ -24,10 +24,11 @@ from genwire.engine.writers import check_output, errors_path
 from genwire.errors import PreflightError, RunError
 from genwire.preflight.report import PreflightReport
 from genwire.preflight.runner import run_preflight
-from genwire.providers.usage import ModelUsage, merge_usage
+from genwire.providers.usage import Concurrency, ModelUsage, merge_usage
 
 Engine = Literal["local", "ray"]
 BATCHES_IN_FLIGHT = 4  # keeps providers saturated across the barrier between columns
+BATCHES_AHEAD = 8  # running plus finished-but-not-yet-written: bounds memory
 FRESH_HINT = "run with --fresh (resume=False in Python)"
 
 
@@ -44,6 +45,9 @@ class RunResult:
     duration_s: float
     rows_resumed: int = 0
     usage: dict[str, ModelUsage] = field(default_factory=dict)
+    # Per provider at the end of the run: the adaptive limit it settled at, its peak and
+    # its 429 pauses (this process's providers: Ray workers' are not included).
+    concurrency: dict[str, Concurrency] = field(default_factory=dict)
     preflight: PreflightReport | None = None
 
     @property
@@ -133,6 +137,7 @@ async def run_pipeline(
             checkpoint,
             max_failure_rate=cfg.max_failure_rate,
             progress=progress,
+            status=lambda: in_flight_text(container.concurrency()),
         )
         batches = source.batches(checkpoint.pending(), cfg.batch_size)
         try:
@@ -158,8 +163,18 @@ async def run_pipeline(
         duration_s=time.perf_counter() - started,
         rows_resumed=sink.resumed,
         usage=merge_usage([container.usage_by_model(), source.usage()]),
+        concurrency=container.concurrency(),
         preflight=report,
     )
+
+
+def in_flight_text(concurrency: dict[str, Concurrency]) -> str:
+    """``in flight 6/16`` (one provider) or ``in flight srv 6/16, nim 2/4``."""
+    if not concurrency:
+        return ""
+    if len(concurrency) == 1:
+        return f"in flight {next(iter(concurrency.values()))}"
+    return "in flight " + ", ".join(f"{name} {c}" for name, c in concurrency.items())
 
 
 def in_batches(indices: Iterable[int], size: int) -> Iterator[list[int]]:
@@ -180,19 +195,38 @@ class LocalBatches:
 
     async def batches(self, indices: Iterator[int], batch_size: int) -> AsyncGenerator[BatchResult, None]:
         runner = BatchRunner(self._container)
-        todo = in_batches(indices, batch_size)
-        pending: list[asyncio.Task[BatchResult]] = []
+        todo = enumerate(in_batches(indices, batch_size))
+        running: dict[asyncio.Task[BatchResult], int] = {}
+        finished: dict[int, asyncio.Task[BatchResult]] = {}  # an error is raised in row order too
+        next_out = 0
+        exhausted = False
         try:
-            for batch in itertools.islice(todo, BATCHES_IN_FLIGHT):
-                pending.append(asyncio.create_task(runner.run(batch)))
-            while pending:
-                result = await pending.pop(0)
-                nxt = next(todo, None)
-                if nxt is not None:
-                    pending.append(asyncio.create_task(runner.run(nxt)))
-                yield result
+            while True:
+                # A new batch starts whenever any batch finishes, not only the oldest: a
+                # slow batch at the head would otherwise leave the provider's slots idle.
+                # Finished batches wait for their turn; the two together stay bounded.
+                while (
+                    not exhausted and len(running) < BATCHES_IN_FLIGHT and len(running) + len(finished) < BATCHES_AHEAD
+                ):
+                    item = next(todo, None)
+                    if item is None:
+                        exhausted = True
+                        break
+                    running[asyncio.create_task(runner.run(item[1]))] = item[0]
+                if not running and not finished:
+                    return
+                if next_out not in finished:
+                    done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                    for task in done:
+                        finished[running.pop(task)] = task
+                while next_out in finished:
+                    yield finished.pop(next_out).result()
+                    next_out += 1
         finally:
-            for task in pending:
+            for task in running:
                 task.cancel()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+            for task in finished.values():  # finished, never yielded: their errors are moot
+                if not task.cancelled():
+                    task.exception()

@@ -6,7 +6,7 @@ then removes the checkpoint. A run that does not finish keeps its checkpoint."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn, Protocol
 
@@ -22,7 +22,7 @@ MIN_ROWS_FOR_RATE = 20  # don't stop early on the failure rate of a handful of r
 class Progress(Protocol):
     def start(self, total: int, done: int = 0) -> None: ...
 
-    def advance(self, done: int, failed: int) -> None: ...
+    def advance(self, done: int, failed: int, status: str = "") -> None: ...
 
     def stop(self) -> None: ...
 
@@ -36,6 +36,7 @@ class OutputSink:
         *,
         max_failure_rate: float,
         progress: Progress | None,
+        status: Callable[[], str] | None = None,
     ) -> None:
         self.target = target
         self.errors_target = errors_path(target)
@@ -43,6 +44,7 @@ class OutputSink:
         self.columns = columns
         self.max_failure_rate = max_failure_rate
         self.progress = progress
+        self.status = status  # e.g. "in flight 6/16", for the progress line
         self.resumed = checkpoint.resumed
         self.written = 0  # rows done in this session
         self.failed = 0  # rows failed in this session
@@ -65,7 +67,7 @@ class OutputSink:
         self.written += len(rows)
         self.failed += len(failures)
         if self.progress is not None:
-            self.progress.advance(len(rows), len(failures))
+            self.progress.advance(len(rows), len(failures), self.status() if self.status else "")
         processed = self.written + self.failed
         if processed >= MIN_ROWS_FOR_RATE and self.failed / processed > self.max_failure_rate:
             self._stop(f"stopped after {processed} rows: {self.failed} failed ({self.failed / processed:.0%})")

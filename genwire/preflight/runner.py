@@ -18,7 +18,7 @@ from genwire.errors import ErrorClass, GenwireError, ModelError
 from genwire.generators.metadata import ResourceKind
 from genwire.preflight.probes import ProbeFailure, check_dimensions, probe_chat, probe_dataset, probe_embedding
 from genwire.preflight.report import CheckResult, PreflightReport
-from genwire.providers.base import attempt_counter
+from genwire.providers.base import Attempts, attempt_log
 
 
 @dataclass
@@ -85,8 +85,8 @@ class _Preflight:
 
     async def probe(self, group: _Group) -> _Outcome:
         outcome = _Outcome()
-        counter = [0]
-        attempt_counter.set(counter)  # this task's own context: counts only its requests
+        attempts = Attempts()
+        attempt_log.set(attempts)  # this task's own context: counts only its requests
         started = time.perf_counter()
         try:
             async with asyncio.timeout_at(self.deadline):
@@ -96,11 +96,14 @@ class _Preflight:
                         outcome.value = await self.run_probe(group)
         except TimeoutError:
             waited = time.perf_counter() - started
-            outcome.failure = (
-                ErrorClass.TIMEOUT.value,
-                f"no answer within {waited:.1f}s (timeout_s "
-                f"{self.settings.timeout_s:g}, stage deadline {self.settings.deadline_s:g}s)",
-            )
+            limits = f"timeout_s {self.settings.timeout_s:g}, stage deadline {self.settings.deadline_s:g}s"
+            if attempts.rate_limited is not None:  # it was waiting out a 429, not a silent server
+                outcome.failure = (
+                    ErrorClass.RATE_LIMITED.value,
+                    f"still rate-limited after {waited:.1f}s ({limits}): {attempts.rate_limited}",
+                )
+            else:
+                outcome.failure = (ErrorClass.TIMEOUT.value, f"no answer within {waited:.1f}s ({limits})")
         except ModelError as exc:
             outcome.failure = (exc.error_class.value, exc.message)
         except ProbeFailure as exc:
@@ -110,7 +113,7 @@ class _Preflight:
         except Exception as exc:  # a fake or plugin-provided model may fail in any way
             outcome.failure = (ErrorClass.BAD_RESPONSE.value, f"{type(exc).__name__}: {exc}")
         outcome.latency_s = time.perf_counter() - started
-        outcome.attempts = max(counter[0], 1)
+        outcome.attempts = max(attempts.count, 1)
         return outcome
 
     async def run_probe(self, group: _Group) -> Any:

@@ -5,17 +5,33 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Hashable, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-# Counts HTTP/inference attempts made inside the current task (the pre-flight reads it
-# to report "attempts" without every model having to return it).
-attempt_counter: ContextVar[list[int] | None] = ContextVar("genwire_attempts", default=None)
+
+@dataclass
+class Attempts:
+    """HTTP/inference attempts made inside the current task, and the last 429 while its
+    request waits it out (the pre-flight reads both, without every model returning them)."""
+
+    count: int = 0
+    rate_limited: str | None = None
+
+
+attempt_log: ContextVar[Attempts | None] = ContextVar("genwire_attempts", default=None)
 
 
 def count_attempt() -> None:
-    counter = attempt_counter.get()
-    if counter is not None:
-        counter[0] += 1
+    log = attempt_log.get()
+    if log is not None:
+        log.count += 1
+
+
+def note_rate_limited(message: str | None) -> None:
+    """A request is waiting out a 429 (``message``), or was answered (None)."""
+    log = attempt_log.get()
+    if log is not None:
+        log.rate_limited = message
 
 
 @runtime_checkable

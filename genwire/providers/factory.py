@@ -16,13 +16,16 @@ from genwire.config.schema import (
     OpenAIProviderConfig,
     ProviderConfig,
 )
-from genwire.providers.usage import ModelUsage
+from genwire.providers.usage import Concurrency, ModelUsage
 
 
 class ProviderClient(Protocol):
     """What every provider kind offers: models by kind, usage per alias, and a close."""
 
+    name: str
     usage: dict[str, ModelUsage]
+
+    def concurrency(self) -> Concurrency: ...
 
     def chat_model(self, alias: str, config: ModelConfig) -> Any: ...
 

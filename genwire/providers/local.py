@@ -40,7 +40,7 @@ from genwire.config.schema import LocalProviderConfig, ModelConfig
 from genwire.errors import ErrorClass, ModelError
 from genwire.providers.base import count_attempt
 from genwire.providers.routes import Route, open_route, resolve_route
-from genwire.providers.usage import ModelUsage
+from genwire.providers.usage import Concurrency, ModelUsage
 
 __all__ = [
     "CATALOG",
@@ -453,6 +453,10 @@ class LocalProvider:
         """One inference call for ``alias`` (also one that fails before it runs)."""
         count_attempt()
         self.usage_of(alias).requests += 1
+
+    def concurrency(self) -> Concurrency:
+        cap = self.config.max_concurrency
+        return Concurrency(self.in_flight, cap, cap, self.peak_in_flight)
 
     def usage_of(self, alias: str) -> ModelUsage:
         return self.usage.setdefault(alias, ModelUsage())

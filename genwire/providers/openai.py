@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import time
 from collections.abc import Mapping, Sequence
 from email.utils import parsedate_to_datetime
@@ -22,9 +23,10 @@ from yarl import URL
 
 from genwire.config.schema import ModelConfig, OpenAIProviderConfig
 from genwire.errors import ErrorClass, ModelError
-from genwire.providers.base import count_attempt
+from genwire.providers.base import count_attempt, note_rate_limited
+from genwire.providers.pacing import ProviderGate, estimate_tokens
 from genwire.providers.routes import Route, open_route, resolve_route
-from genwire.providers.usage import ModelUsage
+from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens
 
 __all__ = ["OpenAIChatModel", "OpenAIEmbeddingModel", "OpenAIProvider"]
 
@@ -37,8 +39,6 @@ MAX_RETRY_WAIT_S = 30.0
 MIN_SECRET_CHARS = 8
 # Response-body snippets in error messages are cut to this many characters.
 SNIPPET_CHARS = 200
-# Only these statuses are retried (spec: connect errors, 429, 502, 503, 504).
-_RETRY_STATUSES = frozenset({429, 502, 503, 504})
 # Phrases with which servers say "this model does not exist" in a 400 body
 # (OpenAI answers 404; some vLLM/TGI/NIM versions answer 400).
 _MISSING_MODEL_PHRASES = (
@@ -78,10 +78,11 @@ class OpenAIProvider:
         # Shown in messages: never the userinfo part a base URL might carry.
         self._display_url = str(URL(self.base_url).with_user(None))
         self.usage: dict[str, ModelUsage] = {}  # per model alias: attempts, retries, 429s, tokens
-        self.in_flight = 0
-        self.peak_in_flight = 0
+        # The gate bounds in-flight requests (max_concurrency, adapted to 429s) and paces
+        # them (rate_limit); every alias of the provider shares it.
+        self.gate = ProviderGate(config.max_concurrency, config.rate_limit, adaptive=config.adapt_to_rate_limits)
+        self._retry_on = frozenset(config.retry_on)
         self._session: aiohttp.ClientSession | None = None
-        self._semaphore: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._routes: list[Route[OpenAIProvider]] = []  # keeps the handles' routes alive
 
@@ -103,12 +104,12 @@ class OpenAIProvider:
         """The shared session, or None before the first request / after ``aclose``."""
         return self._session
 
-    async def _ensure_session(self) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
+    async def _ensure_session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
-        session, semaphore = self._session, self._semaphore
-        if session is not None and semaphore is not None and not session.closed:
+        session = self._session
+        if session is not None and not session.closed:
             if self._loop is loop:
-                return session, semaphore
+                return session
             # A session is bound to its loop. Reusing the provider from another loop is
             # only safe once the old loop is gone (e.g. a container entered twice).
             if self._loop is not None and self._loop.is_running():
@@ -116,7 +117,7 @@ class OpenAIProvider:
             await self._discard_session()
         return self._open_session(loop)
 
-    def _open_session(self, loop: asyncio.AbstractEventLoop) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
+    def _open_session(self, loop: asyncio.AbstractEventLoop) -> aiohttp.ClientSession:
         # Created synchronously (no await) so concurrent first calls cannot open two.
         cfg = self.config
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -129,13 +130,12 @@ class OpenAIProvider:
             timeout=aiohttp.ClientTimeout(total=cfg.timeout_s),
             raise_for_status=False,
         )
-        semaphore = asyncio.Semaphore(cfg.max_concurrency)
-        self._session, self._semaphore, self._loop = session, semaphore, loop
-        return session, semaphore
+        self._session, self._loop = session, loop
+        return session
 
     async def _discard_session(self) -> None:
         session = self._session
-        self._session, self._semaphore, self._loop = None, None, None
+        self._session, self._loop = None, None
         if session is not None and not session.closed:
             try:
                 await session.close()
@@ -151,27 +151,62 @@ class OpenAIProvider:
     async def post(self, alias: str, path: str, payload: dict[str, Any]) -> tuple[Any, int]:
         """POST ``payload`` to ``{base_url}{path}`` with retries.
 
-        Returns the decoded JSON body and the number of attempts it took.
+        Returns the decoded JSON body and the number of attempts it took. A 429 pauses
+        the whole provider (``ProviderGate``) and is retried until ``rate_limit_wait_s``
+        has passed; other retried failures count against ``retries``.
         """
         cfg = self.config
         url = self.base_url + path
         body = json.dumps(payload, separators=(",", ":")).encode()  # encoded once, all tries
-        attempts = 0
+        estimate = estimate_tokens(body, _max_tokens(payload)) if cfg.rate_limit else 0
+        usage = self._usage(alias)
+        started = time.monotonic()
+        attempts = retries = limited = 0
         while True:
             attempts += 1
+            reservation = await self.gate.acquire(estimate)
             try:
-                return await self._attempt(alias, url, body), attempts
+                data = await self._attempt(usage, url, body)
             except _Failure as failure:
-                if not failure.retry or attempts > cfg.retries:
-                    raise ModelError(
-                        failure.error_class,
-                        self._scrub(failure.message),
-                        target=alias,
-                        retry_after=failure.retry_after,
-                        attempts=attempts,
-                    ) from None  # the cause adds nothing the message lacks
-                self._usage(alias).retries += 1
-                await asyncio.sleep(self._retry_wait(attempts - 1, failure.retry_after))
+                self.gate.release(reservation, tokens=None, ok=False)
+                if failure.retry and failure.error_class is ErrorClass.RATE_LIMITED and cfg.adapt_to_rate_limits:
+                    wait = self._retry_wait(limited, failure.retry_after)
+                    limited += 1
+                    waited = time.monotonic() - started
+                    if waited + wait <= cfg.rate_limit_wait_s:
+                        note_rate_limited(self._scrub(failure.message))
+                        usage.retries += 1
+                        self.gate.rate_limited(wait)  # the next acquire waits the pause out
+                        continue
+                    failure.message += f"; still rate-limited after {waited:.0f} s (rate_limit_wait_s)"
+                elif failure.retry and retries < cfg.retries:
+                    wait = self._retry_wait(retries, failure.retry_after)
+                    retries += 1
+                    usage.retries += 1
+                    await asyncio.sleep(wait)
+                    continue
+                raise ModelError(
+                    failure.error_class,
+                    self._scrub(failure.message),
+                    target=alias,
+                    retry_after=failure.retry_after,
+                    attempts=attempts,
+                ) from None  # the cause adds nothing the message lacks
+            self.gate.release(reservation, tokens=reported_tokens(data), ok=True)
+            note_rate_limited(None)
+            return data, attempts
+
+    def concurrency(self) -> Concurrency:
+        gate = self.gate
+        return Concurrency(gate.in_flight, gate.current, gate.max_concurrency, gate.peak_in_flight, gate.pauses)
+
+    @property
+    def in_flight(self) -> int:
+        return self.gate.in_flight
+
+    @property
+    def peak_in_flight(self) -> int:
+        return self.gate.peak_in_flight
 
     @property
     def requests(self) -> dict[str, int]:
@@ -189,43 +224,38 @@ class OpenAIProvider:
         ceiling = min(self.config.backoff_s * 2**retry, MAX_RETRY_WAIT_S)
         return random.uniform(0, ceiling)
 
-    async def _attempt(self, alias: str, url: str, body: bytes) -> Any:
-        session, semaphore = await self._ensure_session()
-        async with semaphore:
-            count_attempt()
-            usage = self._usage(alias)
-            usage.requests += 1
-            self.in_flight += 1
-            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
-            try:
-                async with session.post(url, data=body) as resp:
-                    status = resp.status
-                    raw = await resp.read()
-                    headers = resp.headers
-            except TimeoutError:  # aiohttp's timeouts subclass TimeoutError
-                raise _Failure(
-                    ErrorClass.TIMEOUT,
-                    f"no response from POST {self._where(url)} within {self.config.timeout_s:g} s (timeout_s)",
-                    retry=True,
-                    retry_after=None,
-                ) from None
-            except aiohttp.InvalidURL as exc:
-                raise _Failure(
-                    ErrorClass.UNREACHABLE,
-                    f"invalid URL {self._where(url)}: {exc}",
-                    retry=False,
-                    retry_after=None,
-                ) from None
-            except (aiohttp.ClientError, OSError) as exc:
-                # Connect refused/reset, DNS failure, server disconnected, truncated body.
-                raise _Failure(
-                    ErrorClass.UNREACHABLE,
-                    f"POST {self._where(url)} failed: {_describe(exc)}",
-                    retry=True,
-                    retry_after=None,
-                ) from None
-            finally:
-                self.in_flight -= 1
+    async def _attempt(self, usage: ModelUsage, url: str, body: bytes) -> Any:
+        session = await self._ensure_session()
+        count_attempt()
+        usage.requests += 1
+        # No slot is taken here: the caller holds the gate, which bounds what is in flight.
+        try:
+            async with session.post(url, data=body) as resp:
+                status = resp.status
+                raw = await resp.read()
+                headers = resp.headers
+        except TimeoutError:  # aiohttp's timeouts subclass TimeoutError
+            raise _Failure(
+                ErrorClass.TIMEOUT,
+                f"no response from POST {self._where(url)} within {self.config.timeout_s:g} s (timeout_s)",
+                retry=True,
+                retry_after=None,
+            ) from None
+        except aiohttp.InvalidURL as exc:
+            raise _Failure(
+                ErrorClass.UNREACHABLE,
+                f"invalid URL {self._where(url)}: {exc}",
+                retry=False,
+                retry_after=None,
+            ) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            # Connect refused/reset, DNS failure, server disconnected, truncated body.
+            raise _Failure(
+                ErrorClass.UNREACHABLE,
+                f"POST {self._where(url)} failed: {_describe(exc)}",
+                retry=True,
+                retry_after=None,
+            ) from None
         if 200 <= status < 300:
             try:
                 decoded = json.loads(raw)
@@ -268,7 +298,7 @@ class OpenAIProvider:
         message = f"{where}: {detail}" if detail else where
         if hint:
             message = f"{message} ({hint})"
-        raise _Failure(error_class, message, retry=status in _RETRY_STATUSES, retry_after=retry_after)
+        raise _Failure(error_class, message, retry=status in self._retry_on, retry_after=retry_after)
 
     # --- message hygiene ---------------------------------------------------------------
 
@@ -301,11 +331,8 @@ class OpenAIProvider:
                 text = decoded["detail"]
             elif isinstance(decoded.get("message"), str):
                 text = decoded["message"]
-        # Scrub before truncating so a cut cannot leave a recognisable part of the key.
-        text = " ".join(self._scrub(text).split())
-        if len(text) > SNIPPET_CHARS:
-            text = text[: SNIPPET_CHARS - 1] + "…"
-        return text
+        # Scrub before cutting so a cut cannot leave a recognisable part of the key.
+        return readable_excerpt(" ".join(self._scrub(text).split()), SNIPPET_CHARS)
 
 
 class _Handle:
@@ -445,6 +472,56 @@ class OpenAIEmbeddingModel(_Handle):
 
 
 # --- helpers -----------------------------------------------------------------------------
+
+
+# Sentences after the first are kept only if they carry a figure and one of these words.
+_LIMIT_WORDS = re.compile(r"limit|per (?:minute|second|day)|rpm|tpm|quota|retry|try again|cooldown|seconds", re.I)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+BLOB_CHARS = 60  # a bracketed run longer than this is a dump (deployment lists, JSON), not prose
+
+
+def _drop_blobs(text: str) -> str:
+    """Replace long ``{...}``/``[...]``/``(...)`` runs (also one cut off at the end) with ``…``."""
+    pairs = {"{": "}", "[": "]", "(": ")"}
+    out: list[str] = []
+    depth_stack: list[str] = []
+    start = 0
+    for i, ch in enumerate(text):
+        if ch in pairs:
+            if not depth_stack:
+                start = i
+            depth_stack.append(pairs[ch])
+        elif depth_stack and ch == depth_stack[-1]:
+            depth_stack.pop()
+            if not depth_stack:
+                blob = text[start : i + 1]
+                out.append(blob if len(blob) <= BLOB_CHARS else blob[0] + "…" + blob[-1])
+        elif not depth_stack:
+            out.append(ch)
+    if depth_stack:  # unbalanced to the end: a dump that was cut off
+        rest = text[start:]
+        out.append(rest if len(rest) <= BLOB_CHARS else rest[0] + "…")
+    return "".join(out)
+
+
+def readable_excerpt(text: str, limit: int) -> str:
+    """A server's message as it is if it fits; else its first sentence, plus later sentences that give limit
+    figures (``Limit: 40 requests per minute``, ``Try again in 5 seconds``), without long
+    JSON or deployment dumps (LiteLLM puts its cooldown list before the useful part)."""
+    text = " ".join(_drop_blobs(text).split())
+    if len(text) <= limit:  # short enough to keep whole
+        return text
+    sentences = [s for s in _SENTENCE_END.split(text) if s.strip()]
+    if not sentences:
+        return ""
+    kept = [sentences[0]] + [s for s in sentences[1:] if _LIMIT_WORDS.search(s) and re.search(r"\d", s)]
+    out = " ".join(" ".join(kept).split())
+    return out if len(out) <= limit else out[: limit - 1] + "…"
+
+
+def _max_tokens(payload: Mapping[str, Any]) -> int:
+    value = payload.get("max_completion_tokens", payload.get("max_tokens"))
+    return value if type(value) is int and value > 0 else 0
 
 
 def _describe(exc: BaseException) -> str:

@@ -37,6 +37,14 @@ class ModelUsage:
         return asdict(self)
 
 
+def reported_tokens(body: Any) -> int | None:
+    """Prompt + completion tokens a response's ``usage`` reports; None without one."""
+    usage = body.get("usage") if isinstance(body, dict) else None
+    if not isinstance(usage, dict):
+        return None
+    return _count(usage.get("prompt_tokens")) + _count(usage.get("completion_tokens"))
+
+
 def _count(value: Any) -> int:
     # Exact int check: a bool or a float from a confused server is not a token count.
     return value if type(value) is int and value >= 0 else 0
@@ -49,3 +57,18 @@ def merge_usage(parts: Iterable[Mapping[str, ModelUsage]]) -> dict[str, ModelUsa
         for alias, usage in part.items():
             total.setdefault(alias, ModelUsage()).add(usage)
     return dict(sorted(total.items()))
+
+
+@dataclass(frozen=True)
+class Concurrency:
+    """A provider's requests in flight against its current (adaptive) and configured
+    limit; ``pauses`` counts the provider-wide pauses 429s caused."""
+
+    in_flight: int
+    limit: int
+    max_concurrency: int
+    peak_in_flight: int
+    pauses: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.in_flight}/{self.limit}"

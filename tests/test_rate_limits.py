@@ -1,0 +1,227 @@
+"""Rate-aware providers (SPEC §10) against the fake server's token-bucket rate limit,
+over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import genwire
+from genwire.config.schema import ModelConfig, OpenAIProviderConfig
+from genwire.errors import ErrorClass, ModelError
+from genwire.providers.openai import OpenAIProvider, readable_excerpt
+from genwire.testing import FakeOpenAIServer
+from genwire.testing.fake_server import FakeResponse
+
+
+def pipeline(server: FakeOpenAIServer, root: Path, n: int, **provider: Any) -> dict[str, Any]:
+    return {
+        "providers": {
+            "srv": {"kind": "openai", "base_url": server.url, "max_concurrency": 16, "backoff_s": 0.05, **provider}
+        },
+        "models": {"writer": {"provider": "srv", "model": "writer", "kind": "chat"}},
+        "pipeline": {
+            "num_records": n,
+            "output": str(root / "out.jsonl"),
+            "columns": [
+                {"name": "uid", "generator": "sampler", "params": {"kind": "uuid"}},
+                {"name": "flag", "generator": "sampler", "params": {"kind": "category", "values": ["a", "b", "c"]}},
+                {
+                    "name": "q",
+                    "generator": "llm-text",
+                    "resources": {"model": "writer"},
+                    "params": {"prompt": "Question {{ flag }} {{ uid }}"},
+                },
+            ],
+        },
+    }
+
+
+async def run(cfg: dict[str, Any], **kw: Any) -> genwire.RunResult:
+    async with genwire.boot(cfg) as container:
+        return await container.run(skip_preflight=True, **kw)
+
+
+RATE = 40.0  # requests/s the server admits
+ROWS = 200
+
+
+@pytest.mark.parametrize(
+    ("provider", "max_429_share"),
+    [({}, 0.15), ({"rate_limit": {"requests_per_minute": 60 * RATE}}, 0.02)],
+    ids=["adaptive", "paced"],
+)
+async def test_a_rate_limited_run_finishes_near_the_limit_with_no_failed_row(
+    tmp_path: Path, provider: dict[str, Any], max_429_share: float
+) -> None:
+    with FakeOpenAIServer(latency=0.02) as server:
+        server.rate_limit(RATE)
+        result = await run(pipeline(server, tmp_path, ROWS, **provider))
+        share = server.rate_limited / server.total_requests
+    assert result.rows_failed == 0 and result.rows_written == ROWS
+    assert result.rows_per_s >= 0.85 * RATE, result.rows_per_s
+    assert share <= max_429_share, share
+    assert result.usage["writer"].rate_limited == server.rate_limited
+
+
+async def test_without_adaptation_the_same_run_fails_rows(tmp_path: Path) -> None:
+    """The baseline the adaptation is measured against: each request retries on its own."""
+    with FakeOpenAIServer(latency=0.02) as server:
+        server.rate_limit(RATE)
+        cfg = pipeline(server, tmp_path, ROWS, adapt_to_rate_limits=False, retries=1)
+        cfg["pipeline"]["max_failure_rate"] = 1.0
+        result = await run(cfg)
+    assert result.rows_failed > 0
+
+
+def provider_for(server: FakeOpenAIServer, **settings: Any) -> OpenAIProvider:
+    config = OpenAIProviderConfig(kind="openai", base_url=server.url, **settings)
+    return OpenAIProvider("srv", config)
+
+
+async def test_a_429_pauses_the_providers_other_requests(fake_openai_server: FakeOpenAIServer) -> None:
+    fake_openai_server.set_latency("writer", 0.05)
+    fake_openai_server.script("writer", [FakeResponse(429, headers={"Retry-After": "0.6"})])
+    provider = provider_for(fake_openai_server, max_concurrency=4)
+    chat = provider.chat_model("writer", ModelConfig(provider="srv", model="writer", kind="chat"))
+    try:
+        await asyncio.gather(*(chat.complete(f"p{i}") for i in range(24)))
+    finally:
+        await provider.aclose()
+    log = fake_openai_server.log
+    answered = log[0][0] + 0.05  # the scripted 429 answers the first request, after its latency
+    # In flight before the 429 was seen: at most the other three first requests. After it:
+    # nothing until the Retry-After has passed.
+    during_pause = [t for t, _, _ in log if answered + 0.03 < t < answered + 0.55]
+    assert during_pause == []
+    assert len(log) == 25 and provider.gate.pauses == 1
+
+
+async def test_429s_are_bounded_by_time_not_by_retries(fake_openai_server: FakeOpenAIServer) -> None:
+    limited = FakeResponse(429, headers={"Retry-After": "0.05"})
+    fake_openai_server.script("writer", [limited] * 6)
+    provider = provider_for(fake_openai_server, retries=1)
+    chat = provider.chat_model("writer", ModelConfig(provider="srv", model="writer", kind="chat"))
+    try:
+        assert await chat.complete("hello") == "answer to: hello"  # six 429s, then answered
+        assert provider.usage["writer"].retries == 6 and provider.usage["writer"].rate_limited == 6
+    finally:
+        await provider.aclose()
+
+
+async def test_a_row_still_limited_after_rate_limit_wait_s_fails_and_the_run_goes_on(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    fake_openai_server.fail_when("writer", "Question c", FakeResponse(429, headers={"Retry-After": "0.1"}))
+    cfg = pipeline(fake_openai_server, tmp_path, 30, rate_limit_wait_s=0.3)
+    cfg["pipeline"]["max_failure_rate"] = 0.6
+    result = await run(cfg)
+    errors = [json.loads(line) for line in (tmp_path / "out.jsonl.errors.jsonl").read_text().splitlines()]
+    assert result.rows_failed == len(errors) > 0 and result.rows_written == 30 - len(errors)
+    assert {e["error_class"] for e in errors} == {"rate_limited"}
+    assert "still rate-limited after" in errors[0]["error"] and "rate_limit_wait_s" in errors[0]["error"]
+
+
+async def test_tokens_per_minute_are_never_exceeded(fake_openai_server: FakeOpenAIServer, tmp_path: Path) -> None:
+    """Each request is about 8 tokens (the fake's usage): 200 per minute admits some 25
+    rows in the first minute, whatever the concurrency."""
+    cfg = pipeline(fake_openai_server, tmp_path, 60, rate_limit={"tokens_per_minute": 200})
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(run(cfg), 3.0)
+    used = fake_openai_server.prompt_tokens["writer"] + fake_openai_server.completion_tokens["writer"]
+    assert used <= 200
+    assert used >= 100  # paced, not starved: the estimate is corrected by the responses
+
+
+async def test_requests_per_minute_space_requests_evenly(fake_openai_server: FakeOpenAIServer) -> None:
+    provider = provider_for(fake_openai_server, rate_limit={"requests_per_minute": 600})  # one per 0.1 s
+    chat = provider.chat_model("writer", ModelConfig(provider="srv", model="writer", kind="chat"))
+    try:
+        await asyncio.gather(*(chat.complete(f"p{i}") for i in range(8)))
+    finally:
+        await provider.aclose()
+    stamps = [t for t, _, _ in fake_openai_server.log]
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    assert min(gaps) >= 0.08
+
+
+@pytest.mark.parametrize(("retry_on", "requests"), [(None, 1), ([500, 502, 503, 504], 3)])
+async def test_retry_on_decides_which_statuses_are_retried(
+    fake_openai_server: FakeOpenAIServer, retry_on: list[int] | None, requests: int
+) -> None:
+    message = "litellm.APIConnectionError: APIConnectionError: OpenAIException - Connection error."
+    fake_openai_server.script("writer", [FakeResponse(500, json={"error": {"message": message}})] * 2)
+    settings: dict[str, Any] = {"retries": 3, "backoff_s": 0.01}
+    if retry_on is not None:
+        settings["retry_on"] = retry_on
+    provider = provider_for(fake_openai_server, **settings)
+    chat = provider.chat_model("writer", ModelConfig(provider="srv", model="writer", kind="chat"))
+    try:
+        if requests == 1:
+            with pytest.raises(ModelError) as caught:
+                await chat.complete("hi")
+            assert caught.value.error_class is ErrorClass.SERVER_ERROR
+            assert "Connection error." in str(caught.value)
+        else:
+            assert await chat.complete("hi") == "answer to: hi"
+    finally:
+        await provider.aclose()
+    assert fake_openai_server.requests["writer"] == requests
+
+
+def test_retry_on_outside_http_errors_is_a_located_config_error(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        cfg = pipeline(server, tmp_path, 1, retry_on=[200, 500])
+    with pytest.raises(genwire.ConfigError, match=r"providers\.srv\.retry_on: got \[200\]"):
+        genwire.boot(cfg)
+
+
+LITELLM_COOLDOWN = (
+    "litellm.RateLimitError: litellm.RateLimitError: No deployments available for selected model, "
+    "Try again in 5 seconds. Passed model=meta/llama-3.1-8b-instruct. pre-call-checks=False, "
+    "cooldown_list=[('0f4e9c1b2a3d4e5f6a7b8c9d0e1f2a3b', {'exception_class': 'RateLimitError', "
+    "'message': 'litellm.RateLimitError: OpenAIException - Error code: 429', 'status_code': 429, "
+    "'timestamp': 1733211111.5, 'cooldown_time': 5})]. Limit: 40 requests per minute."
+)
+
+
+def test_excerpts_keep_the_first_sentence_and_the_limit_figures() -> None:
+    excerpt = readable_excerpt(LITELLM_COOLDOWN, 200)
+    assert excerpt == (
+        "litellm.RateLimitError: litellm.RateLimitError: No deployments available for selected model, "
+        "Try again in 5 seconds. Limit: 40 requests per minute."
+    )
+    short = "Incorrect API key provided: sk-***. You can find your API key at https://platform.openai.com."
+    assert readable_excerpt(short, 200) == short  # a message that fits is kept whole
+
+
+async def test_a_gateway_429_message_reaches_the_user_readable(fake_openai_server: FakeOpenAIServer) -> None:
+    body = {"error": {"message": LITELLM_COOLDOWN}}
+    fake_openai_server.script("writer", [FakeResponse(429, json=body, headers={"Retry-After": "0.05"})] * 3)
+    provider = provider_for(fake_openai_server, rate_limit_wait_s=0.1)
+    chat = provider.chat_model("writer", ModelConfig(provider="srv", model="writer", kind="chat"))
+    try:
+        with pytest.raises(ModelError) as caught:
+            await chat.complete("hi")
+    finally:
+        await provider.aclose()
+    assert "Try again in 5 seconds. Limit: 40 requests per minute." in str(caught.value)
+    assert "cooldown_list" not in str(caught.value)
+
+
+async def test_the_preflight_counts_against_the_pacing(fake_openai_server: FakeOpenAIServer, tmp_path: Path) -> None:
+    cfg = pipeline(fake_openai_server, tmp_path, 3, rate_limit={"requests_per_minute": 300})  # one per 0.2 s
+    async with genwire.boot(cfg) as container:
+        started = time.monotonic()
+        result = await container.run()
+        elapsed = time.monotonic() - started
+    assert result.preflight is not None and result.preflight.ok
+    stamps = [t for t, _, _ in fake_openai_server.log]
+    assert len(stamps) == 4 and min(b - a for a, b in itertools.pairwise(stamps)) >= 0.18
+    assert elapsed >= 0.55  # probe, then three rows, each a pacing interval apart
