@@ -44,6 +44,7 @@ Symbol = Literal[
     "reset",
     "empty_text",
     "echo_auth",
+    "not_json",
 ]
 SYMBOLS: frozenset[str] = frozenset(get_args(Symbol))
 
@@ -138,6 +139,8 @@ class FakeOpenAIServer:
         self._fail_when: dict[str, list[tuple[str, Scripted]]] = defaultdict(list)
         self._fail_rate: dict[str, tuple[float, tuple[Scripted, ...], random.Random]] = {}
         self._api_key: str | None = None
+        self._bucket: _TokenBucket | None = None
+        self._no_response_format: set[str] = set()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -252,10 +255,29 @@ class FakeOpenAIServer:
         with self._lock:
             self._dimensions[model] = n
 
+    def reject_response_format(self, model: str, reject: bool = True) -> None:
+        """``model`` answers 400 to any request carrying ``response_format`` (as models
+        and gateways without structured output do)."""
+        with self._lock:
+            if reject:
+                self._no_response_format.add(model)
+            else:
+                self._no_response_format.discard(model)
+
     def require_api_key(self, key: str | None) -> None:
         """Requests without ``Authorization: Bearer <key>`` get 401 (None: no check)."""
         with self._lock:
             self._api_key = key
+
+    def rate_limit(self, requests_per_s: float | None, *, burst: float | None = None, retry_after: float = 1.0) -> None:
+        """Admit ``requests_per_s`` (a token bucket holding ``burst``, default one
+        second's worth); beyond it answer 429 with ``Retry-After``. None removes it."""
+        with self._lock:
+            if requests_per_s is None:
+                self._bucket = None
+            else:
+                capacity = burst if burst is not None else max(1.0, requests_per_s)
+                self._bucket = _TokenBucket(requests_per_s, capacity, retry_after)
 
     def script(self, model: str, responses: Iterable[Scripted]) -> None:
         """Queue answers for ``model``: one per request, then back to normal."""
@@ -309,6 +331,9 @@ class FakeOpenAIServer:
             self.in_flight_by_model: dict[str, int] = defaultdict(int)
             self.peak_in_flight_by_model: dict[str, int] = defaultdict(int)
             self.last_body: dict[str, Any] = {}  # last decoded request body, per model
+            self.rate_limited = 0  # requests answered 429 by ``rate_limit``
+            # (time.monotonic(), model, 429 or 200 = admitted) of every request, in arrival order.
+            self.log: list[tuple[float, str, int]] = []
             # Tokens reported in the ``usage`` of answered requests, per model.
             self.prompt_tokens: dict[str, int] = defaultdict(int)
             self.completion_tokens: dict[str, int] = defaultdict(int)
@@ -353,6 +378,18 @@ class FakeOpenAIServer:
                 self.peak_in_flight_by_model[model], self.in_flight_by_model[model]
             )
             latency = self._latency.get(model, self.default_latency)
+            bucket = self._bucket
+            limited = bucket is not None and not bucket.take(time.monotonic())
+            if limited:
+                self.rate_limited += 1
+            self.log.append((time.monotonic(), model, 429 if limited else 200))
+        if limited:
+            assert bucket is not None
+            with self._lock:
+                self.in_flight -= 1
+                self.in_flight_by_model[model] -= 1
+            headers = {"Retry-After": f"{bucket.retry_after:g}"}
+            return _raw(429, _error_body(429, "Rate limit reached for requests"), headers)
         try:
             if latency > 0:
                 await asyncio.sleep(latency)
@@ -369,12 +406,15 @@ class FakeOpenAIServer:
         with self._lock:
             api_key = self._api_key
             known = self.known_models
+            rejects_format = set(self._no_response_format)
             item = self._next_item(model, texts)
         if api_key is not None and request.headers.get("Authorization") != f"Bearer {api_key}":
             return _raw(401, _error_body(401, code="invalid_api_key"))
         if known is not None and model not in known:
             message = f"The model `{model}` does not exist or you do not have access to it."
             return _raw(404, _error_body(404, message, code="model_not_found"))
+        if "response_format" in body and model in rejects_format:
+            return _raw(400, _error_body(400, "response_format is not supported by this model"))
         if item is None:
             return self._normal(endpoint, model, body, texts)
         return await self._scripted(request, endpoint, model, body, texts, item)
@@ -415,7 +455,13 @@ class FakeOpenAIServer:
         prompt_tokens = sum(map(count_tokens, texts))
         if endpoint == "chat":
             if content is None:
-                content = fake_answer(texts[-1] if texts else "")
+                schema = _requested_schema(body)
+                # Structured output: an instance of the requested schema, as JSON text.
+                content = (
+                    json.dumps(schema_instance(schema))
+                    if schema is not None
+                    else fake_answer(texts[-1] if texts else "")
+                )
             completion_tokens = count_tokens(content)
             self._count_usage(model, prompt_tokens, completion_tokens)
             return _json(200, _chat_body(model, content, prompt_tokens, completion_tokens))
@@ -460,6 +506,8 @@ class FakeOpenAIServer:
         if endpoint == "chat":
             if item == "empty_text":
                 return self._normal(endpoint, model, body, texts, content="")
+            if item == "not_json":
+                return self._normal(endpoint, model, body, texts, content="Sure! Here is the object you asked for.")
             return self._normal(endpoint, model, body, texts)  # embedding-only symbol
         dims = self._dims(model, body)
         if item == "empty_vector":
@@ -488,6 +536,23 @@ class FakeOpenAIServer:
 # --- helpers -----------------------------------------------------------------------------
 
 
+class _TokenBucket:
+    """``rate`` tokens per second, holding at most ``capacity``; a request takes one."""
+
+    def __init__(self, rate: float, capacity: float, retry_after: float) -> None:
+        self.rate, self.capacity, self.retry_after = rate, capacity, retry_after
+        self.tokens = capacity
+        self.stamp = time.monotonic()
+
+    def take(self, now: float) -> bool:
+        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return True
+        return False
+
+
 def _check_item(item: object) -> None:
     if isinstance(item, bool) or not isinstance(item, int | FakeResponse | str):
         raise TypeError(f"scripted response must be int, FakeResponse or symbol, not {item!r}")
@@ -508,6 +573,41 @@ def _texts(endpoint: str, body: dict[str, Any]) -> list[str]:
     if isinstance(inputs, list):
         return [t if isinstance(t, str) else json.dumps(t) for t in inputs]
     return []
+
+
+def _requested_schema(body: dict[str, Any]) -> Any:
+    fmt = body.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema" and isinstance(fmt.get("json_schema"), dict):
+        return fmt["json_schema"].get("schema", {})
+    return None
+
+
+def schema_instance(schema: Any) -> Any:
+    """A small value that validates against ``schema`` (the JSON Schema subset models are
+    given: types, properties, required, items, enum, const, minimum, minItems)."""
+    if not isinstance(schema, dict):
+        return None
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type", "object")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object":
+        props = schema.get("properties", {})
+        return {name: schema_instance(sub) for name, sub in props.items()}
+    if kind == "array":
+        return [schema_instance(schema.get("items", {})) for _ in range(schema.get("minItems", 1))]
+    if kind == "string":
+        return "x" * max(1, schema.get("minLength", 1))
+    if kind == "integer":
+        return int(schema.get("minimum", 1))
+    if kind == "number":
+        return float(schema.get("minimum", 1.0))
+    if kind == "boolean":
+        return True
+    return None
 
 
 def count_tokens(text: str) -> int:
