@@ -18,10 +18,11 @@ from genwire.preflight.runner import run_preflight
 class Container(WiredContainer):
     """What ``genwire.boot`` returns: ``plan``, ``override``, ``preflight``, ``run``, ``aclose``."""
 
-    async def preflight(self) -> PreflightReport:
-        """Check every model and dataset a wired generator can reach; never raises for an
-        unhealthy target."""
-        return await run_preflight(self)
+    async def preflight(self, *, use_cache: bool = True, cache_dir: Path | None = None) -> PreflightReport:
+        """Check every model and dataset a wired generator can reach, with the requests
+        the run will send; never raises for an unhealthy target. ``use_cache=False``
+        ignores the probe cache (``preflight.cache_ttl_s``)."""
+        return await run_preflight(self, use_cache=use_cache, cache_dir=cache_dir)
 
     async def run(
         self,
@@ -34,6 +35,8 @@ class Container(WiredContainer):
         resume: bool = True,
         ray_address: str | None = None,
         on_preflight: Callable[[PreflightReport], None] | None = None,
+        use_cache: bool = True,
+        cache_dir: Path | None = None,
     ) -> RunResult:
         """Pre-flight (unless skipped), then generate, checkpointing every batch, and
         write the dataset atomically.
@@ -54,6 +57,8 @@ class Container(WiredContainer):
             resume=resume,
             ray_address=ray_address,
             on_preflight=on_preflight,
+            use_cache=use_cache,
+            cache_dir=cache_dir,
         )
 
 

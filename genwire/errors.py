@@ -122,7 +122,7 @@ class PreflightError(GenwireError):
     def __init__(self, report: Any) -> None:
         self.report = report
         failed = [c for c in report.checks if c.status == "failed"]
-        lines = [f"  {c.target} ({c.kind}): {c.error_class} — {c.message}" for c in failed]
+        lines = [f"  {c.label} ({c.kind}): {c.error_class} — {c.message}" for c in failed]
         super().__init__(
             f"pre-flight failed: {len(failed)} of {len(report.checks)} checks failed; "
             "no generation was started.\n" + "\n".join(lines)

@@ -288,6 +288,9 @@ pipeline:
         "latency_s",
         "attempts",
         "used_by",
+        "variant",
+        "cached",
+        "age_s",
     }
     table = CliRunner().invoke(cli, ["preflight", str(path)])
     assert table.exit_code == 1 and "auth" in table.stdout

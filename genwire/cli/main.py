@@ -118,8 +118,9 @@ def plugins() -> None:
 @cli.command()
 @_FILE
 @click.option("--json", "as_json", is_flag=True, help="Print the machine-readable report.")
+@click.option("--no-cache", is_flag=True, help="Probe everything, ignoring the probe cache.")
 @handle_errors
-def preflight(file: Path, as_json: bool) -> None:
+def preflight(file: Path, as_json: bool, no_cache: bool) -> None:
     """Check every model and dataset a wired generator can reach, concurrently."""
     from genwire.cli.render import preflight_table
 
@@ -127,7 +128,7 @@ def preflight(file: Path, as_json: bool) -> None:
 
     async def go() -> Any:
         async with container:
-            return await container.preflight()
+            return await container.preflight(use_cache=not no_cache)
 
     report = asyncio.run(go())
     if as_json:
@@ -160,6 +161,7 @@ def _output_suffix(ctx: click.Context, param: click.Parameter, value: Path | Non
 @click.option("--skip-preflight", is_flag=True, help="Generate without checking resources first.")
 @click.option("--fresh", is_flag=True, help="Discard the checkpoint of an earlier run and start over.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout (progress goes to stderr).")
+@click.option("--no-cache", is_flag=True, help="Probe everything, ignoring the probe cache.")
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--address", help="Ray cluster address (with --engine ray).")
 @handle_errors
@@ -170,6 +172,7 @@ def run(
     skip_preflight: bool,
     fresh: bool,
     as_json: bool,
+    no_cache: bool,
     engine: Literal["local", "ray"],
     address: str | None,
 ) -> None:
@@ -194,6 +197,7 @@ def run(
                 resume=not fresh,
                 ray_address=address,
                 on_preflight=lambda report: console.print(preflight_table(report)),
+                use_cache=not no_cache,
             )
 
     try:

@@ -87,16 +87,18 @@ def preflight_table(report: PreflightReport) -> Table:
     for c in report.checks:
         style = _STATUS_STYLE[c.status]
         aliases = f" (= {', '.join(a for a in c.aliases if a != c.target)})" if len(c.aliases) > 1 else ""
-        target, kind, error_class, latency, tries, used_by, message = _cells(
-            c.target + aliases,
+        status = c.status if not c.cached else f"{c.status} (cached {c.age_s or 0:.0f}s ago)"
+        target, kind, status, error_class, latency, tries, used_by, message = _cells(
+            c.label + aliases,
             c.kind,
+            status,
             c.error_class or "",
             f"{c.latency_s * 1000:.0f} ms",
             str(c.attempts),
             ", ".join(c.used_by),
             c.message,
         )
-        table.add_row(target, kind, f"[{style}]{c.status}[/]", error_class, latency, tries, used_by, message)
+        table.add_row(target, kind, f"[{style}]{status}[/]", error_class, latency, tries, used_by, message)
     return table
 
 

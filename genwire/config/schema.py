@@ -217,6 +217,8 @@ class PreflightConfig(StrictModel):
     timeout_s: PositiveFloat = 20.0
     deadline_s: PositiveFloat = 60.0
     concurrency: PositiveInt = 32
+    # Seconds an ok model probe is trusted from the cache (0: no cache).
+    cache_ttl_s: Annotated[float, Field(ge=0)] = 0.0
 
 
 # --- the file --------------------------------------------------------------------------

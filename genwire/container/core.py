@@ -79,6 +79,11 @@ class WiredContainer:
             return endpoint_identity(self.config.providers[model.provider], model)
         return endpoint_key(target.provider())
 
+    def cacheable(self, name: str) -> bool:
+        """Whether ``name``'s probe verdict may be cached: a configured model, not an
+        override (an override is an object of this process, with no stable identity)."""
+        return name in self.config.models and not self._target(name).provider.overridden
+
     def reset_generators(self) -> None:
         """Fresh generator instances for the next run (generators may keep per-run state)."""
         self._graph.reset_singletons()

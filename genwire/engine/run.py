@@ -100,6 +100,8 @@ async def run_pipeline(
     resume: bool,
     ray_address: str | None,
     on_preflight: Callable[[PreflightReport], None] | None,
+    use_cache: bool = True,
+    cache_dir: Path | None = None,
 ) -> RunResult:
     cfg = container.config.pipeline
     n = cfg.num_records if num_records is None else num_records
@@ -126,7 +128,7 @@ async def run_pipeline(
     try:
         report = None
         if not skip_preflight:
-            report = await run_preflight(container)
+            report = await run_preflight(container, use_cache=use_cache, cache_dir=cache_dir)
             if on_preflight is not None:
                 on_preflight(report)
             if not report.ok:

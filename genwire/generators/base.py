@@ -53,6 +53,14 @@ class Generator(Generic[P]):
         checks that the dataset has them)."""
         return {}
 
+    @classmethod
+    def request_shape(cls, params: P, *, slot: str, column: str) -> dict[str, Any] | None:
+        """What this generator's calls through the chat-model ``slot`` add to the model's
+        own params: ``system`` (its template text), request fields such as ``temperature``
+        or ``response_format``. The pre-flight probes each distinct shape, so a model that
+        rejects what the run will send fails there, not mid-run. None: plain calls."""
+        return None
+
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
         """Return one value per row of the batch, in order."""
         raise NotImplementedError(f"generator {self.metadata.name!r} does not implement generate()")

@@ -9,9 +9,22 @@ from pathlib import Path
 from typing import Any
 
 from genwire.errors import DatasetError, ErrorClass
+from genwire.generators.builtin.llm_structured import parse_reply
 from genwire.providers.threads import in_daemon_thread
 
 CHAT_PROBE_PROMPT = "Reply with one short word."
+STRUCTURED_PROBE_PROMPT = "Reply with a small JSON object that matches the schema."
+STRUCTURED_PROBE_TOKENS = 256
+
+
+def _requested_schema(response_format: Any) -> dict[str, Any] | None:
+    if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
+        spec = response_format.get("json_schema")
+        if isinstance(spec, dict) and isinstance(spec.get("schema"), dict):
+            return spec["schema"]  # type: ignore[no-any-return]
+    return None
+
+
 EMBED_PROBE_TEXT = "genwire pre-flight probe"
 
 
@@ -22,8 +35,25 @@ class ProbeFailure(Exception):
         super().__init__(message)
 
 
-async def probe_chat(model: Any, max_tokens: int) -> str:
-    text = await model.complete(CHAT_PROBE_PROMPT, max_tokens=max_tokens)
+async def probe_chat(model: Any, max_tokens: int, shape: dict[str, Any] | None = None) -> str:
+    """The tiny prompt, sent with what ``shape`` adds to the run's requests (``system``,
+    params, ``response_format``). A structured shape's reply must be JSON that validates."""
+    params = dict(shape or {})
+    system = params.pop("system", None)
+    params.pop("max_completion_tokens", None)  # the probe's budget is probe_max_tokens
+    schema = _requested_schema(params.get("response_format"))
+    if schema is not None:
+        # JSON needs room: a 16-token budget would cut any object short.
+        max_tokens = max(max_tokens, STRUCTURED_PROBE_TOKENS)
+    params["max_tokens"] = max_tokens
+    text = await model.complete(
+        CHAT_PROBE_PROMPT if schema is None else STRUCTURED_PROBE_PROMPT, system=system, **params
+    )
+    if schema is not None:
+        _, problem = parse_reply(text if isinstance(text, str) else "", schema)
+        if problem is not None:
+            raise ProbeFailure(ErrorClass.BAD_RESPONSE, f"the structured reply does not match the schema: {problem}")
+        return f"replied JSON matching the schema ({len(text)} chars)"
     if not isinstance(text, str) or not text.strip():
         raise ProbeFailure(
             ErrorClass.BAD_RESPONSE,

@@ -19,6 +19,15 @@ class CheckResult(BaseModel):
     latency_s: float
     attempts: int
     used_by: list[str]
+    # None: the plain probe; else the column whose request shape (system, params,
+    # response_format) this check probed. The target stays the alias.
+    variant: str | None = None
+    cached: bool = False  # an ok result from the probe cache: nothing was sent
+    age_s: float | None = None  # how old the cached result is
+
+    @property
+    def label(self) -> str:
+        return self.target if self.variant is None else f"{self.target} (for column {self.variant})"
 
 
 class PreflightReport(BaseModel):
@@ -30,8 +39,9 @@ class PreflightReport(BaseModel):
     def failed(self) -> list[CheckResult]:
         return [c for c in self.checks if c.status == "failed"]
 
-    def check(self, target: str) -> CheckResult:
+    def check(self, target: str, variant: str | None = None) -> CheckResult:
+        """The plain check of ``target``, or its check for column ``variant``'s requests."""
         for c in self.checks:
-            if c.target == target:
+            if c.target == target and c.variant == variant:
                 return c
-        raise KeyError(target)
+        raise KeyError(target if variant is None else f"{target} (for column {variant})")

@@ -2,32 +2,46 @@
 
 This is the single pre-flight code path: ``container.preflight()``, ``genwire preflight``
 and ``run`` all come through ``run_preflight``.
+
+Chat aliases are probed with the requests the run will send: besides the plain probe
+(``variant: None``), each distinct *request shape* a column adds (its ``system``, its
+model params, an ``llm-structured`` column's ``response_format``; see
+``Generator.request_shape``) is probed once per endpoint and reported with
+``variant: <column>``. Shapes are groups like any other, so they run concurrently.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from genwire.container.core import WiredContainer
 from genwire.container.plan import TargetPlan
 from genwire.errors import ErrorClass, GenwireError, ModelError
 from genwire.generators.metadata import ResourceKind
+from genwire.preflight.cache import CachedResult, ProbeCache, cache_key, default_cache_dir
 from genwire.preflight.probes import ProbeFailure, check_dimensions, probe_chat, probe_dataset, probe_embedding
 from genwire.preflight.report import CheckResult, PreflightReport
 from genwire.providers.base import Attempts, attempt_log
 
+Shape = dict[str, Any]
+
 
 @dataclass
 class _Group:
-    """Targets that share one endpoint: probed once, judged per alias."""
+    """Targets that send identical requests: probed once, judged per alias."""
 
     kind: ResourceKind
     resource: Any
+    shape: Shape | None = None  # None: the plain probe
+    variant: str | None = None  # the (first) column whose requests have this shape
     targets: list[TargetPlan] = field(default_factory=list)
+    cache_keys: dict[str, str] = field(default_factory=dict)  # target -> key, when cacheable
 
 
 @dataclass
@@ -46,6 +60,9 @@ def _result(
     message: str,
     latency_s: float = 0.0,
     attempts: int = 0,
+    *,
+    variant: str | None = None,
+    cached: CachedResult | None = None,
 ) -> CheckResult:
     return CheckResult(
         target=target.name,
@@ -57,31 +74,88 @@ def _result(
         latency_s=round(latency_s, 4),
         attempts=attempts,
         used_by=list(target.used_by),
+        variant=variant,
+        cached=cached is not None,
+        age_s=round(cached.age_s, 1) if cached is not None else None,
     )
 
 
+def _canonical(shape: Shape) -> str:
+    """The shape as a key. A structured output's ``name`` (the column's) is left out: two
+    columns asking one model for the same schema send the same request otherwise."""
+    fmt = shape.get("response_format")
+    if isinstance(fmt, dict) and isinstance(fmt.get("json_schema"), dict):
+        spec = {k: v for k, v in fmt["json_schema"].items() if k != "name"}
+        shape = {**shape, "response_format": {**fmt, "json_schema": spec}}
+    return json.dumps(shape, sort_keys=True, default=str)
+
+
+Key = tuple[str, str | None]  # (target, variant)
+
+
 class _Preflight:
-    def __init__(self, container: WiredContainer) -> None:
+    def __init__(self, container: WiredContainer, cache: ProbeCache | None) -> None:
         self.container = container
         self.settings = container.config.preflight
         self.models = container.config.models
+        self.cache = cache
         self.semaphore = asyncio.Semaphore(self.settings.concurrency)
         self.deadline = 0.0
 
-    def group(self, targets: list[TargetPlan], results: dict[str, CheckResult]) -> list[_Group]:
+    def shapes(self) -> dict[str, list[tuple[str, Shape]]]:
+        """Per chat alias, (column, shape) of every column whose requests add something."""
+        out: dict[str, list[tuple[str, Shape]]] = {}
+        for column in self.container.columns:
+            for slot in column.slots.values():
+                if slot.kind is not ResourceKind.CHAT_MODEL:
+                    continue
+                shape = column.generator_cls.request_shape(column.params, slot=slot.slot, column=column.name)
+                shape = {k: v for k, v in (shape or {}).items() if v is not None}
+                if shape:
+                    for alias in slot.resources:
+                        out.setdefault(alias, []).append((column.name, shape))
+        return out
+
+    def group(self, targets: list[TargetPlan], results: dict[Key, CheckResult]) -> list[_Group]:
         groups: dict[Hashable, _Group] = {}
+        shapes = self.shapes()
         for t in targets:
             if not t.health_check:
-                results[t.name] = _result(t, [t.name], "skipped", None, "health_check: false in its model config")
+                results[t.name, None] = _result(t, [t.name], "skipped", None, "health_check: false in its model config")
                 continue
             try:
                 resource = self.container.resource(t.name)
             except GenwireError as exc:
-                results[t.name] = _result(t, [t.name], "failed", ErrorClass.BAD_RESPONSE.value, str(exc))
+                results[t.name, None] = _result(t, [t.name], "failed", ErrorClass.BAD_RESPONSE.value, str(exc))
                 continue
-            key = (t.kind, self.container.endpoint_identity(t.name))
-            groups.setdefault(key, _Group(t.kind, resource)).targets.append(t)
+            identity = self.container.endpoint_identity(t.name)
+            variants: list[tuple[str | None, Shape | None]] = [(None, None), *shapes.get(t.name, [])]
+            for variant, shape in variants:
+                key = (t.kind, identity, _canonical(shape) if shape is not None else None)
+                group = groups.setdefault(key, _Group(t.kind, resource, shape, variant))
+                if t in group.targets:
+                    continue  # two columns with one shape on one alias: one probe, one check
+                group.targets.append(t)
+                if self.cache is not None and self.container.cacheable(t.name):
+                    dims = self.models[t.name].dimensions if t.name in self.models else None
+                    group.cache_keys[t.name] = cache_key(identity, shape, dims)
         return list(groups.values())
+
+    def cached(self, group: _Group, results: dict[Key, CheckResult]) -> bool:
+        """Report the group from the cache when every target of it has a fresh ok entry."""
+        if self.cache is None or len(group.cache_keys) != len(group.targets):
+            return False
+        hits = {name: self.cache.get(key) for name, key in group.cache_keys.items()}
+        if any(hit is None for hit in hits.values()):
+            return False
+        aliases = [t.name for t in group.targets]
+        for t in group.targets:
+            hit = hits[t.name]
+            assert hit is not None
+            results[t.name, group.variant] = _result(
+                t, aliases, "ok", None, hit.message, variant=group.variant, cached=hit
+            )
+        return True
 
     async def probe(self, group: _Group) -> _Outcome:
         outcome = _Outcome()
@@ -119,13 +193,13 @@ class _Preflight:
     async def run_probe(self, group: _Group) -> Any:
         if group.kind is ResourceKind.CHAT_MODEL:
             max_tokens = max(self.models[t.name].probe_max_tokens for t in group.targets)
-            return await probe_chat(group.resource, max_tokens)
+            return await probe_chat(group.resource, max_tokens, group.shape)
         if group.kind is ResourceKind.EMBEDDING_MODEL:
             return await probe_embedding(group.resource)
         needed = sorted({c for t in group.targets for c in t.dataset_columns})
         return await probe_dataset(group.resource, needed)
 
-    def judge(self, group: _Group, outcome: _Outcome, results: dict[str, CheckResult]) -> None:
+    def judge(self, group: _Group, outcome: _Outcome, results: dict[Key, CheckResult]) -> None:
         aliases = [t.name for t in group.targets]
         for t in group.targets:
             status, error_class, message = "ok", None, ""
@@ -139,19 +213,26 @@ class _Preflight:
                     status, error_class, message = "failed", exc.error_class.value, exc.message
             else:
                 message = str(outcome.value)
-            results[t.name] = _result(t, aliases, status, error_class, message, outcome.latency_s, outcome.attempts)
+            results[t.name, group.variant] = _result(
+                t, aliases, status, error_class, message, outcome.latency_s, outcome.attempts, variant=group.variant
+            )
+            key = group.cache_keys.get(t.name)
+            if status == "ok" and key is not None and self.cache is not None:
+                self.cache.put(key, message)  # failures are never cached
 
     async def run(self) -> PreflightReport:
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
         self.deadline = loop.time() + self.settings.deadline_s
         plan = self.container.plan()
-        results: dict[str, CheckResult] = {}
-        groups = self.group(plan.targets, results)
+        results: dict[Key, CheckResult] = {}
+        groups = [g for g in self.group(plan.targets, results) if not self.cached(g, results)]
         outcomes = await asyncio.gather(*(self.probe(g) for g in groups))
         for group, outcome in zip(groups, outcomes, strict=True):
             self.judge(group, outcome, results)
-        checks = [results[t.name] for t in plan.targets]
+        # Each target's plain check, then its shapes' checks in column order.
+        order = {t.name: i for i, t in enumerate(plan.targets)}
+        checks = sorted(results.values(), key=lambda c: (order[c.target], c.variant is not None))
         return PreflightReport(
             ok=all(c.status != "failed" for c in checks),
             duration_s=round(time.perf_counter() - started, 4),
@@ -159,7 +240,15 @@ class _Preflight:
         )
 
 
-async def run_preflight(container: WiredContainer) -> PreflightReport:
+async def run_preflight(
+    container: WiredContainer, *, use_cache: bool = True, cache_dir: Path | None = None
+) -> PreflightReport:
     """Check every target some wired generator can reach. Never raises for an unhealthy
-    target: each gets a result, and ``report.ok`` says whether all passed."""
-    return await _Preflight(container).run()
+    target: each gets a result, and ``report.ok`` says whether all passed.
+
+    With ``preflight.cache_ttl_s`` set, ok model probes are read from and written to the
+    probe cache (``cache_dir``, default the user cache directory) unless ``use_cache``
+    is False."""
+    ttl = container.config.preflight.cache_ttl_s
+    cache = ProbeCache(cache_dir or default_cache_dir(), ttl) if use_cache and ttl > 0 else None
+    return await _Preflight(container, cache).run()

@@ -4,12 +4,10 @@
   provider — new ones and retries — until the server's ``Retry-After`` (or the backoff)
   has passed: one pause, not sixteen requests retrying on their own and hitting the
   limit together again.
-* **Adaptive concurrency (AIMD).** The limit starts at ``SLOW_START`` (32: twice the default
-  ``max_concurrency``, so most runs never notice) and grows by three per success (four
-  times per round of requests, a quicker TCP slow start) up to ``max_concurrency`` — so an
-  endpoint that admits five requests a second first sees a burst of 32, not of 64. After a 429 it halves (at most
-  once per pause: a burst of 429s from one overload is one signal) and grows by
-  ``1/limit`` per success (about one slot per round).
+* **Adaptive concurrency (AIMD).** The limit starts at ``max_concurrency`` (a first
+  burst is what the user configured: the pre-flight fans out on purpose), halves on a 429
+  (at most once per pause: a burst of 429s from one overload is one signal) and grows by
+  ``1/limit`` per success (about one slot per round of requests) back toward it.
 * **A learned rate.** Concurrency alone cannot hold a *rate* when answers are fast, so
   the first 429 of an overload also sets a request rate: 90 % of the rate at which
   requests succeeded since the last pause. It is a token bucket holding one second's
@@ -35,8 +33,6 @@ LEARNED_SHARE = 0.9  # of the measured success rate, after a 429
 GROWTH_PER_S = 0.03  # the learned rate's growth while no 429 comes
 MEASURE_S = 10.0  # success rate measured over at most this long
 MIN_RATE = 0.05  # requests/s: one every 20 s at worst
-SLOW_START = 32  # requests in flight before the endpoint has answered any
-SLOW_START_STEP = 3.0  # slots added per success until the first 429
 CHARS_PER_TOKEN = 4  # OpenAI's rule of thumb for English; the response corrects it
 
 
@@ -60,8 +56,7 @@ class ProviderGate:
     def __init__(self, max_concurrency: int, rate_limit: RateLimitConfig | None, *, adaptive: bool) -> None:
         self.max_concurrency = max_concurrency
         self.adaptive = adaptive
-        self.limit = float(min(max_concurrency, SLOW_START) if adaptive else max_concurrency)
-        self._slow_start = adaptive  # until the first 429
+        self.limit = float(max_concurrency)
         self.in_flight = 0
         self.peak_in_flight = 0
         self.paused_until = 0.0
@@ -196,8 +191,7 @@ class ProviderGate:
             while self._successes[0] < now - MEASURE_S:
                 self._successes.popleft()
             if self.limit < self.max_concurrency:
-                step = SLOW_START_STEP if self._slow_start else 1.0 / self.limit
-                self.limit = min(float(self.max_concurrency), self.limit + step)
+                self.limit = min(float(self.max_concurrency), self.limit + 1.0 / self.limit)
         # Wake as many as may go now, not every waiter (hundreds wait in a big run).
         self._wake(max(1, self.current - self.in_flight))
 
@@ -221,7 +215,6 @@ class ProviderGate:
         now = time.monotonic()
         if now >= self.paused_until:  # the first 429 of this overload
             self.limit = max(1.0, self.limit / 2)
-            self._slow_start = False
             self.pauses += 1
             # Measured when the pause ends: answers that were in flight still count.
             self._measure_since = max(self._measure_from, now - MEASURE_S)

@@ -34,6 +34,14 @@ class _RowEnvironment(ImmutableSandboxedEnvironment):
 ENV = _RowEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
 
 
+def render_row(template: Template, name: str, row: dict[str, Any], column: str) -> str:
+    try:
+        return template.render(row)
+    except TemplateError as exc:
+        # StrictUndefined lands here: a missing field fails this row, loudly.
+        raise ValueError(f"column {column!r}: {name} template: {exc}") from exc
+
+
 def compile_template(source: str, name: str) -> Template:
     try:
         return ENV.from_string(source)
@@ -128,16 +136,13 @@ class LLMText(Generator[LLMTextParams]):
             names |= template_variables(params.system)
         return names
 
-    def _render(self, template: Template, name: str, row: dict[str, Any]) -> str:
-        try:
-            return template.render(row)
-        except TemplateError as exc:
-            # StrictUndefined lands here: a missing field fails this row, loudly.
-            raise ValueError(f"llm-text column {self.column!r}: {name} template: {exc}") from exc
+    @classmethod
+    def request_shape(cls, params: LLMTextParams, *, slot: str, column: str) -> dict[str, Any] | None:
+        return {**params.model_params, "system": params.system}
 
     async def _one(self, row: dict[str, Any]) -> str:
-        prompt = self._render(self._prompt, "prompt", row)
-        system = self._render(self._system, "system", row) if self._system is not None else None
+        prompt = render_row(self._prompt, "prompt", row, self.column)
+        system = render_row(self._system, "system", row, self.column) if self._system is not None else None
         text = await self.resources.model.complete(prompt, system=system, **self._model_params)
         if not isinstance(text, str) or not text.strip():
             raise ValueError("model returned empty text")

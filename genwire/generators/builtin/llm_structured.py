@@ -1,0 +1,157 @@
+"""``llm-structured``: a JSON object per row, asked for with a JSON schema and validated
+against it (``jsonschema``), asked again when a reply does not parse or validate."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from typing import Annotated, Any
+
+from jinja2 import Template
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from genwire.errors import ErrorClass, ModelError
+from genwire.generators.base import Generator
+from genwire.generators.builtin.llm_text import compile_template, render_row, template_variables
+from genwire.generators.metadata import GeneratorMetadata, ResourceKind
+from genwire.generators.outcome import RowFailure, gather_rows
+from genwire.generators.resources import Resources
+
+MAX_ERROR_CHARS = 300  # of a validation message, in the errors file and the retry prompt
+
+
+def response_format(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's structured-output request field (also what vLLM, NIM and llama.cpp take)."""
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
+
+
+def schema_problem(instance: Any, schema: dict[str, Any]) -> str | None:
+    """Why ``instance`` does not validate (the most relevant error, with its path), or None."""
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(instance))
+    if error is None:
+        return None
+    where = "".join(f"[{p!r}]" for p in error.absolute_path)
+    return f"{where + ': ' if where else ''}{error.message}"[:MAX_ERROR_CHARS]
+
+
+def parse_reply(text: str, schema: dict[str, Any]) -> tuple[Any, str | None]:
+    """The reply's JSON value and why it is not acceptable (None when it is)."""
+    body = text.strip()
+    if body.startswith("```"):  # models fence JSON even when told not to
+        body = body.strip("`").removeprefix("json").strip()
+    try:
+        value = json.loads(body)
+    except json.JSONDecodeError as exc:
+        return None, f"the reply is not JSON ({exc.msg} at character {exc.pos}): {text[:80]!r}"
+    return value, schema_problem(value, schema)
+
+
+class LLMStructuredParams(BaseModel):
+    """``prompt`` and optional ``system`` are templates; ``schema`` a JSON Schema object;
+    every other key is passed to the chat model as a parameter."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    prompt: str
+    system: str | None = None
+    json_schema: dict[str, Any] = Field(alias="schema")
+    max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
+
+    @field_validator("prompt", "system")
+    @classmethod
+    def _check_template(cls, value: str | None, info: Any) -> str | None:
+        if value is not None:
+            if not value.strip():
+                raise ValueError(f"{info.field_name} must be a non-empty template")
+            compile_template(value, info.field_name)
+        return value
+
+    @field_validator("json_schema")
+    @classmethod
+    def _check_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+        import jsonschema
+
+        try:
+            jsonschema.Draft202012Validator.check_schema(value)
+        except jsonschema.exceptions.SchemaError as exc:
+            where = "".join(f"[{p!r}]" for p in exc.absolute_path)
+            raise ValueError(f"not a valid JSON Schema{' at ' + where if where else ''}: {exc.message}") from None
+        if value.get("type") != "object":
+            raise ValueError("the schema must describe an object (type: object): the cell is that object")
+        return value
+
+    @model_validator(mode="after")
+    def _check_extra(self) -> LLMStructuredParams:
+        for key in self.model_params:
+            close = difflib.get_close_matches(key, ["prompt", "system", "schema", "max_attempts"], n=1, cutoff=0.75)
+            if close:
+                raise ValueError(f"unknown key {key!r}; did you mean {close[0]!r}?")
+        if "response_format" in self.model_params:
+            raise ValueError("response_format is set by llm-structured from schema; remove it")
+        return self
+
+    @property
+    def model_params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class LLMStructured(Generator[LLMStructuredParams]):
+    metadata = GeneratorMetadata(
+        name="llm-structured",
+        description="Render a Jinja2 prompt over each row and return the chat model's JSON "
+        "object, validated against a JSON Schema (asked again when it does not validate).",
+        required_resources={"model": ResourceKind.CHAT_MODEL},
+    )
+    params_model = LLMStructuredParams
+
+    def __init__(self, *, column: str, params: LLMStructuredParams, resources: Resources, seed: int = 0) -> None:
+        super().__init__(column=column, params=params, resources=resources, seed=seed)
+        self._prompt = compile_template(params.prompt, "prompt")
+        self._system: Template | None = compile_template(params.system, "system") if params.system is not None else None
+        self._format = response_format(column, params.json_schema)
+
+    @classmethod
+    def reads(cls, params: LLMStructuredParams) -> set[str]:
+        names = template_variables(params.prompt)
+        if params.system is not None:
+            names |= template_variables(params.system)
+        return names
+
+    @classmethod
+    def request_shape(cls, params: LLMStructuredParams, *, slot: str, column: str) -> dict[str, Any] | None:
+        return {
+            **params.model_params,
+            "system": params.system,
+            "response_format": response_format(column, params.json_schema),
+        }
+
+    async def _one(self, row: dict[str, Any]) -> Any:
+        prompt = render_row(self._prompt, "prompt", row, self.column)
+        system = render_row(self._system, "system", row, self.column) if self._system is not None else None
+        schema = self.params.json_schema
+        ask = prompt
+        problem = ""
+        for _ in range(self.params.max_attempts):
+            text = await self.resources.model.complete(
+                ask, system=system, response_format=self._format, **self.params.model_params
+            )
+            value, problem_or_none = parse_reply(text if isinstance(text, str) else "", schema)
+            if problem_or_none is None:
+                return value
+            problem = problem_or_none
+            # The error goes back to the model: most models fix their reply when told what is wrong.
+            ask = (
+                f"{prompt}\n\nYour previous reply was rejected: {problem}\n"
+                "Reply with only a JSON object that matches the schema."
+            )
+        raise ModelError(
+            ErrorClass.BAD_RESPONSE,
+            f"llm-structured column {self.column!r}: no reply matched the schema in "
+            f"{self.params.max_attempts} attempts; last: {problem}",
+            attempts=self.params.max_attempts,
+        )
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any | RowFailure]:
+        return await gather_rows(self._one(row) for row in rows)
