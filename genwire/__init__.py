@@ -9,14 +9,13 @@ from genwire.errors import (
     GenwireError,
     ModelError,
     PluginError,
-    PreflightError,
     RunError,
     RunSetupError,
     RunStopped,
     UndeclaredResourceError,
     WiringError,
 )
-from genwire.preflight.report import CheckResult, PreflightReport
+from genwire.preflight.report import CheckResult, PreflightError, PreflightReport
 from genwire.providers.usage import ModelUsage
 
 __version__ = "0.1.0"

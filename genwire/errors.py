@@ -116,19 +116,6 @@ class DatasetError(GenwireError):
     """A dataset could not be opened or read; names the file and, where known, the line."""
 
 
-class PreflightError(GenwireError):
-    """Raised by ``run`` when the pre-flight fails. ``report`` holds every check."""
-
-    def __init__(self, report: Any) -> None:
-        self.report = report
-        failed = [c for c in report.checks if c.status == "failed"]
-        lines = [f"  {c.label} ({c.kind}): {c.error_class} — {c.message}" for c in failed]
-        super().__init__(
-            f"pre-flight failed: {len(failed)} of {len(report.checks)} checks failed; "
-            "no generation was started.\n" + "\n".join(lines)
-        )
-
-
 class RunError(GenwireError):
     """The run stopped (failure-rate threshold, a generator bug, an interrupted write)."""
 

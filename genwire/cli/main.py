@@ -9,7 +9,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, NoReturn, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar, cast
 
 import click
 from rich.console import Console
@@ -51,7 +51,7 @@ def handle_errors(fn: F) -> F:
                 raise
             _fail(str(exc), 1)
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

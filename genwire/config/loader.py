@@ -45,15 +45,13 @@ class Location:
     column: int  # 1-based
 
 
-@dataclass
-class LoadedConfig:
-    """A validated config plus where it came from (for messages and relative paths)."""
+class _Locating:
+    """Messages and paths from where a config came from (see ``SourceMap``)."""
 
-    config: GenwireConfig
     source: str
     base_dir: Path
-    locations: dict[Path_, Location] = field(default_factory=dict)
-    column_names: dict[int, str] = field(default_factory=dict)  # for "columns[1] (question)"
+    locations: dict[Path_, Location]
+    column_names: dict[int, str]  # for "columns[1] (question)"
 
     def where(self, path: Path_) -> str:
         """``file:line:col key.path`` for the deepest known prefix of ``path``; a path
@@ -77,6 +75,28 @@ class LoadedConfig:
     def resolve_path(self, value: str) -> Path:
         p = Path(os.path.expanduser(value))
         return p if p.is_absolute() else (self.base_dir / p)
+
+
+@dataclass
+class SourceMap(_Locating):
+    """Where a config came from: its file, directory and the position of every key.
+    Exists before the config validates, so validation errors are located with it."""
+
+    source: str
+    base_dir: Path
+    locations: dict[Path_, Location] = field(default_factory=dict)
+    column_names: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class LoadedConfig(_Locating):
+    """A validated config plus where it came from."""
+
+    config: GenwireConfig
+    source: str
+    base_dir: Path
+    locations: dict[Path_, Location] = field(default_factory=dict)
+    column_names: dict[int, str] = field(default_factory=dict)
 
 
 def format_path(path: Path_) -> str:
@@ -284,7 +304,7 @@ def _column_names(data: dict[str, Any]) -> dict[int, str]:
     return {i: c["name"] for i, c in enumerate(columns) if isinstance(c, dict) and isinstance(c.get("name"), str)}
 
 
-def _validation_problems(exc: ValidationError, loaded: LoadedConfig) -> list[str]:
+def _validation_problems(exc: ValidationError, loaded: SourceMap) -> list[str]:
     problems = []
     for err in exc.errors(include_url=False):
         path = user_path(err, _strip_union_tag(tuple(p for p in err["loc"] if p != "[key]")))
@@ -334,12 +354,12 @@ def validate_data(
     if not isinstance(data, dict):
         where = f"{source}:1:1" if locations is not None else source
         raise ConfigError(f"{where}: the top level must be a mapping with a pipeline: section, got {shown(data)}")
-    loaded = LoadedConfig(config=None, source=source, base_dir=base_dir, locations=locations or {})  # type: ignore[arg-type]
-    loaded.column_names = _column_names(data)
+    source_map = SourceMap(source, base_dir, locations or {}, _column_names(data))
     try:
-        loaded.config = GenwireConfig.model_validate(data)
+        config = GenwireConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_validation_problems(exc, loaded)) from None
+        raise ConfigError(_validation_problems(exc, source_map)) from None
+    loaded = LoadedConfig(config, source, base_dir, source_map.locations, source_map.column_names)
     problems = _cross_reference_problems(loaded)
     if problems:
         raise ConfigError(problems)

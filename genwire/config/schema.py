@@ -179,7 +179,8 @@ def _check_binding(value: Any) -> str | list[str]:
     """A slot binding: one resource name, a list of model aliases, or "*" (all models)."""
     names = value if isinstance(value, list) else [value]
     if value == "*" or (names and all(isinstance(n, str) and _NAME_RE.match(n) for n in names)):
-        return value  # type: ignore[no-any-return]
+        binding: str | list[str] = value
+        return binding
     raise ValueError('expected a resource name, a list of model aliases, or "*"')
 
 

@@ -65,7 +65,8 @@ class WiredContainer:
             provider = self._graph.generators[column]
         except KeyError:
             raise GenwireError(f"no column named {column!r}") from None
-        return provider()  # type: ignore[no-any-return]
+        generator: Generator[Any] = provider()
+        return generator
 
     def endpoint_identity(self, name: str) -> Hashable:
         """Targets with equal identities send identical requests and share one probe.

@@ -25,16 +25,16 @@ class Target:
 
     name: str
     kind: ResourceKind
-    provider: providers.Provider  # type: ignore[type-arg]
+    provider: providers.Provider[Any]
 
 
 @dataclass
 class ProviderGraph:
     container: containers.DynamicContainer
-    clients: dict[str, providers.Singleton] = field(default_factory=dict)  # type: ignore[type-arg]
+    clients: dict[str, providers.Singleton[Any]] = field(default_factory=dict)
     targets: dict[str, Target] = field(default_factory=dict)
-    generators: dict[str, providers.Singleton] = field(default_factory=dict)  # type: ignore[type-arg]
-    registries: list[providers.Singleton] = field(default_factory=list)  # type: ignore[type-arg]
+    generators: dict[str, providers.Singleton[Any]] = field(default_factory=dict)
+    registries: list[providers.Singleton[Any]] = field(default_factory=list)
     live_clients: list[ProviderClient] = field(default_factory=list)
 
     def reachable(self, column: str) -> list[str]:
@@ -42,7 +42,7 @@ class ProviderGraph:
         graph itself (so an override or a registry slot is accounted for structurally)."""
         by_provider = {id(t.provider): t.name for t in self.targets.values()}
         found: dict[str, None] = {}
-        sub: providers.Provider  # type: ignore[type-arg]
+        sub: providers.Provider[Any]
         for sub in self.generators[column].traverse():
             name = by_provider.get(id(sub))
             if name is not None:

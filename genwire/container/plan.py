@@ -6,7 +6,7 @@ from pydantic import BaseModel
 
 from genwire.config.loader import LoadedConfig
 from genwire.container.graph import ProviderGraph
-from genwire.container.wiring import ColumnWiring
+from genwire.container.wiring import BindingSource, ColumnWiring
 from genwire.generators.metadata import ResourceKind
 
 
@@ -14,7 +14,7 @@ class SlotPlan(BaseModel):
     slot: str
     kind: ResourceKind
     resources: list[str]
-    source: str  # "column" or "defaults"
+    source: BindingSource
 
 
 class ColumnPlan(BaseModel):

@@ -10,7 +10,7 @@ import difflib
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
@@ -21,6 +21,7 @@ from genwire.errors import WiringError
 from genwire.generators.base import Generator
 from genwire.generators.metadata import ResourceKind
 
+BindingSource = Literal["column", "defaults"]  # where a slot's binding was written
 _MODEL_KIND = {"chat": ResourceKind.CHAT_MODEL, "embedding": ResourceKind.EMBEDDING_MODEL}
 _DEFAULT_FIELD = {
     ResourceKind.CHAT_MODEL: "chat_model",
@@ -35,7 +36,7 @@ class SlotWiring:
     slot: str
     kind: ResourceKind
     resources: tuple[str, ...]  # one name, or the registry's aliases
-    source: str  # "column" or "defaults"
+    source: BindingSource
 
 
 @dataclass
@@ -172,7 +173,8 @@ class _Wirer:
     ) -> SlotWiring | None:
         who = f"column {column.name!r} (generator {gen!r}) slot {slot!r}"
         raw: Any = column.resources.get(slot)
-        source, path = "column", (*base, "resources", slot)
+        source: BindingSource = "column"
+        path = (*base, "resources", slot)
         if raw is None:
             raw = getattr(self.loaded.config.defaults, _DEFAULT_FIELD[kind])
             source, path = "defaults", (*base, "resources")

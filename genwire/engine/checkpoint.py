@@ -157,7 +157,7 @@ class Checkpoint:
     @staticmethod
     def _read_meta(path: Path, fresh_hint: str) -> dict[str, Any]:
         try:
-            meta = json.loads(path.read_text(encoding="utf-8"))
+            meta: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
             if meta.get("version") != FORMAT_VERSION:
                 raise ValueError(f"format version {meta.get('version')!r}, this genwire writes {FORMAT_VERSION}")
             if not isinstance(meta.get("fingerprint"), dict) or type(meta.get("num_records")) is not int:
@@ -166,7 +166,7 @@ class Checkpoint:
             raise RunSetupError(
                 f"the checkpoint {path.parent} cannot be read ({exc}); {fresh_hint} discards it"
             ) from None
-        return meta  # type: ignore[no-any-return]
+        return meta
 
     # --- a session ---------------------------------------------------------------------
 

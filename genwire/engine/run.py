@@ -21,8 +21,8 @@ from genwire.engine.checkpoint import Checkpoint, checkpoint_dir
 from genwire.engine.fingerprint import fingerprint
 from genwire.engine.sink import OutputSink, Progress
 from genwire.engine.writers import check_output, errors_path
-from genwire.errors import PreflightError, RunError
-from genwire.preflight.report import PreflightReport
+from genwire.errors import RunError
+from genwire.preflight.report import PreflightError, PreflightReport
 from genwire.preflight.runner import run_preflight
 from genwire.providers.usage import Concurrency, ModelUsage, merge_usage
 

@@ -21,7 +21,8 @@ def _requested_schema(response_format: Any) -> dict[str, Any] | None:
     if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
         spec = response_format.get("json_schema")
         if isinstance(spec, dict) and isinstance(spec.get("schema"), dict):
-            return spec["schema"]  # type: ignore[no-any-return]
+            schema: dict[str, Any] = spec["schema"]
+            return schema
     return None
 
 

@@ -6,15 +6,18 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from genwire.errors import ErrorClass, GenwireError
+from genwire.generators.metadata import ResourceKind
+
 Status = Literal["ok", "failed", "skipped"]
 
 
 class CheckResult(BaseModel):
     target: str
-    kind: str
+    kind: ResourceKind
     aliases: list[str]
     status: Status
-    error_class: str | None
+    error_class: ErrorClass | None
     message: str
     latency_s: float
     attempts: int
@@ -45,3 +48,16 @@ class PreflightReport(BaseModel):
             if c.target == target and c.variant == variant:
                 return c
         raise KeyError(target if variant is None else f"{target} (for column {variant})")
+
+
+class PreflightError(GenwireError):
+    """Raised by ``run`` when the pre-flight fails. ``report`` holds every check."""
+
+    def __init__(self, report: PreflightReport) -> None:
+        self.report = report
+        failed = [c for c in report.checks if c.status == "failed"]
+        lines = [f"  {c.label} ({c.kind}): {c.error_class} — {c.message}" for c in failed]
+        super().__init__(
+            f"pre-flight failed: {len(failed)} of {len(report.checks)} checks failed; "
+            "no generation was started.\n" + "\n".join(lines)
+        )

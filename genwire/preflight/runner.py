@@ -26,7 +26,7 @@ from genwire.errors import ErrorClass, GenwireError, ModelError
 from genwire.generators.metadata import ResourceKind
 from genwire.preflight.cache import CachedResult, ProbeCache, cache_key, default_cache_dir
 from genwire.preflight.probes import ProbeFailure, check_dimensions, probe_chat, probe_dataset, probe_embedding
-from genwire.preflight.report import CheckResult, PreflightReport
+from genwire.preflight.report import CheckResult, PreflightReport, Status
 from genwire.providers.base import Attempts, attempt_log
 
 Shape = dict[str, Any]
@@ -47,7 +47,7 @@ class _Group:
 @dataclass
 class _Outcome:
     value: Any = None
-    failure: tuple[str, str] | None = None  # (error class, message)
+    failure: tuple[ErrorClass, str] | None = None  # (error class, message)
     latency_s: float = 0.0
     attempts: int = 0
 
@@ -55,8 +55,8 @@ class _Outcome:
 def _result(
     target: TargetPlan,
     aliases: list[str],
-    status: str,
-    error_class: str | None,
+    status: Status,
+    error_class: ErrorClass | None,
     message: str,
     latency_s: float = 0.0,
     attempts: int = 0,
@@ -66,9 +66,9 @@ def _result(
 ) -> CheckResult:
     return CheckResult(
         target=target.name,
-        kind=target.kind.value,
+        kind=target.kind,
         aliases=aliases,
-        status=status,  # type: ignore[arg-type]
+        status=status,
         error_class=error_class,
         message=message,
         latency_s=round(latency_s, 4),
@@ -126,7 +126,7 @@ class _Preflight:
             try:
                 resource = self.container.resource(t.name)
             except GenwireError as exc:
-                results[t.name, None] = _result(t, [t.name], "failed", ErrorClass.BAD_RESPONSE.value, str(exc))
+                results[t.name, None] = _result(t, [t.name], "failed", ErrorClass.BAD_RESPONSE, str(exc))
                 continue
             identity = self.container.endpoint_identity(t.name)
             variants: list[tuple[str | None, Shape | None]] = [(None, None), *shapes.get(t.name, [])]
@@ -173,19 +173,19 @@ class _Preflight:
             limits = f"timeout_s {self.settings.timeout_s:g}, stage deadline {self.settings.deadline_s:g}s"
             if attempts.rate_limited is not None:  # it was waiting out a 429, not a silent server
                 outcome.failure = (
-                    ErrorClass.RATE_LIMITED.value,
+                    ErrorClass.RATE_LIMITED,
                     f"still rate-limited after {waited:.1f}s ({limits}): {attempts.rate_limited}",
                 )
             else:
-                outcome.failure = (ErrorClass.TIMEOUT.value, f"no answer within {waited:.1f}s ({limits})")
+                outcome.failure = (ErrorClass.TIMEOUT, f"no answer within {waited:.1f}s ({limits})")
         except ModelError as exc:
-            outcome.failure = (exc.error_class.value, exc.message)
+            outcome.failure = (exc.error_class, exc.message)
         except ProbeFailure as exc:
-            outcome.failure = (exc.error_class.value, exc.message)
+            outcome.failure = (exc.error_class, exc.message)
         except GenwireError as exc:
-            outcome.failure = (ErrorClass.BAD_RESPONSE.value, str(exc))
+            outcome.failure = (ErrorClass.BAD_RESPONSE, str(exc))
         except Exception as exc:  # a fake or plugin-provided model may fail in any way
-            outcome.failure = (ErrorClass.BAD_RESPONSE.value, f"{type(exc).__name__}: {exc}")
+            outcome.failure = (ErrorClass.BAD_RESPONSE, f"{type(exc).__name__}: {exc}")
         outcome.latency_s = time.perf_counter() - started
         outcome.attempts = max(attempts.count, 1)
         return outcome
@@ -202,7 +202,9 @@ class _Preflight:
     def judge(self, group: _Group, outcome: _Outcome, results: dict[Key, CheckResult]) -> None:
         aliases = [t.name for t in group.targets]
         for t in group.targets:
-            status, error_class, message = "ok", None, ""
+            status: Status = "ok"
+            error_class: ErrorClass | None = None
+            message = ""
             if outcome.failure is not None:
                 status, (error_class, message) = "failed", outcome.failure
             elif group.kind is ResourceKind.EMBEDDING_MODEL:
@@ -210,7 +212,7 @@ class _Preflight:
                 try:
                     message = check_dimensions(outcome.value, expected)
                 except ProbeFailure as exc:
-                    status, error_class, message = "failed", exc.error_class.value, exc.message
+                    status, error_class, message = "failed", exc.error_class, exc.message
             else:
                 message = str(outcome.value)
             results[t.name, group.variant] = _result(

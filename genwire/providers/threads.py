@@ -11,13 +11,14 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def _settle(future: asyncio.Future[T], result: T | None, error: BaseException | None) -> None:
-    if future.done():  # the awaiting task gave up (a deadline): nobody wants the result
-        return
-    if error is not None:
+def _succeed(future: asyncio.Future[T], result: T) -> None:
+    if not future.done():  # done: the awaiting task gave up (a deadline), nobody wants it
+        future.set_result(result)
+
+
+def _fail(future: asyncio.Future[T], error: BaseException) -> None:
+    if not future.done():
         future.set_exception(error)
-    else:
-        future.set_result(result)  # type: ignore[arg-type]
 
 
 async def in_daemon_thread(fn: Callable[[], T], name: str = "genwire-read") -> T:
@@ -33,14 +34,14 @@ async def in_daemon_thread(fn: Callable[[], T], name: str = "genwire-read") -> T
     future: asyncio.Future[T] = loop.create_future()
 
     def work() -> None:
-        result: T | None = None
-        error: BaseException | None = None
         try:
             result = fn()
         except BaseException as exc:  # delivered to the awaiting task, not lost in the thread
-            error = exc
-        with contextlib.suppress(RuntimeError):  # the loop is closed: the run is over
-            loop.call_soon_threadsafe(_settle, future, result, error)
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the run is over
+                loop.call_soon_threadsafe(_fail, future, exc)
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_succeed, future, result)
 
     threading.Thread(target=work, name=name, daemon=True).start()
     return await future
