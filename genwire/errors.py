@@ -11,6 +11,14 @@ class GenwireError(Exception):
     """Base class of every error genwire raises on purpose."""
 
 
+def exception_text(exc: BaseException) -> str:
+    """``Type: message`` (just ``Type`` when it has no message), for errors that wrap
+    someone else's exception. One definition, so every wrapped error reads alike."""
+    text = str(exc).strip()
+    name = type(exc).__name__
+    return f"{name}: {text}" if text else name
+
+
 SHOWN_PROBLEMS = 50  # a generated config can have thousands; the first ones say enough
 
 

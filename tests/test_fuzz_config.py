@@ -98,8 +98,9 @@ def mutated(draw: st.DrawFn) -> bytes:
 
 
 def check_fails_cleanly(path: Path) -> str:
-    """Boot; it either works or raises ConfigError/WiringError with located problems."""
-    started = time.perf_counter()
+    """Boot; it either works or raises ConfigError/WiringError with located problems.
+    (No timing here: speed is benchmarks/validate_scaling.py's job, and a wall-clock
+    bound per case flakes on a loaded machine.)"""
     try:
         genwire.boot(path)
         outcome = "ok"
@@ -108,7 +109,6 @@ def check_fails_cleanly(path: Path) -> str:
         for problem in exc.problems:
             assert LOCATION.match(problem), problem
         outcome = type(exc).__name__
-    assert time.perf_counter() - started < 5
     return outcome
 
 
@@ -168,7 +168,7 @@ def test_hostile_files_are_bounded(tmp_path: Path, name: str, text: str, expect:
     finally:
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-    assert time.perf_counter() - started < 30
+    assert time.perf_counter() - started < 30  # generous: it guards against a hang, not speed
     assert peak < 512 * 1024 * 1024
     assert expect in str(info.value)
     assert all(LOCATION.match(p) for p in info.value.problems)

@@ -129,10 +129,13 @@ ProviderConfig = Annotated[OpenAIProviderConfig | LocalProviderConfig, Field(dis
 # --- models ----------------------------------------------------------------------------
 
 
+ModelKind = Literal["chat", "embedding"]  # the one vocabulary for a model's kind
+
+
 class ModelConfig(StrictModel):
     provider: Name
     model: Annotated[str, Field(min_length=1)]
-    kind: Literal["chat", "embedding"]
+    kind: ModelKind
     params: dict[str, Any] = Field(default_factory=dict)
     dimensions: PositiveInt | None = None
     health_check: bool = True

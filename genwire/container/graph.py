@@ -7,13 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dependency_injector import containers, providers
+from dependency_injector import providers as di
 
 from genwire.config.loader import LoadedConfig
 from genwire.container.wiring import ColumnWiring
-from genwire.errors import PluginError
+from genwire.errors import PluginError, exception_text
 from genwire.generators.base import Generator
-from genwire.generators.metadata import ResourceKind
+from genwire.generators.metadata import ResourceKind, model_resource_kind
 from genwire.generators.resources import Resources
 from genwire.providers.factory import ProviderClient, make_dataset, make_model, make_provider
 from genwire.providers.registry import ModelRegistryView
@@ -25,16 +25,15 @@ class Target:
 
     name: str
     kind: ResourceKind
-    provider: providers.Provider[Any]
+    provider: di.Singleton[Any]
 
 
 @dataclass
 class ProviderGraph:
-    container: containers.DynamicContainer
-    clients: dict[str, providers.Singleton[Any]] = field(default_factory=dict)
+    clients: dict[str, di.Singleton[Any]] = field(default_factory=dict)
     targets: dict[str, Target] = field(default_factory=dict)
-    generators: dict[str, providers.Singleton[Any]] = field(default_factory=dict)
-    registries: list[providers.Singleton[Any]] = field(default_factory=list)
+    generators: dict[str, di.Singleton[Any]] = field(default_factory=dict)
+    registries: list[di.Singleton[Any]] = field(default_factory=list)
     live_clients: list[ProviderClient] = field(default_factory=list)
 
     def reachable(self, column: str) -> list[str]:
@@ -42,7 +41,7 @@ class ProviderGraph:
         graph itself (so an override or a registry slot is accounted for structurally)."""
         by_provider = {id(t.provider): t.name for t in self.targets.values()}
         found: dict[str, None] = {}
-        sub: providers.Provider[Any]
+        sub: di.Provider[Any]
         for sub in self.generators[column].traverse():
             name = by_provider.get(id(sub))
             if name is not None:
@@ -64,7 +63,7 @@ def construct_generator(
         return cls(column=column, params=params, resources=resources, seed=seed)
     except Exception as exc:  # plugin constructor code; name the plugin, keep the cause
         raise PluginError(
-            f"generator {cls.metadata.name!r} (column {column!r}) failed to construct: {type(exc).__name__}: {exc}"
+            f"generator {cls.metadata.name!r} (column {column!r}) failed to construct: {exception_text(exc)}"
         ) from exc
 
 
@@ -76,33 +75,25 @@ def _client_factory(graph: ProviderGraph, name: str, config: Any) -> ProviderCli
 
 def build_graph(loaded: LoadedConfig, wirings: list[ColumnWiring]) -> ProviderGraph:
     cfg = loaded.config
-    graph = ProviderGraph(containers.DynamicContainer())
+    graph = ProviderGraph()
     for name, pcfg in cfg.providers.items():
-        graph.clients[name] = providers.Singleton(_client_factory, graph, name, pcfg)
+        graph.clients[name] = di.Singleton(_client_factory, graph, name, pcfg)
     for alias, mcfg in cfg.models.items():
-        kind = ResourceKind.CHAT_MODEL if mcfg.kind == "chat" else ResourceKind.EMBEDDING_MODEL
-        model = providers.Singleton(make_model, graph.clients[mcfg.provider], alias, mcfg)
-        graph.targets[alias] = Target(alias, kind, model)
+        model = di.Singleton(make_model, graph.clients[mcfg.provider], alias, mcfg)
+        graph.targets[alias] = Target(alias, model_resource_kind(mcfg.kind), model)
     for name, dcfg in cfg.datasets.items():
-        dataset = providers.Singleton(make_dataset, name, dcfg, loaded.resolve_path(dcfg.path))
+        dataset = di.Singleton(make_dataset, name, dcfg, loaded.resolve_path(dcfg.path))
         graph.targets[name] = Target(name, ResourceKind.DATASET, dataset)
     for w in wirings:
         bound: dict[str, Any] = {}
         for slot, sw in w.slots.items():
             if sw.kind is ResourceKind.MODEL_REGISTRY:
-                view = providers.Singleton(
-                    ModelRegistryView, providers.Dict({a: graph.targets[a].provider for a in sw.resources})
-                )
+                view = di.Singleton(ModelRegistryView, di.Dict({a: graph.targets[a].provider for a in sw.resources}))
                 graph.registries.append(view)
                 bound[slot] = view
             else:
                 bound[slot] = graph.targets[sw.resources[0]].provider
-        graph.generators[w.name] = providers.Singleton(
-            construct_generator, w.generator_cls, w.name, w.params, cfg.pipeline.seed, providers.Dict(bound)
+        graph.generators[w.name] = di.Singleton(
+            construct_generator, w.generator_cls, w.name, w.params, cfg.pipeline.seed, di.Dict(bound)
         )
-    graph.container.set_providers(
-        **{f"client_{k}": v for k, v in graph.clients.items()},
-        **{f"resource_{k}": t.provider for k, t in graph.targets.items()},
-        **{f"column_{k}": v for k, v in graph.generators.items()},
-    )
     return graph

@@ -17,12 +17,11 @@ from pydantic import BaseModel, ValidationError
 from genwire.config.loader import LoadedConfig, format_path
 from genwire.config.messages import describe
 from genwire.config.schema import ColumnConfig
-from genwire.errors import WiringError
+from genwire.errors import WiringError, exception_text
 from genwire.generators.base import Generator
-from genwire.generators.metadata import ResourceKind
+from genwire.generators.metadata import ResourceKind, model_resource_kind
 
 BindingSource = Literal["column", "defaults"]  # where a slot's binding was written
-_MODEL_KIND = {"chat": ResourceKind.CHAT_MODEL, "embedding": ResourceKind.EMBEDDING_MODEL}
 _DEFAULT_FIELD = {
     ResourceKind.CHAT_MODEL: "chat_model",
     ResourceKind.EMBEDDING_MODEL: "embedding_model",
@@ -53,7 +52,7 @@ class ColumnWiring:
 
 def resource_kinds(loaded: LoadedConfig) -> dict[str, ResourceKind]:
     cfg = loaded.config
-    kinds = {alias: _MODEL_KIND[m.kind] for alias, m in cfg.models.items()}
+    kinds = {alias: model_resource_kind(m.kind) for alias, m in cfg.models.items()}
     kinds.update({name: ResourceKind.DATASET for name in cfg.datasets})
     return kinds
 
@@ -238,7 +237,7 @@ def wire_columns(loaded: LoadedConfig, generators: Mapping[str, type[Generator[A
             wirer.problem(
                 ("pipeline", "columns", index),
                 f"column {column.name!r}: generator {wiring.generator_name!r} failed to describe "
-                f"its inputs: {type(exc).__name__}: {exc}",
+                f"its inputs: {exception_text(exc)}",
             )
         wirings.append(wiring)
     wirer.check_reads(wirings)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from genwire.container.core import WiredContainer
-from genwire.errors import GenwireError, ModelError, PluginError, UndeclaredResourceError
+from genwire.errors import GenwireError, ModelError, PluginError, UndeclaredResourceError, exception_text
 from genwire.generators.base import Generator
 from genwire.generators.outcome import RowFailure
 
@@ -75,7 +75,7 @@ class BatchRunner:
             raise
         except Exception as exc:
             raise PluginError(
-                f"generator {name!r} (column {gen.column!r}) raised in generate(): {type(exc).__name__}: {exc}"
+                f"generator {name!r} (column {gen.column!r}) raised in generate(): {exception_text(exc)}"
             ) from exc
         if not isinstance(values, list) or len(values) != len(rows):
             got = len(values) if isinstance(values, list) else type(values).__name__

@@ -79,7 +79,7 @@ from genwire.container.core import WiredContainer
 from genwire.container.graph import build_graph
 from genwire.container.wiring import wire_columns
 from genwire.engine.batches import BatchResult, BatchRunner
-from genwire.errors import GenwireError, RunError
+from genwire.errors import GenwireError, RunError, exception_text
 from genwire.generators.base import Generator
 from genwire.providers.usage import ModelUsage, merge_usage
 
@@ -126,7 +126,7 @@ class RemoteError:
         try:
             pickle.dumps(record)
         except Exception:  # an unpicklable argument or a class only the worker can import
-            message = f"a Ray worker raised {type(exc).__name__}: {exc}"
+            message = f"a Ray worker raised {exception_text(exc)}"
             return cls(RunError, (message,), {}, remote_tb)
         return record
 
@@ -271,12 +271,6 @@ def split_config(loaded: LoadedConfig, caps: dict[str, int], workers: int, index
     return dataclasses.replace(loaded, config=loaded.config.model_copy(update={"providers": providers}))
 
 
-def overridden_targets(container: WiredContainer) -> list[str]:
-    # An override is a live object in the driver's process; workers boot from the config.
-    graph = container._graph
-    return sorted(name for name, target in graph.targets.items() if target.provider.overridden)
-
-
 def driver_error(ray: ModuleType, exc: BaseException, start: int, stop: int) -> BaseException:
     """A Ray failure as the genwire error the user should see."""
     if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(exc.cause, GenwireError):
@@ -346,7 +340,8 @@ class RayBatches:
         if n == 0:
             return
         ray = import_ray()
-        overridden = overridden_targets(container)
+        # An override is a live object in the driver's process; workers boot from the config.
+        overridden = container.overridden_names()
         if overridden:
             raise RunError(
                 f"the ray engine cannot carry container overrides to its workers (overridden: "
@@ -389,7 +384,7 @@ class RayBatches:
                 try:
                     actors.append(actor_cls.remote(spec))
                 except Exception as exc:  # the spec must pickle: config data and importable classes
-                    raise RunError(f"cannot send the pipeline to the Ray workers: {type(exc).__name__}: {exc}") from exc
+                    raise RunError(f"cannot send the pipeline to the Ray workers: {exception_text(exc)}") from exc
             for _ in range(workers * BLOCKS_PER_WORKER):
                 submit()
             while pending:

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from genwire.errors import PluginError
+from genwire.errors import PluginError, exception_text
 from genwire.generators.base import Generator
 from genwire.generators.metadata import GeneratorMetadata
 
@@ -88,7 +88,7 @@ def discover(extra: Iterable[type[Generator[Any]]] = ()) -> Discovered:
             found.problems.append(f"{origin}: invalid generator metadata: {fields}{hint}")
             continue
         except Exception as exc:  # a plugin's import may fail in any way; report it
-            found.problems.append(f"{origin}: failed to import: {type(exc).__name__}: {exc}")
+            found.problems.append(f"{origin}: failed to import: {exception_text(exc)}")
             continue
         _add(found, cls, origin)
     for cls in extra:

@@ -7,12 +7,19 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from genwire.config.schema import ModelKind
+
 
 class ResourceKind(StrEnum):
     CHAT_MODEL = "chat_model"
     EMBEDDING_MODEL = "embedding_model"
     MODEL_REGISTRY = "model_registry"
     DATASET = "dataset"
+
+
+def model_resource_kind(kind: ModelKind) -> ResourceKind:
+    """The resource kind of a model alias of config kind ``kind`` (defined once)."""
+    return ResourceKind.CHAT_MODEL if kind == "chat" else ResourceKind.EMBEDDING_MODEL
 
 
 def _not_reserved(slot: str) -> str:

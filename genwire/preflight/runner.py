@@ -22,7 +22,7 @@ from typing import Any
 
 from genwire.container.core import WiredContainer
 from genwire.container.plan import TargetPlan
-from genwire.errors import ErrorClass, GenwireError, ModelError
+from genwire.errors import ErrorClass, GenwireError, ModelError, exception_text
 from genwire.generators.metadata import ResourceKind
 from genwire.preflight.cache import CachedResult, ProbeCache, cache_key, default_cache_dir
 from genwire.preflight.probes import ProbeFailure, check_dimensions, probe_chat, probe_dataset, probe_embedding
@@ -185,7 +185,7 @@ class _Preflight:
         except GenwireError as exc:
             outcome.failure = (ErrorClass.BAD_RESPONSE, str(exc))
         except Exception as exc:  # a fake or plugin-provided model may fail in any way
-            outcome.failure = (ErrorClass.BAD_RESPONSE, f"{type(exc).__name__}: {exc}")
+            outcome.failure = (ErrorClass.BAD_RESPONSE, f"{exception_text(exc)}")
         outcome.latency_s = time.perf_counter() - started
         outcome.attempts = max(attempts.count, 1)
         return outcome

@@ -34,6 +34,13 @@ def note_rate_limited(message: str | None) -> None:
         log.rate_limited = message
 
 
+def chat_messages(prompt: str, system: str | None) -> list[dict[str, str]]:
+    """The OpenAI message list of one call: an optional system message, then the prompt."""
+    messages = [{"role": "system", "content": system}] if system is not None else []
+    messages.append({"role": "user", "content": prompt})
+    return messages
+
+
 @runtime_checkable
 class ChatModel(Protocol):
     async def complete(self, prompt: str, *, system: str | None = None, **params: Any) -> str: ...
@@ -67,7 +74,3 @@ def endpoint_key(resource: object) -> Hashable:
     """
     key = getattr(resource, "endpoint_key", None)
     return key if key is not None else ("object", id(resource))
-
-
-class Closeable(Protocol):
-    async def aclose(self) -> None: ...

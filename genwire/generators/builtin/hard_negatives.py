@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from genwire.errors import DatasetError
+from genwire.errors import DatasetError, exception_text
 from genwire.generators.base import Generator
 from genwire.generators.builtin.embedding import (
     ColumnRef,
@@ -125,7 +125,7 @@ class HardNegatives(Generator[HardNegativesParams]):
             self._corpus_error = exc
         except Exception as exc:
             self._corpus_error = DatasetError(
-                f"hard-negatives (column {self.column!r}): could not read the corpus: {type(exc).__name__}: {exc}"
+                f"hard-negatives (column {self.column!r}): could not read the corpus: {exception_text(exc)}"
             )
             self._corpus_error.__cause__ = exc
         raise self._corpus_error

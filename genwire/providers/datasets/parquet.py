@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from genwire.errors import DatasetError
+from genwire.errors import DatasetError, exception_text
 
 from ._base import LazyDataset, Row
 from ._files import require_file
@@ -26,7 +26,7 @@ class ParquetDataset(LazyDataset):
             rows: list[Row] = table.to_pylist()
         except Exception as exc:  # e.g. nanosecond timestamps that Python's datetime cannot hold
             raise DatasetError(
-                f"{self.path}: cannot convert its values to Python ({type(exc).__name__}: {exc}); "
+                f"{self.path}: cannot convert its values to Python ({exception_text(exc)}); "
                 "cast the column to a supported type (e.g. microsecond timestamps) and write the file again"
             ) from None
         # The schema gives the columns even when the file has no rows.
