@@ -18,6 +18,7 @@ from genwire.errors import GenwireError
 from genwire.generators.base import Generator
 from genwire.providers.base import endpoint_key
 from genwire.providers.factory import endpoint_identity
+from genwire.providers.probes import Probe
 from genwire.providers.usage import Concurrency, ModelUsage, merge_usage
 
 
@@ -67,6 +68,11 @@ class WiredContainer:
             raise GenwireError(f"no column named {column!r}") from None
         generator: Generator[Any] = provider()
         return generator
+
+    def probe(self, name: str) -> Probe:
+        """The pre-flight probe registered with ``name``'s factory."""
+        probe: Probe = self._target(name).probe
+        return probe
 
     def endpoint_identity(self, name: str) -> Hashable:
         """Targets with equal identities send identical requests and share one probe.

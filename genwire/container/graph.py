@@ -16,6 +16,7 @@ from genwire.generators.base import Generator
 from genwire.generators.metadata import ResourceKind, model_resource_kind
 from genwire.generators.resources import Resources
 from genwire.providers.factory import ProviderClient, make_dataset, make_model, make_provider
+from genwire.providers.probes import Probe, probe_chat, probe_dataset, probe_embedding
 from genwire.providers.registry import ModelRegistryView
 
 
@@ -26,6 +27,7 @@ class Target:
     name: str
     kind: ResourceKind
     provider: di.Singleton[Any]
+    probe: Probe  # registered beside the factory: the runner never dispatches on kind
 
 
 @dataclass
@@ -80,10 +82,11 @@ def build_graph(loaded: LoadedConfig, wirings: list[ColumnWiring]) -> ProviderGr
         graph.clients[name] = di.Singleton(_client_factory, graph, name, pcfg)
     for alias, mcfg in cfg.models.items():
         model = di.Singleton(make_model, graph.clients[mcfg.provider], alias, mcfg)
-        graph.targets[alias] = Target(alias, model_resource_kind(mcfg.kind), model)
+        probe = probe_chat if mcfg.kind == "chat" else probe_embedding
+        graph.targets[alias] = Target(alias, model_resource_kind(mcfg.kind), model, probe)
     for name, dcfg in cfg.datasets.items():
         dataset = di.Singleton(make_dataset, name, dcfg, loaded.resolve_path(dcfg.path))
-        graph.targets[name] = Target(name, ResourceKind.DATASET, dataset)
+        graph.targets[name] = Target(name, ResourceKind.DATASET, dataset, probe_dataset)
     for w in wirings:
         bound: dict[str, Any] = {}
         for slot, sw in w.slots.items():

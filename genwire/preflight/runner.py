@@ -25,9 +25,9 @@ from genwire.container.plan import TargetPlan
 from genwire.errors import ErrorClass, GenwireError, ModelError, exception_text
 from genwire.generators.metadata import ResourceKind
 from genwire.preflight.cache import CachedResult, ProbeCache, cache_key, default_cache_dir
-from genwire.preflight.probes import ProbeFailure, check_dimensions, probe_chat, probe_dataset, probe_embedding
 from genwire.preflight.report import CheckResult, PreflightReport, Status
-from genwire.providers.base import Attempts, attempt_log
+from genwire.providers.base import Attempts, EmbeddingModel, attempt_log
+from genwire.providers.probes import Probe, ProbeFailure, ProbeRequest, ProbeResult, check_dimensions
 
 Shape = dict[str, Any]
 
@@ -38,6 +38,7 @@ class _Group:
 
     kind: ResourceKind
     resource: Any
+    probe: Probe  # registered beside the resource's factory
     shape: Shape | None = None  # None: the plain probe
     variant: str | None = None  # the (first) column whose requests have this shape
     targets: list[TargetPlan] = field(default_factory=list)
@@ -46,7 +47,7 @@ class _Group:
 
 @dataclass
 class _Outcome:
-    value: Any = None
+    value: ProbeResult | None = None
     failure: tuple[ErrorClass, str] | None = None  # (error class, message)
     latency_s: float = 0.0
     attempts: int = 0
@@ -132,7 +133,7 @@ class _Preflight:
             variants: list[tuple[str | None, Shape | None]] = [(None, None), *shapes.get(t.name, [])]
             for variant, shape in variants:
                 key = (t.kind, identity, _canonical(shape) if shape is not None else None)
-                group = groups.setdefault(key, _Group(t.kind, resource, shape, variant))
+                group = groups.setdefault(key, _Group(t.kind, resource, self.container.probe(t.name), shape, variant))
                 if t in group.targets:
                     continue  # two columns with one shape on one alias: one probe, one check
                 group.targets.append(t)
@@ -190,14 +191,14 @@ class _Preflight:
         outcome.attempts = max(attempts.count, 1)
         return outcome
 
-    async def run_probe(self, group: _Group) -> Any:
-        if group.kind is ResourceKind.CHAT_MODEL:
-            max_tokens = max(self.models[t.name].probe_max_tokens for t in group.targets)
-            return await probe_chat(group.resource, max_tokens, group.shape)
-        if group.kind is ResourceKind.EMBEDDING_MODEL:
-            return await probe_embedding(group.resource)
-        needed = sorted({c for t in group.targets for c in t.dataset_columns})
-        return await probe_dataset(group.resource, needed)
+    async def run_probe(self, group: _Group) -> ProbeResult:
+        budgets = [self.models[t.name].probe_max_tokens for t in group.targets if t.name in self.models]
+        request = ProbeRequest(
+            max_tokens=max(budgets, default=ProbeRequest.max_tokens),
+            shape=group.shape,
+            columns=sorted({c for t in group.targets for c in t.dataset_columns}),
+        )
+        return await group.probe(group.resource, request)
 
     def judge(self, group: _Group, outcome: _Outcome, results: dict[Key, CheckResult]) -> None:
         aliases = [t.name for t in group.targets]
@@ -207,20 +208,27 @@ class _Preflight:
             message = ""
             if outcome.failure is not None:
                 status, (error_class, message) = "failed", outcome.failure
-            elif group.kind is ResourceKind.EMBEDDING_MODEL:
-                expected = self.models[t.name].dimensions or getattr(group.resource, "dimensions", None)
-                try:
-                    message = check_dimensions(outcome.value, expected)
-                except ProbeFailure as exc:
-                    status, error_class, message = "failed", exc.error_class, exc.message
-            else:
-                message = str(outcome.value)
+            elif outcome.value is not None:
+                message = outcome.value.message
+                if outcome.value.dimensions is not None:  # judged per alias: each its own expectation
+                    try:
+                        check_dimensions(outcome.value.dimensions, self.expected_dimensions(t.name, group.resource))
+                    except ProbeFailure as exc:
+                        status, error_class, message = "failed", exc.error_class, exc.message
             results[t.name, group.variant] = _result(
                 t, aliases, status, error_class, message, outcome.latency_s, outcome.attempts, variant=group.variant
             )
             key = group.cache_keys.get(t.name)
             if status == "ok" and key is not None and self.cache is not None:
                 self.cache.put(key, message)  # failures are never cached
+
+    def expected_dimensions(self, name: str, resource: Any) -> int | None:
+        """The alias's configured ``dimensions``, else what the model says of itself (an
+        override: a fake knows its dimensions)."""
+        model = self.models.get(name)
+        if model is not None and model.dimensions is not None:
+            return model.dimensions
+        return resource.dimensions if isinstance(resource, EmbeddingModel) else None
 
     async def run(self) -> PreflightReport:
         started = time.perf_counter()

@@ -4,7 +4,6 @@ against it (``jsonschema``), asked again when a reply does not parse or validate
 from __future__ import annotations
 
 import difflib
-import json
 from typing import Annotated, Any
 
 from jinja2 import Template
@@ -16,36 +15,7 @@ from genwire.generators.builtin.llm_text import compile_template, render_row, te
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import RowFailure, gather_rows
 from genwire.generators.resources import Resources
-
-MAX_ERROR_CHARS = 300  # of a validation message, in the errors file and the retry prompt
-
-
-def response_format(name: str, schema: dict[str, Any]) -> dict[str, Any]:
-    """OpenAI's structured-output request field (also what vLLM, NIM and llama.cpp take)."""
-    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
-
-
-def schema_problem(instance: Any, schema: dict[str, Any]) -> str | None:
-    """Why ``instance`` does not validate (the most relevant error, with its path), or None."""
-    import jsonschema
-
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(instance))
-    if error is None:
-        return None
-    where = "".join(f"[{p!r}]" for p in error.absolute_path)
-    return f"{where + ': ' if where else ''}{error.message}"[:MAX_ERROR_CHARS]
-
-
-def parse_reply(text: str, schema: dict[str, Any]) -> tuple[Any, str | None]:
-    """The reply's JSON value and why it is not acceptable (None when it is)."""
-    body = text.strip()
-    if body.startswith("```"):  # models fence JSON even when told not to
-        body = body.strip("`").removeprefix("json").strip()
-    try:
-        value = json.loads(body)
-    except json.JSONDecodeError as exc:
-        return None, f"the reply is not JSON ({exc.msg} at character {exc.pos}): {text[:80]!r}"
-    return value, schema_problem(value, schema)
+from genwire.providers.structured import parse_reply, response_format
 
 
 class LLMStructuredParams(BaseModel):

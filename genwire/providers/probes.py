@@ -1,31 +1,26 @@
-"""One probe per resource kind. A probe raises ProbeFailure/ModelError or returns a short
-description of what it saw."""
+"""One probe per resource kind, typed against the protocols the run uses. The container
+registers each kind's probe beside its factory (``container.graph.build_graph``), so the
+pre-flight runner calls ``target.probe`` and never asks what kind a target is.
+
+A probe raises ``ProbeFailure`` (or ``ModelError``) or returns what it saw.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from genwire.errors import DatasetError, ErrorClass
-from genwire.generators.builtin.llm_structured import parse_reply
+from genwire.providers.base import ChatModel, Dataset, EmbeddingModel
+from genwire.providers.structured import parse_reply, requested_schema
 from genwire.providers.threads import in_daemon_thread
 
 CHAT_PROBE_PROMPT = "Reply with one short word."
 STRUCTURED_PROBE_PROMPT = "Reply with a small JSON object that matches the schema."
-STRUCTURED_PROBE_TOKENS = 256
-
-
-def _requested_schema(response_format: Any) -> dict[str, Any] | None:
-    if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
-        spec = response_format.get("json_schema")
-        if isinstance(spec, dict) and isinstance(spec.get("schema"), dict):
-            schema: dict[str, Any] = spec["schema"]
-            return schema
-    return None
-
-
+STRUCTURED_PROBE_TOKENS = 256  # JSON needs room: a 16-token budget cuts any object short
 EMBED_PROBE_TEXT = "genwire pre-flight probe"
 
 
@@ -36,35 +31,50 @@ class ProbeFailure(Exception):
         super().__init__(message)
 
 
-async def probe_chat(model: Any, max_tokens: int, shape: dict[str, Any] | None = None) -> str:
-    """The tiny prompt, sent with what ``shape`` adds to the run's requests (``system``,
+@dataclass(frozen=True)
+class ProbeRequest:
+    """What one probe is asked to check."""
+
+    max_tokens: int = 16  # chat: the probe's completion budget
+    shape: dict[str, Any] | None = None  # chat: what a column adds to its requests
+    columns: Sequence[str] = field(default_factory=tuple)  # dataset: columns the pipeline reads
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    message: str
+    dimensions: int | None = None  # embedding: the vector's length, judged per alias
+
+
+Probe = Callable[[Any, ProbeRequest], Awaitable[ProbeResult]]
+
+
+async def probe_chat(model: ChatModel, request: ProbeRequest) -> ProbeResult:
+    """The tiny prompt, sent with what the shape adds to the run's requests (``system``,
     params, ``response_format``). A structured shape's reply must be JSON that validates."""
-    params = dict(shape or {})
+    params = dict(request.shape or {})
     system = params.pop("system", None)
     params.pop("max_completion_tokens", None)  # the probe's budget is probe_max_tokens
-    schema = _requested_schema(params.get("response_format"))
-    if schema is not None:
-        # JSON needs room: a 16-token budget would cut any object short.
-        max_tokens = max(max_tokens, STRUCTURED_PROBE_TOKENS)
+    schema = requested_schema(params.get("response_format"))
+    max_tokens = request.max_tokens if schema is None else max(request.max_tokens, STRUCTURED_PROBE_TOKENS)
     params["max_tokens"] = max_tokens
-    text = await model.complete(
-        CHAT_PROBE_PROMPT if schema is None else STRUCTURED_PROBE_PROMPT, system=system, **params
-    )
+    prompt = CHAT_PROBE_PROMPT if schema is None else STRUCTURED_PROBE_PROMPT
+    text = await model.complete(prompt, system=system, **params)
     if schema is not None:
         _, problem = parse_reply(text if isinstance(text, str) else "", schema)
         if problem is not None:
             raise ProbeFailure(ErrorClass.BAD_RESPONSE, f"the structured reply does not match the schema: {problem}")
-        return f"replied JSON matching the schema ({len(text)} chars)"
+        return ProbeResult(f"replied JSON matching the schema ({len(text)} chars)")
     if not isinstance(text, str) or not text.strip():
         raise ProbeFailure(
             ErrorClass.BAD_RESPONSE,
             f"empty reply to a {max_tokens}-token probe (a reasoning model may need a larger "
             "probe_max_tokens in its model config)",
         )
-    return f"replied {len(text)} chars"
+    return ProbeResult(f"replied {len(text)} chars")
 
 
-async def probe_embedding(model: Any) -> list[float]:
+async def probe_embedding(model: EmbeddingModel, request: ProbeRequest) -> ProbeResult:
     """One text in, exactly one finite, non-zero vector out (dimension checks are per alias)."""
     vectors = await model.embed([EMBED_PROBE_TEXT])
     if not isinstance(vectors, list) or len(vectors) != 1:
@@ -81,19 +91,15 @@ async def probe_embedding(model: Any) -> list[float]:
         raise ProbeFailure(ErrorClass.BAD_RESPONSE, "vector holds NaN or infinite values")
     if math.sqrt(sum(v * v for v in values)) == 0.0:
         raise ProbeFailure(ErrorClass.BAD_RESPONSE, "vector has zero norm")
-    return values
+    return ProbeResult(f"1 vector, {len(values)} dimensions", dimensions=len(values))
 
 
-def check_dimensions(values: list[float], expected: int | None) -> str:
-    if expected is not None and len(values) != expected:
-        raise ProbeFailure(
-            ErrorClass.BAD_RESPONSE,
-            f"returned {len(values)} dimensions, but dimensions is set to {expected}",
-        )
-    return f"1 vector, {len(values)} dimensions"
+def check_dimensions(got: int, expected: int | None) -> None:
+    if expected is not None and got != expected:
+        raise ProbeFailure(ErrorClass.BAD_RESPONSE, f"returned {got} dimensions, but dimensions is set to {expected}")
 
 
-async def probe_dataset(dataset: Any, needed_columns: Sequence[str]) -> str:
+async def probe_dataset(dataset: Dataset, request: ProbeRequest) -> ProbeResult:
     load = getattr(dataset, "load", None)
     try:
         if load is not None:
@@ -106,10 +112,10 @@ async def probe_dataset(dataset: Any, needed_columns: Sequence[str]) -> str:
         raise ProbeFailure(ErrorClass.NOT_FOUND if missing else ErrorClass.BAD_RESPONSE, str(exc)) from None
     if rows == 0:
         raise ProbeFailure(ErrorClass.BAD_RESPONSE, "has no rows")
-    absent = [c for c in needed_columns if c not in columns]
+    absent = [c for c in request.columns if c not in columns]
     if absent:
         raise ProbeFailure(
             ErrorClass.BAD_RESPONSE,
             f"lacks column(s) the pipeline reads: {', '.join(absent)} (has: {', '.join(columns)})",
         )
-    return f"{rows} rows, columns: {', '.join(columns)}"
+    return ProbeResult(f"{rows} rows, columns: {', '.join(columns)}")
