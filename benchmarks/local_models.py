@@ -22,6 +22,7 @@ from typing import Any
 
 from genwire.config.schema import LocalProviderConfig, ModelConfig
 from genwire.providers import local
+from genwire.providers.local import runtime as local_runtime
 
 SUBJECTS = ["The cat", "A young engineer", "The old bridge", "Our team", "The river", "A small robot"]
 VERBS = ["quietly watches", "carefully repairs", "slowly crosses", "happily explains", "rarely visits"]
@@ -79,7 +80,7 @@ async def main(n_sentences: int, chat_runs: int) -> None:
 
     print("\n== chat: 32-token replies ==")
     runtime = local.load_model(local.CHAT_SPEC)
-    assert isinstance(runtime, local.SmolLMRuntime)
+    assert isinstance(runtime, local_runtime.SmolLMRuntime)
     prompt = "Write a short paragraph about the sea."
     # ignore_eos keeps every reply exactly 32 tokens, so runs are comparable.
     params: dict[str, Any] = {"max_tokens": 32, "temperature": 0.7, "ignore_eos": True}
@@ -123,16 +124,16 @@ async def main(n_sentences: int, chat_runs: int) -> None:
         chat_latencies = [r for r in results if isinstance(r, float)]
         return time.perf_counter() - start, chat_latencies
 
-    gate = local._cpu_gate
+    gate = local_runtime._cpu_gate
     results: dict[str, list[tuple[float, list[float]]]] = {"gate": [], "none": []}
     try:
         for _ in range(2):  # alternated, so a burst of outside load hits both variants
             for variant in ("gate", "none"):
                 # Baseline: every call runs side by side, as the threads would without it.
-                local._cpu_gate = gate if variant == "gate" else threading.BoundedSemaphore(64)
+                local_runtime._cpu_gate = gate if variant == "gate" else threading.BoundedSemaphore(64)
                 results[variant].append(await mixed())
     finally:
-        local._cpu_gate = gate
+        local_runtime._cpu_gate = gate
     for variant, label in (("gate", "CPU gate (default)"), ("none", "no gate (baseline)")):
         total, chat_latencies = min(results[variant])
         print(

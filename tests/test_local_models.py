@@ -29,6 +29,7 @@ from genwire.providers.local import (
     canonical_model_name,
     load_model,
     loaded_models,
+    runtime,
 )
 
 pytest.importorskip("onnxruntime")
@@ -307,7 +308,7 @@ async def test_missing_dependency_reaches_the_caller_as_not_found(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Through the public API, with the alias as target, for a model not yet loaded.
-    monkeypatch.setattr(local, "_loaded", {})
+    monkeypatch.setattr(runtime, "_loaded", {})
     monkeypatch.setitem(sys.modules, "xllamacpp", None)
     with pytest.raises(ModelError) as info:
         await chatter(provider(), "writer").complete("hi")
@@ -318,12 +319,12 @@ async def test_missing_dependency_reaches_the_caller_as_not_found(
 
 def test_chunks_bound_texts_and_padded_tokens() -> None:
     lengths = [10] * 150 + [256] * 50
-    chunks = local._chunks(list(range(200)), lengths)
+    chunks = runtime._chunks(list(range(200)), lengths)
     assert [i for chunk in chunks for i in chunk] == list(range(200))
     for chunk in chunks:
-        assert len(chunk) <= local._EMBED_CHUNK
+        assert len(chunk) <= runtime._EMBED_CHUNK
         widths = [lengths[i] for i in chunk]
-        assert len(chunk) * max(widths) <= local._EMBED_CHUNK_TOKENS
+        assert len(chunk) * max(widths) <= runtime._EMBED_CHUNK_TOKENS
         assert max(widths) <= 1.5 * min(widths) + 16  # short texts are not padded to long ones
 
 
@@ -336,6 +337,6 @@ def test_model_files_are_the_shipped_ones() -> None:
 
 def test_thread_count_can_be_set_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(local.THREADS_ENV, "1")
-    assert local._cpu_threads() == 1
+    assert runtime._cpu_threads() == 1
     monkeypatch.setenv(local.THREADS_ENV, "zero")  # ignored: falls back to the core count
-    assert 1 <= local._cpu_threads() <= 4
+    assert 1 <= runtime._cpu_threads() <= 4

@@ -1,0 +1,269 @@
+"""The ``local`` provider and the handles plugins hold (alias, model, params, a route token)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+from genwire.config.schema import LocalProviderConfig, ModelConfig
+from genwire.errors import ErrorClass, ModelError, exception_text
+from genwire.providers.base import chat_messages, count_attempt
+from genwire.providers.local.catalog import Kind, LocalModelSpec, resolve_model
+from genwire.providers.local.runtime import (
+    _CHAT_DEFAULT_MAX_TOKENS,
+    MiniLMRuntime,
+    SmolLMRuntime,
+    _get_executor,
+    load_model,
+)
+from genwire.providers.routes import Route, open_route, resolve_route
+from genwire.providers.usage import Concurrency, ModelUsage
+
+T = TypeVar("T")
+
+# --- provider ----------------------------------------------------------------------------
+
+
+class LocalProvider:
+    """Builds the local chat and embedding models; bounds this provider's in-flight calls."""
+
+    def __init__(self, name: str, config: LocalProviderConfig) -> None:
+        self.name = name
+        self.config = config
+        self.usage: dict[str, ModelUsage] = {}  # inference calls and tokens, per model alias
+        self.in_flight = 0  # calls holding a slot: running, or waiting for the CPU gate
+        self.peak_in_flight = 0
+        self._semaphore: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._routes: list[Route[LocalProvider]] = []  # keeps the handles' routes alive
+
+    def __repr__(self) -> str:
+        return f"LocalProvider(name={self.name!r})"
+
+    def chat_model(self, alias: str, config: ModelConfig) -> LocalChatModel:
+        return LocalChatModel(open_route(self, alias, config.model, self._routes), alias, config)
+
+    def embedding_model(self, alias: str, config: ModelConfig) -> LocalEmbeddingModel:
+        return LocalEmbeddingModel(open_route(self, alias, config.model, self._routes), alias, config)
+
+    async def aclose(self) -> None:
+        """Idempotent. Weights stay loaded (they are shared process-wide); a later call
+        simply creates a new semaphore."""
+        self._semaphore, self._loop = None, None
+
+    def _get_semaphore(self) -> asyncio.Semaphore:
+        # An asyncio.Semaphore binds to the loop it first waits on; a provider reused from
+        # another loop (asyncio.run twice, per-test loops) gets a fresh one.
+        loop = asyncio.get_running_loop()
+        if self._semaphore is None or self._loop is not loop:
+            self._semaphore = asyncio.Semaphore(self.config.max_concurrency)
+            self._loop = loop
+        return self._semaphore
+
+    def count(self, alias: str) -> None:
+        """One inference call for ``alias`` (also one that fails before it runs)."""
+        count_attempt()
+        self.usage_of(alias).requests += 1
+
+    def concurrency(self) -> Concurrency:
+        cap = self.config.max_concurrency
+        return Concurrency(self.in_flight, cap, cap, self.peak_in_flight)
+
+    def usage_of(self, alias: str) -> ModelUsage:
+        return self.usage.setdefault(alias, ModelUsage())
+
+    @property
+    def requests(self) -> dict[str, int]:
+        """Inference calls, per model alias."""
+        return {alias: u.requests for alias, u in self.usage.items()}
+
+    async def run(self, alias: str, spec: LocalModelSpec, call: Callable[[object], T]) -> T:
+        """Run ``call(runtime)`` in a worker thread under the concurrency bound, loading
+        the model first if needed. The caller has counted the call (``count``)."""
+        semaphore = self._get_semaphore()
+        loop = asyncio.get_running_loop()
+        await semaphore.acquire()
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+
+        def release() -> None:
+            self.in_flight -= 1
+            semaphore.release()
+
+        def on_done(_: concurrent.futures.Future[T]) -> None:
+            # Runs when the thread really finishes, even if the awaiting task was
+            # cancelled (e.g. a pre-flight timeout): a cancelled call keeps its slot
+            # until the CPU work ends, so the bound holds for threads, not just tasks.
+            with contextlib.suppress(RuntimeError):  # loop closed: nothing to release
+                loop.call_soon_threadsafe(release)
+
+        try:
+            future = _get_executor().submit(lambda: call(load_model(spec)))
+        except BaseException:
+            release()
+            raise
+        future.add_done_callback(on_done)
+        try:
+            result = await asyncio.wrap_future(future)
+        except ModelError as exc:
+            if exc.target is not None:
+                raise
+            # Load failures are raised without knowing the alias; name it here.
+            raise ModelError(exc.error_class, exc.message, target=alias) from exc
+        self.usage_of(alias).count_tokens(result)  # llama.cpp's chat answers carry ``usage``
+        return result
+
+
+# --- models ------------------------------------------------------------------------------
+
+
+class _LocalHandle:
+    """What a plugin holds: alias, model, params and an opaque route token; the provider
+    (and through it every other alias) is not reachable from it."""
+
+    __slots__ = ("_kind", "_params", "_token", "alias", "model")
+    _kind: Kind
+    _params: Mapping[str, Any]
+    _token: int
+    alias: str
+    model: str
+
+    def __init__(self, token: int, alias: str, config: ModelConfig, kind: Kind) -> None:
+        object.__setattr__(self, "_token", token)
+        object.__setattr__(self, "_kind", kind)
+        object.__setattr__(self, "alias", alias)
+        object.__setattr__(self, "model", config.model)
+        object.__setattr__(self, "_params", MappingProxyType(dict(config.params)))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is read-only")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(alias={self.alias!r}, model={self.model!r})"
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        return self._params
+
+    @property
+    def spec(self) -> LocalModelSpec:
+        """The catalog entry; raises ``ModelError(not_found)`` for an unknown model."""
+        return resolve_model(self.model, self._kind, target=self.alias)
+
+    async def load(self) -> None:
+        """Load the weights now (otherwise the first call does)."""
+        spec = self.spec
+        await asyncio.to_thread(load_model, spec)
+
+    async def _run(self, call: Callable[[object], T]) -> T:
+        route = resolve_route(self._token, LocalProvider)
+        route.provider.count(route.alias)
+        spec = self.spec
+        return await route.provider.run(route.alias, spec, call)
+
+
+class LocalEmbeddingModel(_LocalHandle):
+    """An embedding alias served by a ``LocalProvider``."""
+
+    __slots__ = ("_dimensions",)
+    _dimensions: int | None
+
+    def __init__(self, token: int, alias: str, config: ModelConfig) -> None:
+        super().__init__(token, alias, config, "embedding")
+        object.__setattr__(self, "_dimensions", config.dimensions)
+
+    @property
+    def dimensions(self) -> int | None:
+        return self._dimensions
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if isinstance(texts, str):  # a str is a Sequence[str] of characters: a caller bug
+            raise TypeError("embed() takes a sequence of texts, not a single str")
+        inputs = list(texts)
+        if not inputs:
+            return []
+        for text in inputs:
+            if not isinstance(text, str):
+                raise TypeError(f"embed() takes texts (str), got {type(text).__name__}")
+        alias = self.alias
+
+        def call(runtime: object) -> list[list[float]]:
+            assert isinstance(runtime, MiniLMRuntime)
+            try:
+                return runtime.embed(inputs)
+            except Exception as exc:
+                raise ModelError(
+                    ErrorClass.SERVER_ERROR,
+                    f"onnxruntime failed ({exception_text(exc)})",
+                    target=alias,
+                ) from exc
+
+        return await self._run(call)
+
+
+_ERROR_CLASSES = {401: ErrorClass.AUTH, 403: ErrorClass.AUTH, 404: ErrorClass.NOT_FOUND}
+
+
+class LocalChatModel(_LocalHandle):
+    """A chat alias served by a ``LocalProvider``.
+
+    Config ``params`` are defaults and call ``params`` win; they go to llama.cpp's
+    OpenAI-style handler as they are (``max_tokens``, ``temperature``, ``seed``,
+    ``top_p``, ``stop``, ...). ``max_tokens`` defaults to 128.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, token: int, alias: str, config: ModelConfig) -> None:
+        super().__init__(token, alias, config, "chat")
+
+    def build_request(self, prompt: str, system: str | None, params: dict[str, Any]) -> dict[str, Any]:
+        request = {**self._params, **params}
+        if "max_completion_tokens" in request:  # newer OpenAI spelling
+            request.setdefault("max_tokens", request.pop("max_completion_tokens"))
+        request.setdefault("max_tokens", _CHAT_DEFAULT_MAX_TOKENS)
+        # Ours, whatever params say: streaming would return nothing here.
+        request.update(messages=chat_messages(prompt, system), stream=False)
+        return request
+
+    async def complete(self, prompt: str, *, system: str | None = None, **params: Any) -> str:
+        request = self.build_request(prompt, system, params)
+        response = await self._run(lambda rt: _call_chat(rt, request))
+        return self._content(response)
+
+    def _content(self, response: Any) -> str:
+        def error(error_class: ErrorClass, why: str) -> ModelError:
+            return ModelError(error_class, why, target=self.alias)
+
+        if not isinstance(response, dict):
+            raise error(ErrorClass.BAD_RESPONSE, "chat response is not an object")
+        failure = response.get("error")
+        if failure is not None:
+            code = failure.get("code") if isinstance(failure, dict) else None
+            text = failure.get("message") if isinstance(failure, dict) else None
+            status = code if isinstance(code, int) else 500
+            error_class = _ERROR_CLASSES.get(status)
+            if error_class is None:
+                error_class = ErrorClass.SERVER_ERROR if status >= 500 else ErrorClass.BAD_RESPONSE
+            raise error(error_class, f"llama.cpp rejected the request ({status}): {text or failure}")
+        try:
+            content = response["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise error(ErrorClass.BAD_RESPONSE, "chat response has no choices[0].message") from None
+        if not isinstance(content, str):
+            raise error(ErrorClass.BAD_RESPONSE, "chat response has no text content")
+        return content.strip()
+
+
+def _call_chat(runtime: object, request: dict[str, Any]) -> Any:
+    assert isinstance(runtime, SmolLMRuntime)
+    try:
+        return runtime.complete(request)
+    except (ValueError, TypeError) as exc:  # how the binding rejects malformed requests
+        return {"error": {"code": 400, "message": str(exc)}}
+    except Exception as exc:
+        return {"error": {"code": 500, "message": f"{exception_text(exc)}"}}
