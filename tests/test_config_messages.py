@@ -280,7 +280,7 @@ def test_a_column_named_like_a_template_builtin_is_refused_located(
 
 
 def test_reads_follow_method_and_item_access() -> None:
-    from genwire.generators.builtin.llm_text import template_variables
+    from genwire.generators.builtin.common import template_variables
 
     assert template_variables("{{ person.get('nickname', person.name) }}") == {"person.name"}
     assert template_variables("{{ row['user.name'] }}") == {"row"}

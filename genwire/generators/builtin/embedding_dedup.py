@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from genwire.generators.base import Generator
-from genwire.generators.builtin.embedding import ColumnRef, checked_vectors, resolve_ref
+from genwire.generators.builtin.common import ColumnRef, checked_vectors, finite_unit_rows, resolve_ref
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import RowFailure
 
@@ -27,22 +27,6 @@ class EmbeddingDedupParams(BaseModel):
     column: ColumnRef
     text_field: Annotated[str, Field(min_length=1)] | None = None
     threshold: Annotated[float, Field(gt=0, le=1)] = 0.9
-
-
-def finite_unit_rows(vectors: list[list[float]]) -> npt.NDArray[np.float64]:
-    """The vectors as a matrix of unit-length rows; all-zero rows stay zero (similar to
-    nothing). ValueError for NaN/inf, checked before scaling would hide them."""
-    import numpy as np
-
-    lengths = {len(v) for v in vectors}
-    if len(lengths) != 1 or 0 in lengths:
-        raise ValueError("embedding model returned empty vectors or vectors of different lengths")
-    m = np.array(vectors, dtype=np.float64)
-    if not np.isfinite(m).all():
-        raise ValueError("embedding contains non-finite values (NaN/inf)")
-    norms = np.linalg.norm(m, axis=1, keepdims=True)
-    out: npt.NDArray[np.float64] = np.divide(m, norms, out=np.zeros_like(m), where=norms > 0)
-    return out
 
 
 class EmbeddingDedup(Generator[EmbeddingDedupParams]):

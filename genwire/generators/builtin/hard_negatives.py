@@ -11,13 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from genwire.errors import DatasetError, exception_text
 from genwire.generators.base import Generator
-from genwire.generators.builtin.embedding import (
-    ColumnRef,
-    checked_vectors,
-    resolve_ref,
-    text_at,
-)
-from genwire.generators.builtin.embedding_dedup import finite_unit_rows
+from genwire.generators.builtin.common import ColumnRef, checked_vectors, finite_unit_rows, resolve_ref, text_at
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import RowFailure
 from genwire.generators.resources import Resources

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from genwire.errors import ErrorClass, ModelError
 from genwire.generators.base import Generator
-from genwire.generators.builtin.llm_text import compile_template, render_row, template_variables
+from genwire.generators.builtin.common import compile_template, render_row, template_variables
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import RowFailure, gather_rows
 from genwire.generators.resources import Resources

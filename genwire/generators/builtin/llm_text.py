@@ -3,50 +3,15 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
 from typing import Any
 
-from jinja2 import StrictUndefined, Template, TemplateError, TemplateSyntaxError, meta, nodes
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from genwire.generators.base import Generator
+from genwire.generators.builtin.common import compile_template, render_row, template_variables
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import RowFailure, gather_rows
 from genwire.generators.resources import Resources
-
-
-class _RowEnvironment(ImmutableSandboxedEnvironment):
-    """Sandboxed, strict, no HTML escaping (prompts are not HTML).
-
-    ``{{ passage.items }}`` would normally return the dict's ``items`` method; rows are
-    data, so for mappings a key of that name wins over a method."""
-
-    def getattr(self, obj: Any, attribute: str) -> Any:
-        if isinstance(obj, Mapping):
-            try:
-                return obj[attribute]
-            except (KeyError, TypeError):
-                pass
-        return super().getattr(obj, attribute)
-
-
-ENV = _RowEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
-
-
-def render_row(template: Template, name: str, row: dict[str, Any], column: str) -> str:
-    try:
-        return template.render(row)
-    except TemplateError as exc:
-        # StrictUndefined lands here: a missing field fails this row, loudly.
-        raise ValueError(f"column {column!r}: {name} template: {exc}") from exc
-
-
-def compile_template(source: str, name: str) -> Template:
-    try:
-        return ENV.from_string(source)
-    except TemplateSyntaxError as exc:
-        raise ValueError(f"{name} template: syntax error on line {exc.lineno}: {exc.message}") from None
 
 
 class LLMTextParams(BaseModel):
@@ -86,32 +51,6 @@ class LLMTextParams(BaseModel):
     @property
     def model_params(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
-
-
-def template_variables(source: str) -> set[str]:
-    """What a template reads from its row: ``col`` or, where it reads a field of a column,
-    ``col.field`` (the pre-flight checks a seed dataset has that field). Globals such as
-    ``range`` are not columns."""
-    tree = ENV.parse(source)
-    # Column names never collide with these (the config refuses them), so a global here
-    # is the global itself.
-    roots = set(meta.find_undeclared_variables(tree)) - set(ENV.globals)
-    # ``person.get(...)`` calls a method of the column: it reads ``person``, not a field.
-    callees = {id(call.node) for call in tree.find_all(nodes.Call)}
-    fields: set[str] = set()
-    for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
-        assert isinstance(node, nodes.Getattr | nodes.Getitem)  # find_all's type is too wide
-        base = node.node
-        if not (isinstance(base, nodes.Name) and base.name in roots) or id(node) in callees:
-            continue
-        if isinstance(node, nodes.Getattr):
-            fields.add(f"{base.name}.{node.attr}")
-        elif isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str) and "." not in node.arg.value:
-            # A key holding a dot (``row['user.name']``) is one field, not a path: it
-            # cannot be written as ``col.field`` and is left to the row's own check.
-            fields.add(f"{base.name}.{node.arg.value}")
-    with_fields = {f.split(".", 1)[0] for f in fields}
-    return fields | (roots - with_fields)
 
 
 class LLMText(Generator[LLMTextParams]):

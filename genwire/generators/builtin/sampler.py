@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import hashlib
 import math
 import random
 import uuid
@@ -13,21 +12,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
 
 from genwire.generators.base import Generator
+from genwire.generators.builtin.common import derive_seed
 from genwire.generators.metadata import GeneratorMetadata
 from genwire.generators.resources import Resources
 from genwire.generators.rows import RowIndexer
 
 KINDS = ("category", "uniform", "uuid")
-
-
-def derive_seed(seed: int, column: str, *parts: object) -> int:
-    """A stable 64-bit seed from the run seed, the column name and any extra parts.
-
-    A cryptographic digest rather than ``hash()`` (randomised per process) or plain
-    arithmetic (``random.Random`` drops the sign of int seeds, so -1 and 1 would collide).
-    """
-    key = "\x1f".join([str(seed), column, *(str(p) for p in parts)])
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
 
 
 class CategoryParams(BaseModel):

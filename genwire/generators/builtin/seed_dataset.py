@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from genwire.generators.base import Generator
-from genwire.generators.builtin.sampler import derive_seed
+from genwire.generators.builtin.common import derive_seed
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.resources import Resources
 from genwire.generators.rows import RowIndexer

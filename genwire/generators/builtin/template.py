@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from genwire.generators.base import Generator
-from genwire.generators.builtin.llm_text import compile_template, template_variables
+from genwire.generators.builtin.common import compile_template, template_variables
 from genwire.generators.metadata import GeneratorMetadata
 from genwire.generators.outcome import RowFailure
 from genwire.generators.resources import Resources

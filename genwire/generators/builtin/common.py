@@ -1,0 +1,166 @@
+"""What the built-in generators share: the row-template environment, ``column`` /
+``column.field`` references, seed derivation and vector normalisation. One definition
+each; the built-ins import them from here."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any
+
+from jinja2 import StrictUndefined, Template, TemplateError, TemplateSyntaxError, meta, nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from pydantic import AfterValidator
+
+if TYPE_CHECKING:  # numpy is imported where vectors are handled: `genwire validate` never pays for it
+    import numpy as np
+    import numpy.typing as npt
+
+# --- row templates ---------------------------------------------------------------------
+
+
+class _RowEnvironment(ImmutableSandboxedEnvironment):
+    """Sandboxed, strict, no HTML escaping (prompts are not HTML).
+
+    ``{{ passage.items }}`` would normally return the dict's ``items`` method; rows are
+    data, so for mappings a key of that name wins over a method."""
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        if isinstance(obj, Mapping):
+            try:
+                return obj[attribute]
+            except (KeyError, TypeError):
+                pass
+        return super().getattr(obj, attribute)
+
+
+ENV = _RowEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+
+
+def render_row(template: Template, name: str, row: dict[str, Any], column: str) -> str:
+    try:
+        return template.render(row)
+    except TemplateError as exc:
+        # StrictUndefined lands here: a missing field fails this row, loudly.
+        raise ValueError(f"column {column!r}: {name} template: {exc}") from exc
+
+
+def compile_template(source: str, name: str) -> Template:
+    try:
+        return ENV.from_string(source)
+    except TemplateSyntaxError as exc:
+        raise ValueError(f"{name} template: syntax error on line {exc.lineno}: {exc.message}") from None
+
+
+def template_variables(source: str) -> set[str]:
+    """What a template reads from its row: ``col`` or, where it reads a field of a column,
+    ``col.field`` (the pre-flight checks a seed dataset has that field). Globals such as
+    ``range`` are not columns."""
+    tree = ENV.parse(source)
+    # Column names never collide with these (the config refuses them), so a global here
+    # is the global itself.
+    roots = set(meta.find_undeclared_variables(tree)) - set(ENV.globals)
+    # ``person.get(...)`` calls a method of the column: it reads ``person``, not a field.
+    callees = {id(call.node) for call in tree.find_all(nodes.Call)}
+    fields: set[str] = set()
+    for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
+        assert isinstance(node, nodes.Getattr | nodes.Getitem)  # find_all's type is too wide
+        base = node.node
+        if not (isinstance(base, nodes.Name) and base.name in roots) or id(node) in callees:
+            continue
+        if isinstance(node, nodes.Getattr):
+            fields.add(f"{base.name}.{node.attr}")
+        elif isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str) and "." not in node.arg.value:
+            # A key holding a dot (``row['user.name']``) is one field, not a path: it
+            # cannot be written as ``col.field`` and is left to the row's own check.
+            fields.add(f"{base.name}.{node.arg.value}")
+    with_fields = {f.split(".", 1)[0] for f in fields}
+    return fields | (roots - with_fields)
+
+
+# --- column references -----------------------------------------------------------------
+
+
+# Column names follow the config's column-name rule; fields after the first dot are dataset
+# keys, which may be anything except empty or containing a dot.
+_REF = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[^.]+)*$")
+
+
+def _check_ref(value: str) -> str:
+    if not _REF.match(value):
+        raise ValueError(f"expected a column name or 'column.field', got {value!r}")
+    return value
+
+
+ColumnRef = Annotated[str, AfterValidator(_check_ref)]
+"""A validated ``column`` or ``column.field`` (``column.a.b`` for nested mappings)."""
+
+
+def ref_root(ref: str) -> str:
+    """The column a reference reads (``passage.text`` → ``passage``)."""
+    return ref.split(".", 1)[0]
+
+
+def resolve_ref(row: Mapping[str, Any], ref: str) -> Any:
+    """The value ``ref`` points at in ``row``; ValueError naming the missing part."""
+    value: Any = row
+    walked: list[str] = []
+    for part in ref.split("."):
+        if not isinstance(value, Mapping):
+            raise ValueError(
+                f"{'.'.join(walked)!r} is a {type(value).__name__}, not a mapping, so {ref!r} cannot be read"
+            )
+        if part not in value:
+            where = f"{'.'.join(walked)!r}" if walked else "the row"
+            raise ValueError(f"{where} has no {part!r} (reading {ref!r})")
+        value = value[part]
+        walked.append(part)
+    return value
+
+
+def text_at(row: Mapping[str, Any], ref: str) -> str:
+    """The non-blank string at ``ref``; ValueError otherwise (blank text cannot be embedded)."""
+    value = resolve_ref(row, ref)
+    if not isinstance(value, str):
+        raise ValueError(f"{ref!r} is a {type(value).__name__}, not a string")
+    if not value.strip():
+        raise ValueError(f"{ref!r} is empty")
+    return value
+
+
+def checked_vectors(vectors: Any, expected: int) -> list[list[float]]:
+    """Plain float lists, after checking the model returned one vector per text."""
+    if not isinstance(vectors, list) or len(vectors) != expected:
+        got = len(vectors) if isinstance(vectors, list) else type(vectors).__name__
+        raise ValueError(f"embedding model returned {got} vectors for {expected} texts")
+    return [[float(x) for x in vector] for vector in vectors]
+
+
+# --- seeds and vectors -----------------------------------------------------------------
+
+
+def derive_seed(seed: int, column: str, *parts: object) -> int:
+    """A stable 64-bit seed from the run seed, the column name and any extra parts.
+
+    A cryptographic digest rather than ``hash()`` (randomised per process) or plain
+    arithmetic (``random.Random`` drops the sign of int seeds, so -1 and 1 would collide).
+    """
+    key = "\x1f".join([str(seed), column, *(str(p) for p in parts)])
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
+
+
+def finite_unit_rows(vectors: list[list[float]]) -> npt.NDArray[np.float64]:
+    """The vectors as a matrix of unit-length rows; all-zero rows stay zero (similar to
+    nothing). ValueError for NaN/inf, checked before scaling would hide them."""
+    import numpy as np
+
+    lengths = {len(v) for v in vectors}
+    if len(lengths) != 1 or 0 in lengths:
+        raise ValueError("embedding model returned empty vectors or vectors of different lengths")
+    m = np.array(vectors, dtype=np.float64)
+    if not np.isfinite(m).all():
+        raise ValueError("embedding contains non-finite values (NaN/inf)")
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    out: npt.NDArray[np.float64] = np.divide(m, norms, out=np.zeros_like(m), where=norms > 0)
+    return out
