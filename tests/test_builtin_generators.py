@@ -23,7 +23,8 @@ from genwire.generators.builtin.sampler import Sampler
 from genwire.generators.builtin.seed_dataset import SeedDataset
 from genwire.generators.outcome import RowFailure, gather_rows
 from genwire.generators.resources import Resources
-from genwire.testing.fakes import FakeChatModel, FakeEmbeddingModel, hash_vector
+from genwire.testing.fakes import FakeChatModel, FakeEmbeddingModel
+from genwire.testing.vectors import hash_vector
 
 
 class MemoryDataset:

@@ -3,7 +3,8 @@
 Never imported by the package itself.
 """
 
-from genwire.testing.fakes import FakeChatModel, FakeEmbeddingModel, hash_vector
+from genwire.testing.fakes import FakeChatModel, FakeEmbeddingModel
+from genwire.testing.vectors import hash_vector
 
 __all__ = ["FakeChatModel", "FakeEmbeddingModel", "FakeOpenAIServer", "hash_vector"]
 

@@ -18,20 +18,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
 import json
 import random
 import socket
 import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, get_args
 
-import numpy as np
 from aiohttp import web
+
+from genwire.testing.vectors import fake_vector
 
 __all__ = ["SYMBOLS", "FakeOpenAIServer", "FakeResponse", "Scripted", "fake_answer", "fake_vector"]
 
@@ -84,20 +84,6 @@ def _error_body(status: int, message: str | None = None, code: str | None = None
     kind, default = _ERROR_TYPES.get(status, ("api_error", f"HTTP {status}"))
     error = {"message": message or default, "type": kind, "param": None, "code": code}
     return json.dumps({"error": error}).encode()
-
-
-def fake_vector(text: str, dimensions: int) -> list[float]:
-    """Deterministic unit vector for ``text``: equal texts give equal vectors.
-
-    Components are rounded to 6 decimals: it halves the JSON cost, which matters because
-    the server shares the GIL with the client under test in benchmarks.
-    """
-    # SHAKE-256 gives as many hash bytes as needed, far cheaper than seeding an RNG.
-    raw = hashlib.shake_256(text.encode()).digest(2 * dimensions)
-    vector = np.frombuffer(raw, dtype="<i2").astype(np.float64) + 0.5  # +0.5: never all 0
-    vector /= float(np.linalg.norm(vector))
-    rounded: list[float] = np.round(vector, 6).tolist()
-    return rounded
 
 
 @functools.lru_cache(maxsize=8192)
@@ -682,45 +668,3 @@ def _fake_response(request: web.Request, item: FakeResponse) -> web.Response:
         echoed = request.headers.get("Authorization", "")
         message = f"rejected request with header Authorization: {echoed}"
     return _raw(item.status, _error_body(item.status, message), headers)
-
-
-# --- pytest fixture ----------------------------------------------------------------------
-
-try:
-    import pytest
-except ModuleNotFoundError:  # pytest is a test dependency; the server works without it
-    pass
-else:
-
-    @pytest.fixture
-    def fake_openai_server() -> Iterator[FakeOpenAIServer]:
-        """A started FakeOpenAIServer, stopped after the test."""
-        with FakeOpenAIServer() as server:
-            yield server
-
-
-# --- command line: a server in its own process -------------------------------------------
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m genwire.testing.fake_server``: print the base URL, serve until killed.
-
-    A separate process does not share the GIL with the client, which keeps benchmarks
-    of the client honest at high request rates.
-    """
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--latency", type=float, default=0.0, help="seconds per request")
-    parser.add_argument("--dimensions", type=int, default=384, help="embedding size")
-    parser.add_argument("--api-key", default=None, help="require this bearer token")
-    args = parser.parse_args(argv)
-    with FakeOpenAIServer(latency=args.latency, dimensions=args.dimensions) as server:
-        server.require_api_key(args.api_key)
-        print(server.url, flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            threading.Event().wait()
-
-
-if __name__ == "__main__":
-    main()

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from genwire.providers.base import count_attempt
+from genwire.testing.vectors import hash_vector
 
 
 class FakeChatModel:
@@ -25,19 +24,6 @@ class FakeChatModel:
 
     def __repr__(self) -> str:
         return f"FakeChatModel(model={self.model!r})"
-
-
-def hash_vector(text: str, dimensions: int) -> list[float]:
-    """A deterministic unit vector for ``text``: equal texts map to equal vectors."""
-    out: list[float] = []
-    counter = 0
-    while len(out) < dimensions:
-        digest = hashlib.blake2b(f"{counter}:{text}".encode(), digest_size=64).digest()
-        out.extend((b - 127.5) / 127.5 for b in digest)
-        counter += 1
-    vec = out[:dimensions]
-    norm = math.sqrt(sum(v * v for v in vec)) or 1.0
-    return [v / norm for v in vec]
 
 
 class FakeEmbeddingModel:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from genwire.testing.fake_server import fake_openai_server
+if TYPE_CHECKING:
+    from genwire.testing.fake_server import FakeOpenAIServer
 
 __all__ = ["fake_openai_server", "genwire_container"]
 
@@ -54,3 +55,14 @@ def _fixture() -> Any:
 
 
 genwire_container = _fixture()
+
+
+@pytest.fixture
+def fake_openai_server() -> Iterator[FakeOpenAIServer]:
+    """A started FakeOpenAIServer, stopped after the test."""
+    # Imported here: the server pulls in aiohttp's web stack, which a test suite that
+    # never asks for this fixture should not pay for (genwire.testing is lazy too).
+    from genwire.testing.fake_server import FakeOpenAIServer
+
+    with FakeOpenAIServer() as server:
+        yield server

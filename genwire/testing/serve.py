@@ -1,0 +1,29 @@
+"""``python -m genwire.testing.serve``: a FakeOpenAIServer in its own process. Prints the
+base URL, serves until killed. A separate process does not share the GIL with the client,
+which keeps benchmarks of the client honest at high request rates."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import threading
+from collections.abc import Sequence
+
+from genwire.testing.fake_server import FakeOpenAIServer
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds per request")
+    parser.add_argument("--dimensions", type=int, default=384, help="embedding size")
+    parser.add_argument("--api-key", default=None, help="require this bearer token")
+    args = parser.parse_args(argv)
+    with FakeOpenAIServer(latency=args.latency, dimensions=args.dimensions) as server:
+        server.require_api_key(args.api_key)
+        print(server.url, flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
