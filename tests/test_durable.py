@@ -471,3 +471,14 @@ def test_a_fifo_dataset_cannot_hold_the_command_past_its_deadline(tmp_path: Path
     assert time.monotonic() - started < 15
     assert proc.returncode == 1
     assert "timeout" in proc.stdout + proc.stderr
+
+
+def test_json_on_a_failed_preflight_is_still_one_json_object(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        server.require_api_key("another-key-123456789")
+        proc = cli("run", write(pipeline(server, tmp_path, n=5), tmp_path / "genwire.yaml"), "--json")
+    assert proc.returncode == 1
+    summary = json.loads(proc.stdout)
+    assert summary["ok"] is False and summary["error"].startswith("pre-flight failed")
+    assert summary["preflight"]["checks"][0]["error_class"] == "auth"
+    assert CANARY_KEY not in proc.stdout + proc.stderr

@@ -182,6 +182,7 @@ def run(
     from genwire.engine.checkpoint import checkpoint_dir, kept_rows
     from genwire.engine.run import output_path
     from genwire.errors import RunStopped
+    from genwire.preflight.report import PreflightError
 
     container = _boot(file)
     console = err if as_json else out  # --json: stdout holds the summary only
@@ -216,11 +217,14 @@ def run(
             message = "interrupted before any row was done; nothing to resume"
         err.print(message, markup=False)
         sys.exit(exc.exit_code)
-    except RunStopped as exc:
-        if as_json:
-            click.echo(
-                json.dumps({"ok": False, "error": str(exc), "rows_kept": exc.kept, "checkpoint": str(exc.checkpoint)})
-            )
+    except GenwireError as exc:
+        if as_json:  # stdout holds one JSON object whatever happened; the message also goes to stderr
+            summary: dict[str, Any] = {"ok": False, "error": str(exc)}
+            if isinstance(exc, RunStopped):
+                summary.update(rows_kept=exc.kept, checkpoint=str(exc.checkpoint))
+            if isinstance(exc, PreflightError):
+                summary["preflight"] = exc.report.model_dump(mode="json")
+            click.echo(json.dumps(summary))
         raise
     if as_json:
         click.echo(json.dumps(result.summary()))
