@@ -68,11 +68,9 @@ def config(url: str, concurrency: int, rows: int, out: Path, cpu: bool) -> dict[
 
 
 async def measure(cfg: dict[str, Any], engine: str, workers: int | None) -> float:
-    if workers is not None:
-        os.environ["GENWIRE_RAY_WORKERS"] = str(workers)
     container = genwire.boot(cfg, generators=[Busy])
     async with container:
-        result = await container.run(skip_preflight=True, engine=engine)
+        result = await container.run(skip_preflight=True, engine=engine, ray_workers=workers)
     assert result.rows_written == cfg["pipeline"]["num_records"], result
     return result.rows_per_s
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from genwire.container.boot import Source, boot_container
-from genwire.container.core import WiredContainer
+from genwire.container.core import WiredPipeline
 from genwire.engine.run import Engine, RunResult, run_pipeline
 from genwire.engine.sink import Progress
 from genwire.generators.base import Generator
@@ -15,7 +15,7 @@ from genwire.preflight.report import PreflightReport
 from genwire.preflight.runner import run_preflight
 
 
-class Container(WiredContainer):
+class Container(WiredPipeline):
     """What ``genwire.boot`` returns: ``plan``, ``override``, ``preflight``, ``run``, ``aclose``."""
 
     async def preflight(self, *, use_cache: bool = True, cache_dir: Path | None = None) -> PreflightReport:
@@ -34,6 +34,7 @@ class Container(WiredContainer):
         engine: Engine = "local",
         resume: bool = True,
         ray_address: str | None = None,
+        ray_workers: int | None = None,
         on_preflight: Callable[[PreflightReport], None] | None = None,
         use_cache: bool = True,
         cache_dir: Path | None = None,
@@ -56,6 +57,7 @@ class Container(WiredContainer):
             engine=engine,
             resume=resume,
             ray_address=ray_address,
+            ray_workers=ray_workers,
             on_preflight=on_preflight,
             use_cache=use_cache,
             cache_dir=cache_dir,

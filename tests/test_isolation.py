@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import genwire
-from genwire.container.core import WiredContainer
+from genwire.container.core import WiredPipeline
 from genwire.container.graph import ProviderGraph
 from genwire.generators import Generator, GeneratorMetadata, ResourceKind
 from genwire.testing import FakeChatModel, FakeEmbeddingModel
@@ -92,7 +92,7 @@ async def test_nothing_undeclared_is_reachable_from_a_generator() -> None:
             for name in ("secret_embedder", "other_chat"):
                 assert id(fakes[name]) not in found, f"{name} is reachable from an undeclared generator"
             assert id(other) not in found
-            assert not any(isinstance(o, WiredContainer | ProviderGraph) for o in reachable_from(gen))
+            assert not any(isinstance(o, WiredPipeline | ProviderGraph) for o in reachable_from(gen))
 
 
 async def test_attribute_tricks_fail_with_undeclared_error() -> None:
@@ -214,7 +214,7 @@ async def test_real_handles_reach_no_session_key_provider_or_other_model(
         for obj in found:
             assert not isinstance(obj, aiohttp.ClientSession | aiohttp.BaseConnector), obj
             assert not isinstance(obj, OpenAIProvider | LocalProvider), obj
-            assert not isinstance(obj, WiredContainer | ProviderGraph), obj
+            assert not isinstance(obj, WiredPipeline | ProviderGraph), obj
             if isinstance(obj, str):
                 assert CANARY_KEY not in obj and SECRET_MODEL not in obj, obj
             assert type(obj).__name__ != "SecretStr", obj

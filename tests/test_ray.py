@@ -25,6 +25,7 @@ from genwire.generators import Generator, GeneratorMetadata, ResourceKind
 from genwire.testing import FakeChatModel, FakeOpenAIServer
 
 HERE = Path(__file__).resolve().parent
+WORKERS = 2  # per run, on the two-CPU test cluster
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +47,9 @@ def ray_cluster() -> Iterator[Any]:
 
 
 @pytest.fixture
-def ray_workers(ray_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """Two workers per run; after the test, every actor of the run must be gone."""
-    monkeypatch.setenv("GENWIRE_RAY_WORKERS", "2")
+def ray_workers(ray_cluster: Any) -> Iterator[Any]:
+    """The cluster (runs ask for WORKERS workers); after the test, every actor of the run
+    must be gone."""
     yield ray_cluster
     deadline = time.monotonic() + 10
     while ray_cluster.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
@@ -169,7 +170,7 @@ def with_column(cfg: dict[str, Any], column: dict[str, Any]) -> dict[str, Any]:
 async def run(cfg: dict[str, Any], engine: str, generators: tuple[type[Generator[Any]], ...] = (), **kw: Any) -> Any:
     container = genwire.boot(cfg, generators=generators)
     async with container:
-        return await container.run(engine=engine, **kw)
+        return await container.run(engine=engine, **({"ray_workers": WORKERS} if engine == "ray" else {}), **kw)
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
@@ -287,7 +288,7 @@ async def test_cancelled_run_closes_its_workers(
     fake_openai_server.set_latency("writer", 0.05)
     container = genwire.boot(pipeline(fake_openai_server, tmp_path, n=2000, max_concurrency=4))
     async with container:
-        task = asyncio.create_task(container.run(engine="ray", skip_preflight=True))
+        task = asyncio.create_task(container.run(engine="ray", ray_workers=WORKERS, skip_preflight=True))
         deadline = time.monotonic() + 30
         while fake_openai_server.requests["writer"] < 20 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
@@ -338,7 +339,7 @@ async def test_overrides_are_refused(ray_cluster: Any, tmp_path: Path) -> None:
                 container.override("writer", FakeChatModel()),
                 pytest.raises(genwire.RunError, match=r"cannot carry container overrides.*writer"),
             ):
-                await container.run(engine="ray", skip_preflight=True)
+                await container.run(engine="ray", ray_workers=WORKERS, skip_preflight=True)
 
 
 async def test_without_ray_installed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -361,8 +362,9 @@ def test_cli_joins_a_cluster_by_address(ray_workers: Any, fake_openai_server: Fa
     path.write_text(json.dumps(cfg))  # JSON is YAML
     address = ray_workers.get_runtime_context().gcs_address
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    command = [sys.executable, "-m", "genwire.cli.main", "run", str(path)]
     proc = subprocess.run(
-        [sys.executable, "-m", "genwire.cli.main", "run", str(path), "--engine", "ray", "--address", address],
+        [*command, "--engine", "ray", "--address", address, "--workers", str(WORKERS)],
         capture_output=True,
         text=True,
         env=env,

@@ -164,6 +164,9 @@ def _output_suffix(ctx: click.Context, param: click.Parameter, value: Path | Non
 @click.option("--no-cache", is_flag=True, help="Probe everything, ignoring the probe cache.")
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--address", help="Ray cluster address (with --engine ray).")
+@click.option(
+    "--workers", type=click.IntRange(min=1), help="Ray workers (with --engine ray; default: one per cluster CPU)."
+)
 @handle_errors
 def run(
     file: Path,
@@ -175,6 +178,7 @@ def run(
     no_cache: bool,
     engine: Literal["local", "ray"],
     address: str | None,
+    workers: int | None,
 ) -> None:
     """Pre-flight, then generate the dataset, checkpointing as it goes; rerun to resume."""
     from genwire.cli.render import RichProgress, preflight_table, run_summary
@@ -197,6 +201,7 @@ def run(
                 engine=engine,
                 resume=not fresh,
                 ray_address=address,
+                ray_workers=workers,
                 on_preflight=lambda report: console.print(preflight_table(report)),
                 use_cache=not no_cache,
             )

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from genwire.config.loader import LoadedConfig, load_config, validate_data
-from genwire.container.core import WiredContainer
+from genwire.container.core import WiredPipeline
 from genwire.container.graph import build_graph
 from genwire.container.wiring import wire_columns
 from genwire.generators.base import Generator
 from genwire.generators.discovery import discover
 
-C = TypeVar("C", bound=WiredContainer)
+C = TypeVar("C", bound=WiredPipeline)
 
 Source = str | os.PathLike[str] | Mapping[str, Any] | LoadedConfig
 

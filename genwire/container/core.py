@@ -1,4 +1,11 @@
-"""WiredContainer: genwire's small API over the dependency-injector graph."""
+"""WiredPipeline: genwire's small API over the dependency-injector graph.
+
+One name per thing: this is the wired pipeline (graph, resources, overrides, lifecycle)
+that the pre-flight and the engine work on; ``genwire.Container`` (``app.py``) is this
+plus its two stages, one layer up so that the pre-flight and the engine never import
+back from the class that calls them. The graph's objects are dependency-injector's,
+imported as ``di`` so they are never confused with ``genwire.providers``.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +29,7 @@ from genwire.providers.probes import Probe
 from genwire.providers.usage import Concurrency, ModelUsage, merge_usage
 
 
-class WiredContainer:
+class WiredPipeline:
     """Every model, dataset and column generator of one pipeline, wired and validated.
 
     Built by ``boot`` without touching the network. ``async with`` it to use it: clients

@@ -6,7 +6,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from genwire.container.core import WiredContainer
+from genwire.container.core import WiredPipeline
 from genwire.errors import GenwireError, ModelError, PluginError, UndeclaredResourceError, exception_text
 from genwire.generators.base import Generator
 from genwire.generators.outcome import RowFailure
@@ -31,7 +31,7 @@ def failure_record(
 class BatchRunner:
     """Runs the container's column generators over batches of row indices."""
 
-    def __init__(self, container: WiredContainer) -> None:
+    def __init__(self, container: WiredPipeline) -> None:
         container.reset_generators()  # generators may keep per-run state (cursors, caches)
         self.generators: list[Generator[Any]] = [container.generator(c.name) for c in container.columns]
         self.columns = [c.name for c in container.columns]

@@ -65,7 +65,6 @@ import contextlib
 import dataclasses
 import logging
 import math
-import os
 import pickle
 import re
 import traceback
@@ -75,7 +74,7 @@ from types import ModuleType
 from typing import Any
 
 from genwire.config.loader import LoadedConfig
-from genwire.container.core import WiredContainer
+from genwire.container.core import WiredPipeline
 from genwire.container.graph import build_graph
 from genwire.container.wiring import wire_columns
 from genwire.engine.batches import BatchResult, BatchRunner
@@ -84,7 +83,6 @@ from genwire.generators.base import Generator
 from genwire.providers.usage import ModelUsage, merge_usage
 
 INSTALL_HINT = "the ray engine needs Ray: pip install 'genwire[ray]'"
-WORKERS_ENV = "GENWIRE_RAY_WORKERS"
 BATCHES_PER_BLOCK = 4  # a retried block re-runs at most this many batches
 BLOCKS_PER_WORKER = 2  # submitted, not yet yielded: one running, one queued behind it
 BATCHES_IN_FLIGHT = 4  # per worker, across its blocks: keeps its provider slots busy
@@ -141,11 +139,11 @@ class RemoteError:
 # --- the worker ------------------------------------------------------------------------
 
 
-def boot_worker_container(spec: WorkerSpec) -> WiredContainer:
+def boot_worker_container(spec: WorkerSpec) -> WiredPipeline:
     """The steps of ``boot`` minus plugin discovery: the driver already discovered and
     validated the generators, and these are exactly the classes it wired."""
     wirings = wire_columns(spec.loaded, spec.generators)
-    return WiredContainer(spec.loaded, wirings, build_graph(spec.loaded, wirings))
+    return WiredPipeline(spec.loaded, wirings, build_graph(spec.loaded, wirings))
 
 
 class BlockWorker:
@@ -153,7 +151,7 @@ class BlockWorker:
 
     def __init__(self, spec: WorkerSpec) -> None:
         self._spec = spec
-        self._container: WiredContainer | None = None
+        self._container: WiredPipeline | None = None
         self._runner: BatchRunner | None = None
         # Created on first use: asyncio primitives belong to the actor's event loop.
         self._boot_lock: asyncio.Lock | None = None
@@ -231,18 +229,14 @@ def ensure_ray(ray: ModuleType, address: str | None) -> None:
         raise RunError(f"cannot start or join {where}: {exc}") from exc
 
 
-def requested_workers(ray: ModuleType) -> int:
-    raw = os.environ.get(WORKERS_ENV)
-    if raw:
-        try:
-            value = int(raw)
-        except ValueError:
-            raise RunError(f"{WORKERS_ENV} must be a whole number of workers, got {raw!r}") from None
-        return max(1, value)
+def requested_workers(ray: ModuleType, workers: int | None) -> int:
+    """``workers`` when given, else one per CPU of the cluster."""
+    if workers is not None:
+        return max(1, workers)
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
-def provider_caps(container: WiredContainer) -> dict[str, int]:
+def provider_caps(container: WiredPipeline) -> dict[str, int]:
     """``max_concurrency`` of every provider some column's model runs on."""
     cfg = container.config
     caps: dict[str, int] = {}
@@ -324,9 +318,10 @@ async def close_workers(ray: ModuleType, actors: list[Any]) -> dict[str, ModelUs
 class RayBatches:
     """The run's batches, in row order, computed by Ray actors."""
 
-    def __init__(self, container: WiredContainer, address: str | None) -> None:
+    def __init__(self, container: WiredPipeline, address: str | None, workers: int | None) -> None:
         self._container = container
         self._address = address
+        self._workers = workers
         self._usage: dict[str, ModelUsage] = {}
 
     def usage(self) -> dict[str, ModelUsage]:
@@ -350,7 +345,7 @@ class RayBatches:
         ensure_ray(ray, self._address)
         caps = provider_caps(container)
         # At most the smallest cap: every worker needs one slot of each provider it calls.
-        workers = min([requested_workers(ray), *caps.values()])
+        workers = min([requested_workers(ray, self._workers), *caps.values()])
         batches = math.ceil(n / batch_size)
         # Small enough that every worker gets blocks, large enough to amortise a round trip.
         per_block = max(1, min(BATCHES_PER_BLOCK, math.ceil(batches / (workers * BLOCKS_PER_WORKER))))

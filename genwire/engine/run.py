@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from genwire.container.core import WiredContainer
+from genwire.container.core import WiredPipeline
 from genwire.engine.batches import BatchResult, BatchRunner
 from genwire.engine.checkpoint import Checkpoint, checkpoint_dir
 from genwire.engine.fingerprint import fingerprint
@@ -81,16 +81,16 @@ class BatchSource(Protocol):
     def usage(self) -> dict[str, ModelUsage]: ...
 
 
-def output_path(container: WiredContainer, output: str | Path | None) -> Path:
+def output_path(container: WiredPipeline, output: str | Path | None) -> Path:
     return Path(output) if output is not None else container.loaded.resolve_path(container.config.pipeline.output)
 
 
-def dataset_files(container: WiredContainer) -> list[Path]:
+def dataset_files(container: WiredPipeline) -> list[Path]:
     return [container.loaded.resolve_path(d.path) for d in container.config.datasets.values()]
 
 
 async def run_pipeline(
-    container: WiredContainer,
+    container: WiredPipeline,
     *,
     num_records: int | None,
     output: str | Path | None,
@@ -99,6 +99,7 @@ async def run_pipeline(
     engine: Engine,
     resume: bool,
     ray_address: str | None,
+    ray_workers: int | None,
     on_preflight: Callable[[PreflightReport], None] | None,
     use_cache: bool = True,
     cache_dir: Path | None = None,
@@ -109,6 +110,8 @@ async def run_pipeline(
         raise RunError(f"num_records must be positive, got {n}")
     if engine not in ("local", "ray"):
         raise RunError(f"unknown engine {engine!r}; use 'local' or 'ray'")
+    if ray_workers is not None and ray_workers < 1:
+        raise RunError(f"ray_workers must be a positive number of workers, got {ray_workers}")
     target = output_path(container, output)
     directory = checkpoint_dir(target)
     # Before anything is paid for: the output must be writable and must not be an input.
@@ -121,7 +124,7 @@ async def run_pipeline(
     if engine == "ray":
         from genwire.engine.ray_engine import RayBatches
 
-        source = RayBatches(container, ray_address)
+        source = RayBatches(container, ray_address, ray_workers)
     else:
         source = LocalBatches(container)
     sink: OutputSink | None = None
@@ -189,7 +192,7 @@ class LocalBatches:
     """Batches in row order, several in flight; a finished batch leaves memory as soon as
     it is next in order (flat memory however many rows)."""
 
-    def __init__(self, container: WiredContainer) -> None:
+    def __init__(self, container: WiredPipeline) -> None:
         self._container = container
 
     def usage(self) -> dict[str, ModelUsage]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from genwire.container.core import WiredContainer
+from genwire.container.core import WiredPipeline
 from genwire.container.plan import TargetPlan
 from genwire.errors import ErrorClass, GenwireError, ModelError, exception_text
 from genwire.generators.metadata import ResourceKind
@@ -95,7 +95,7 @@ Key = tuple[str, str | None]  # (target, variant)
 
 
 class _Preflight:
-    def __init__(self, container: WiredContainer, cache: ProbeCache | None) -> None:
+    def __init__(self, container: WiredPipeline, cache: ProbeCache | None) -> None:
         self.container = container
         self.settings = container.config.preflight
         self.models = container.config.models
@@ -251,7 +251,7 @@ class _Preflight:
 
 
 async def run_preflight(
-    container: WiredContainer, *, use_cache: bool = True, cache_dir: Path | None = None
+    container: WiredPipeline, *, use_cache: bool = True, cache_dir: Path | None = None
 ) -> PreflightReport:
     """Check every target some wired generator can reach. Never raises for an unhealthy
     target: each gets a result, and ``report.ok`` says whether all passed.
