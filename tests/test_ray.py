@@ -206,6 +206,13 @@ async def test_a_stopped_ray_run_resumes_on_ray_with_the_same_rows(
         await run(cfg, "ray")
     kept = caught.value.kept
     assert kept > 0
+    # The stopped run's workers are killed asynchronously: let their last requests land
+    # before counting what the resumed run sends.
+    deadline = time.monotonic() + 10
+    while (ray_workers.available_resources().get("CPU", 0) < 2 or fake_openai_server.in_flight) and (
+        time.monotonic() < deadline
+    ):
+        await asyncio.sleep(0.05)
     fake_openai_server.clear()
     fake_openai_server.reset_stats()
     resumed = await run(cfg, "ray")

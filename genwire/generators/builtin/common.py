@@ -4,6 +4,7 @@ each; the built-ins import them from here."""
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
 from collections.abc import Mapping
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from jinja2 import StrictUndefined, Template, TemplateError, TemplateSyntaxError, meta, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator, model_validator
 
 if TYPE_CHECKING:  # numpy is imported where vectors are handled: `genwire validate` never pays for it
     import numpy as np
@@ -77,6 +78,67 @@ def template_variables(source: str) -> set[str]:
             fields.add(f"{base.name}.{node.arg.value}")
     with_fields = {f.split(".", 1)[0] for f in fields}
     return fields | (roots - with_fields)
+
+
+class PromptParams(BaseModel):
+    """``prompt`` and optional ``system`` are templates over the row; every other key is
+    passed to the chat model as a parameter (``temperature``, ``max_tokens``, ...)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    prompt: str
+    system: str | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _check_prompt(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("prompt must be a non-empty template")
+        compile_template(value, "prompt")
+        return value
+
+    @field_validator("system")
+    @classmethod
+    def _check_system(cls, value: str | None) -> str | None:
+        if value is not None:
+            compile_template(value, "system")
+        return value
+
+    @model_validator(mode="after")
+    def _check_extra(self) -> PromptParams:
+        # Extra keys are model params, so a typo of a real field would otherwise be sent
+        # to the model silently (and the template or setting it held ignored).
+        fields = [info.alias or name for name, info in type(self).model_fields.items()]
+        for key in self.model_params:
+            close = difflib.get_close_matches(key, fields, n=1, cutoff=0.75)
+            if close:
+                raise ValueError(f"unknown key {key!r}; did you mean {close[0]!r}?")
+        return self
+
+    @property
+    def model_params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+    def reads(self) -> set[str]:
+        """The columns (or ``column.field``) the prompt and system templates read."""
+        names = template_variables(self.prompt)
+        if self.system is not None:
+            names |= template_variables(self.system)
+        return names
+
+
+class CompiledPrompt:
+    """A column's prompt and system templates, compiled once, rendered per row."""
+
+    def __init__(self, params: PromptParams, column: str) -> None:
+        self.column = column
+        self.prompt = compile_template(params.prompt, "prompt")
+        self.system = compile_template(params.system, "system") if params.system is not None else None
+
+    def render(self, row: dict[str, Any]) -> tuple[str, str | None]:
+        prompt = render_row(self.prompt, "prompt", row, self.column)
+        system = render_row(self.system, "system", row, self.column) if self.system is not None else None
+        return prompt, system
 
 
 # --- column references -----------------------------------------------------------------

@@ -3,40 +3,25 @@ against it (``jsonschema``), asked again when a reply does not parse or validate
 
 from __future__ import annotations
 
-import difflib
 from typing import Annotated, Any
 
-from jinja2 import Template
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from genwire.errors import ErrorClass, ModelError
 from genwire.generators.base import Generator
-from genwire.generators.builtin.common import compile_template, render_row, template_variables
+from genwire.generators.builtin.common import CompiledPrompt, PromptParams
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import RowFailure, gather_rows
 from genwire.generators.resources import Resources
 from genwire.providers.structured import parse_reply, response_format
 
 
-class LLMStructuredParams(BaseModel):
-    """``prompt`` and optional ``system`` are templates; ``schema`` a JSON Schema object;
-    every other key is passed to the chat model as a parameter."""
+class LLMStructuredParams(PromptParams):
+    """``prompt`` and optional ``system`` (templates), ``schema`` (a JSON Schema object),
+    ``max_attempts``, and any model params."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
-
-    prompt: str
-    system: str | None = None
     json_schema: dict[str, Any] = Field(alias="schema")
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
-
-    @field_validator("prompt", "system")
-    @classmethod
-    def _check_template(cls, value: str | None, info: Any) -> str | None:
-        if value is not None:
-            if not value.strip():
-                raise ValueError(f"{info.field_name} must be a non-empty template")
-            compile_template(value, info.field_name)
-        return value
 
     @field_validator("json_schema")
     @classmethod
@@ -53,18 +38,10 @@ class LLMStructuredParams(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _check_extra(self) -> LLMStructuredParams:
-        for key in self.model_params:
-            close = difflib.get_close_matches(key, ["prompt", "system", "schema", "max_attempts"], n=1, cutoff=0.75)
-            if close:
-                raise ValueError(f"unknown key {key!r}; did you mean {close[0]!r}?")
+    def _no_response_format(self) -> LLMStructuredParams:
         if "response_format" in self.model_params:
             raise ValueError("response_format is set by llm-structured from schema; remove it")
         return self
-
-    @property
-    def model_params(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
 
 
 class LLMStructured(Generator[LLMStructuredParams]):
@@ -78,16 +55,12 @@ class LLMStructured(Generator[LLMStructuredParams]):
 
     def __init__(self, *, column: str, params: LLMStructuredParams, resources: Resources, seed: int = 0) -> None:
         super().__init__(column=column, params=params, resources=resources, seed=seed)
-        self._prompt = compile_template(params.prompt, "prompt")
-        self._system: Template | None = compile_template(params.system, "system") if params.system is not None else None
+        self._templates = CompiledPrompt(params, column)
         self._format = response_format(column, params.json_schema)
 
     @classmethod
     def reads(cls, params: LLMStructuredParams) -> set[str]:
-        names = template_variables(params.prompt)
-        if params.system is not None:
-            names |= template_variables(params.system)
-        return names
+        return params.reads()
 
     @classmethod
     def request_shape(cls, params: LLMStructuredParams, *, slot: str, column: str) -> dict[str, Any] | None:
@@ -98,8 +71,7 @@ class LLMStructured(Generator[LLMStructuredParams]):
         }
 
     async def _one(self, row: dict[str, Any]) -> Any:
-        prompt = render_row(self._prompt, "prompt", row, self.column)
-        system = render_row(self._system, "system", row, self.column) if self._system is not None else None
+        prompt, system = self._templates.render(row)
         schema = self.params.json_schema
         ask = prompt
         problem = ""
