@@ -26,7 +26,7 @@ from genwire.generators.base import Generator
 from genwire.providers.base import endpoint_key
 from genwire.providers.factory import endpoint_identity
 from genwire.providers.probes import Probe
-from genwire.providers.usage import Concurrency, ModelUsage, merge_usage
+from genwire.providers.usage import Concurrency, ModelUsage, merge_usage, requests_of
 
 
 class WiredPipeline:
@@ -115,7 +115,7 @@ class WiredPipeline:
         return {client.name: client.concurrency() for client in self._graph.live_clients}
 
     def requests_by_model(self) -> dict[str, int]:
-        return {alias: u.requests for alias, u in self.usage_by_model().items()}
+        return requests_of(self.usage_by_model())
 
     def _target(self, name: str) -> Any:
         try:

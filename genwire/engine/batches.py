@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import copy
+import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from genwire.container.core import WiredPipeline
 from genwire.errors import GenwireError, ModelError, PluginError, UndeclaredResourceError, exception_text
 from genwire.generators.base import Generator
 from genwire.generators.outcome import RowFailure
+
+T = TypeVar("T")
+
+
+def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Consecutive lists of ``size`` items (the last may be shorter), read lazily."""
+    iterator = iter(items)
+    while batch := list(itertools.islice(iterator, size)):
+        yield batch
 
 
 @dataclass

@@ -77,7 +77,7 @@ from genwire.config.loader import LoadedConfig
 from genwire.container.core import WiredPipeline
 from genwire.container.graph import build_graph
 from genwire.container.wiring import wire_columns
-from genwire.engine.batches import BatchResult, BatchRunner
+from genwire.engine.batches import BatchResult, BatchRunner, batched
 from genwire.errors import GenwireError, RunError, exception_text
 from genwire.generators.base import Generator
 from genwire.providers.usage import ModelUsage, merge_usage
@@ -178,9 +178,7 @@ class BlockWorker:
                 async with slots:  # FIFO: earlier blocks' batches go first
                     return await runner.run(rows)
 
-            tasks = [
-                asyncio.create_task(batch(indices[s : s + batch_size])) for s in range(0, len(indices), batch_size)
-            ]
+            tasks = [asyncio.create_task(batch(rows)) for rows in batched(indices, batch_size)]
             try:
                 return [await task for task in tasks]
             finally:

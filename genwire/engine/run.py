@@ -8,15 +8,14 @@ generates only the rows it does not hold (see ``engine.checkpoint``).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
-from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from genwire.container.core import WiredPipeline
-from genwire.engine.batches import BatchResult, BatchRunner
+from genwire.engine.batches import BatchResult, BatchRunner, batched
 from genwire.engine.checkpoint import Checkpoint, checkpoint_dir
 from genwire.engine.fingerprint import fingerprint
 from genwire.engine.sink import OutputSink, Progress
@@ -24,7 +23,7 @@ from genwire.engine.writers import check_output, errors_path
 from genwire.errors import RunError
 from genwire.preflight.report import PreflightError, PreflightReport
 from genwire.preflight.runner import run_preflight
-from genwire.providers.usage import Concurrency, ModelUsage, merge_usage
+from genwire.providers.usage import Concurrency, ModelUsage, merge_usage, requests_of
 
 Engine = Literal["local", "ray"]
 BATCHES_IN_FLIGHT = 4  # keeps providers saturated across the barrier between columns
@@ -52,7 +51,7 @@ class RunResult:
 
     @property
     def requests(self) -> dict[str, int]:
-        return {alias: u.requests for alias, u in self.usage.items()}
+        return requests_of(self.usage)
 
     @property
     def rows_per_s(self) -> float:
@@ -182,12 +181,6 @@ def in_flight_text(concurrency: dict[str, Concurrency]) -> str:
     return "in flight " + ", ".join(f"{name} {c}" for name, c in concurrency.items())
 
 
-def in_batches(indices: Iterable[int], size: int) -> Iterator[list[int]]:
-    iterator = iter(indices)
-    while batch := list(itertools.islice(iterator, size)):
-        yield batch
-
-
 class LocalBatches:
     """Batches in row order, several in flight; a finished batch leaves memory as soon as
     it is next in order (flat memory however many rows)."""
@@ -200,7 +193,7 @@ class LocalBatches:
 
     async def batches(self, indices: Iterator[int], batch_size: int) -> AsyncGenerator[BatchResult, None]:
         runner = BatchRunner(self._container)
-        todo = enumerate(in_batches(indices, batch_size))
+        todo = enumerate(batched(indices, batch_size))
         running: dict[asyncio.Task[BatchResult], int] = {}
         finished: dict[int, asyncio.Task[BatchResult]] = {}  # an error is raised in row order too
         next_out = 0

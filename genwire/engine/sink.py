@@ -5,7 +5,6 @@ then removes the checkpoint. A run that does not finish keeps its checkpoint."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn, Protocol
@@ -120,7 +119,7 @@ class OutputSink:
         errors = AtomicFile(self.errors_target, binary=True)
         try:
             for record in self.checkpoint.failures():
-                errors.handle.write(json.dumps(record, ensure_ascii=True).encode("ascii") + b"\n")
+                errors.handle.write(encode_failure(record))
             for f in late:
                 errors.handle.write(
                     encode_failure(failure_record(f.index, f.row, f.column, ValueError(f.message), "unwritable"))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from genwire.config.schema import OUTPUT_SUFFIXES, output_suffix_problem
+from genwire.engine.batches import batched
 from genwire.engine.encoding import dumps
 from genwire.errors import RunError, RunSetupError
 
@@ -42,14 +43,7 @@ class RowWriter(Protocol):
 
 
 def chunks(rows: Iterable[tuple[int, dict[str, Any]]]) -> Iterator[list[tuple[int, dict[str, Any]]]]:
-    chunk: list[tuple[int, dict[str, Any]]] = []
-    for item in rows:
-        chunk.append(item)
-        if len(chunk) >= CHUNK_ROWS:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
+    return batched(rows, CHUNK_ROWS)
 
 
 def _umask() -> int:

@@ -26,7 +26,7 @@ from genwire.errors import ErrorClass, ModelError, exception_text
 from genwire.providers.base import chat_messages, count_attempt, note_rate_limited
 from genwire.providers.pacing import ProviderGate, estimate_tokens
 from genwire.providers.routes import Route, open_route, resolve_route
-from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens
+from genwire.providers.usage import Concurrency, ModelUsage, requests_of
 
 __all__ = ["OpenAIChatModel", "OpenAIEmbeddingModel", "OpenAIProvider"]
 
@@ -192,7 +192,8 @@ class OpenAIProvider:
                     retry_after=failure.retry_after,
                     attempts=attempts,
                 ) from None  # the cause adds nothing the message lacks
-            self.gate.release(reservation, tokens=reported_tokens(data), ok=True)
+            # Tokens counted once: into the alias's usage and, as the real figure, the pacing.
+            self.gate.release(reservation, tokens=usage.count_tokens(data), ok=True)
             note_rate_limited(None)
             return data, attempts
 
@@ -211,7 +212,7 @@ class OpenAIProvider:
     @property
     def requests(self) -> dict[str, int]:
         """HTTP requests sent (every attempt), per model alias."""
-        return {alias: u.requests for alias, u in self.usage.items()}
+        return requests_of(self.usage)
 
     def _usage(self, alias: str) -> ModelUsage:
         return self.usage.setdefault(alias, ModelUsage())
@@ -266,7 +267,6 @@ class OpenAIProvider:
                     retry=False,
                     retry_after=None,
                 ) from None
-            usage.count_tokens(decoded)
             return decoded
         if status == 429:
             usage.rate_limited += 1

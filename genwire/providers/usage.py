@@ -25,29 +25,29 @@ class ModelUsage:
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
 
-    def count_tokens(self, body: Any) -> None:
-        """Add the tokens an OpenAI-style response reports in ``usage``; ignore anything else."""
+    def count_tokens(self, body: Any) -> int | None:
+        """Add the tokens an OpenAI-style response reports in ``usage``, and return their
+        sum (None when it reports none; anything else is ignored)."""
         usage = body.get("usage") if isinstance(body, dict) else None
         if not isinstance(usage, dict):
-            return
-        self.prompt_tokens += _count(usage.get("prompt_tokens"))
-        self.completion_tokens += _count(usage.get("completion_tokens"))
+            return None
+        prompt, completion = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
+        return prompt + completion
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
 
-def reported_tokens(body: Any) -> int | None:
-    """Prompt + completion tokens a response's ``usage`` reports; None without one."""
-    usage = body.get("usage") if isinstance(body, dict) else None
-    if not isinstance(usage, dict):
-        return None
-    return _count(usage.get("prompt_tokens")) + _count(usage.get("completion_tokens"))
-
-
 def _count(value: Any) -> int:
     # Exact int check: a bool or a float from a confused server is not a token count.
     return value if type(value) is int and value >= 0 else 0
+
+
+def requests_of(usage: Mapping[str, ModelUsage]) -> dict[str, int]:
+    """Requests (every attempt) per alias: the one way any count of requests is read."""
+    return {alias: u.requests for alias, u in usage.items()}
 
 
 def merge_usage(parts: Iterable[Mapping[str, ModelUsage]]) -> dict[str, ModelUsage]:

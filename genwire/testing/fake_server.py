@@ -31,6 +31,7 @@ from typing import Any, Literal, get_args
 
 from aiohttp import web
 
+from genwire.providers.structured import requested_schema
 from genwire.testing.vectors import fake_vector
 
 __all__ = ["SYMBOLS", "FakeOpenAIServer", "FakeResponse", "Scripted", "fake_answer", "fake_vector"]
@@ -443,7 +444,7 @@ class FakeOpenAIServer:
         prompt_tokens = sum(map(count_tokens, texts))
         if endpoint == "chat":
             if content is None:
-                schema = _requested_schema(body)
+                schema = requested_schema(body.get("response_format"))
                 # Structured output: an instance of the requested schema, as JSON text.
                 content = (
                     json.dumps(schema_instance(schema))
@@ -561,13 +562,6 @@ def _texts(endpoint: str, body: dict[str, Any]) -> list[str]:
     if isinstance(inputs, list):
         return [t if isinstance(t, str) else json.dumps(t) for t in inputs]
     return []
-
-
-def _requested_schema(body: dict[str, Any]) -> Any:
-    fmt = body.get("response_format")
-    if isinstance(fmt, dict) and fmt.get("type") == "json_schema" and isinstance(fmt.get("json_schema"), dict):
-        return fmt["json_schema"].get("schema", {})
-    return None
 
 
 def schema_instance(schema: Any) -> Any:

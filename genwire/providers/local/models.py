@@ -21,7 +21,7 @@ from genwire.providers.local.runtime import (
     load_model,
 )
 from genwire.providers.routes import Route, open_route, resolve_route
-from genwire.providers.usage import Concurrency, ModelUsage
+from genwire.providers.usage import Concurrency, ModelUsage, requests_of
 
 T = TypeVar("T")
 
@@ -79,7 +79,7 @@ class LocalProvider:
     @property
     def requests(self) -> dict[str, int]:
         """Inference calls, per model alias."""
-        return {alias: u.requests for alias, u in self.usage.items()}
+        return requests_of(self.usage)
 
     async def run(self, alias: str, spec: LocalModelSpec, call: Callable[[object], T]) -> T:
         """Run ``call(runtime)`` in a worker thread under the concurrency bound, loading
