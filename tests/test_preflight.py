@@ -331,3 +331,25 @@ async def test_alias_asking_for_shorter_vectors_is_judged_on_its_own_request(
     )
     assert report.ok, report.checks
     assert report.check("short").aliases == ["short"] and fake_openai_server.requests["e"] == 2
+
+
+async def test_one_models_429s_never_delay_another_models_probe(fake_openai_server: FakeOpenAIServer) -> None:
+    """A model that always answers 429 (Retry-After: 0), one that always answers 503 and
+    a healthy one, on one provider: each is judged on its own answers, in one probe time."""
+    from genwire.testing.fake_server import FakeResponse
+
+    fake_openai_server.set_latency("fine", 0.2)
+    fake_openai_server.script("limited", [FakeResponse(429, headers={"Retry-After": "0"})] * 1000)
+    fake_openai_server.script("down", [503] * 1000)
+    models = {name: {"model": name, "kind": "chat"} for name in ("limited", "down", "fine")}
+    columns = [chat_column(f"c_{name}", name) for name in models]
+    cfg = pipeline(fake_openai_server, models, columns, preflight={"timeout_s": 1.5})
+    cfg["providers"]["srv"]["retries"] = 2
+    started = time.monotonic()
+    report = await preflight(cfg)
+    took = time.monotonic() - started
+    down, fine, limited = report.check("down"), report.check("fine"), report.check("limited")
+    assert (down.status, down.error_class, down.attempts) == ("failed", "server_error", 3)
+    assert fine.status == "ok" and fine.latency_s < 0.5  # one probe time (200 ms), never a pause
+    assert (limited.status, limited.error_class) == ("failed", "rate_limited")
+    assert took < 2.5

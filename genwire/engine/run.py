@@ -8,6 +8,7 @@ generates only the rows it does not hold (see ``engine.checkpoint``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -26,8 +27,9 @@ from genwire.preflight.runner import run_preflight
 from genwire.providers.usage import Concurrency, ModelUsage, merge_usage, requests_of
 
 Engine = Literal["local", "ray"]
-BATCHES_IN_FLIGHT = 4  # keeps providers saturated across the barrier between columns
-BATCHES_AHEAD = 8  # running plus finished-but-not-yet-written: bounds memory
+BATCHES_IN_FLIGHT = 4  # at least: keeps providers saturated across the barrier between columns
+ROWS_AHEAD = 8192  # at most, in batches running or finished-but-not-yet-written: bounds memory
+GROW_TICK_S = 0.01  # how often the engine looks for idle slots to start one more batch
 FRESH_HINT = "run with --fresh (resume=False in Python)"
 
 
@@ -183,13 +185,28 @@ def in_flight_text(concurrency: dict[str, Concurrency]) -> str:
 
 class LocalBatches:
     """Batches in row order, several in flight; a finished batch leaves memory as soon as
-    it is next in order (flat memory however many rows)."""
+    it is next in order (flat memory however many rows).
+
+    A batch is done only when its slowest row is: a row waiting out a stray 429 (its
+    ``Retry-After``, say a second) holds up its batch, and with a fixed number of batches
+    in flight the providers would idle meanwhile. So beyond ``BATCHES_IN_FLIGHT`` the
+    engine starts one more batch every ``GROW_TICK_S`` while a provider is about to have
+    idle slots, up to ``ROWS_AHEAD`` rows.
+    """
 
     def __init__(self, container: WiredPipeline) -> None:
         self._container = container
 
     def usage(self) -> dict[str, ModelUsage]:
         return {}  # the container's own clients made every request: counted by the caller
+
+    def _one_more(self, grown: int, running: dict[asyncio.Task[BatchResult], int]) -> bool:
+        return len(running) < grown and self._idle_slots()
+
+    def _idle_slots(self) -> bool:
+        """Some provider will soon have idle slots: less than one round of requests is
+        queued for them (a braked or paced model's queue is long, so it never grows)."""
+        return any(c.waiting < c.limit for c in self._container.concurrency().values())
 
     async def batches(self, indices: Iterator[int], batch_size: int) -> AsyncGenerator[BatchResult, None]:
         runner = BatchRunner(self._container)
@@ -198,25 +215,33 @@ class LocalBatches:
         finished: dict[int, asyncio.Task[BatchResult]] = {}  # an error is raised in row order too
         next_out = 0
         exhausted = False
+        ahead = max(2 * BATCHES_IN_FLIGHT, ROWS_AHEAD // batch_size)
+
+        def start(wanted: Callable[[], bool]) -> None:
+            nonlocal exhausted
+            while not exhausted and len(running) + len(finished) < ahead and wanted():
+                item = next(todo, None)
+                if item is None:
+                    exhausted = True
+                    return
+                running[asyncio.create_task(runner.run(item[1]))] = item[0]
+
         try:
             while True:
                 # A new batch starts whenever any batch finishes, not only the oldest: a
                 # slow batch at the head would otherwise leave the provider's slots idle.
                 # Finished batches wait for their turn; the two together stay bounded.
-                while (
-                    not exhausted and len(running) < BATCHES_IN_FLIGHT and len(running) + len(finished) < BATCHES_AHEAD
-                ):
-                    item = next(todo, None)
-                    if item is None:
-                        exhausted = True
-                        break
-                    running[asyncio.create_task(runner.run(item[1]))] = item[0]
+                start(lambda: len(running) < BATCHES_IN_FLIGHT)
                 if not running and not finished:
                     return
                 if next_out not in finished:
-                    done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                    may_grow = not exhausted and len(running) + len(finished) < ahead
+                    timeout = GROW_TICK_S if may_grow else None
+                    done, _ = await asyncio.wait(running, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
                     for task in done:
                         finished[running.pop(task)] = task
+                    if not done:  # a tick: one more batch if slots sit idle
+                        start(functools.partial(self._one_more, len(running) + 1, running))
                 while next_out in finished:
                     yield finished.pop(next_out).result()
                     next_out += 1

@@ -1,8 +1,9 @@
 """OpenAI-compatible HTTP models (NIM, vLLM, OpenAI, Ollama...) over aiohttp.
 
 One ``OpenAIProvider`` per configured provider owns one ``aiohttp.ClientSession`` and one
-semaphore; every model alias of that provider shares both, so ``max_concurrency`` caps
-the provider's in-flight requests whatever the number of aliases. Failures are raised as
+``ProviderGate``; every model alias of that provider shares both, so ``max_concurrency``
+caps the provider's in-flight requests whatever the number of aliases, while 429s brake
+only the model that got them (``genwire.providers.pacing``). Failures are raised as
 ``ModelError`` with one ``ErrorClass``; only transient classes are retried.
 """
 
@@ -151,33 +152,42 @@ class OpenAIProvider:
     async def post(self, alias: str, path: str, payload: dict[str, Any]) -> tuple[Any, int]:
         """POST ``payload`` to ``{base_url}{path}`` with retries.
 
-        Returns the decoded JSON body and the number of attempts it took. A 429 pauses
-        the whole provider (``ProviderGate``) and is retried until ``rate_limit_wait_s``
-        has passed; other retried failures count against ``retries``.
+        Returns the decoded JSON body and the number of attempts it took. A 429 is retried
+        until ``rate_limit_wait_s`` has passed: a stray one waits out its own
+        ``Retry-After``; a persistent run of them brakes the model (``ModelGate``). Other
+        retried failures count against ``retries``.
         """
         cfg = self.config
         url = self.base_url + path
         body = json.dumps(payload, separators=(",", ":")).encode()  # encoded once, all tries
         estimate = estimate_tokens(body, _max_tokens(payload)) if cfg.rate_limit else 0
         usage = self._usage(alias)
+        model = payload["model"]
         started = time.monotonic()
         attempts = retries = limited = 0
         while True:
             attempts += 1
-            reservation = await self.gate.acquire(estimate)
+            reservation = await self.gate.acquire(model, estimate)
             try:
                 data = await self._attempt(usage, url, body)
             except _Failure as failure:
-                self.gate.release(reservation, tokens=None, ok=False)
-                if failure.retry and failure.error_class is ErrorClass.RATE_LIMITED and cfg.adapt_to_rate_limits:
-                    wait = self._retry_wait(limited, failure.retry_after)
+                adaptive_429 = failure.error_class is ErrorClass.RATE_LIMITED and cfg.adapt_to_rate_limits
+                if not (failure.retry and adaptive_429):
+                    self.gate.release(reservation, tokens=None, ok=False)
+                if failure.retry and adaptive_429:
+                    server_wait = self._retry_wait(0, failure.retry_after)
+                    # Its own wait grows when the same request is refused again and again
+                    # (a server answering "Retry-After: 0" forever is not retried in a hot loop).
+                    wait = max(server_wait, self._retry_wait(limited, None)) if limited else server_wait
                     limited += 1
                     waited = time.monotonic() - started
                     if waited + wait <= cfg.rate_limit_wait_s:
                         note_rate_limited(self._scrub(failure.message))
                         usage.retries += 1
-                        self.gate.rate_limited(wait)  # the next acquire waits the pause out
+                        self.gate.rate_limited(reservation, server_wait)
+                        await asyncio.sleep(wait)  # a braked model's line waits out the rest
                         continue
+                    self.gate.rate_limited(reservation, server_wait)
                     failure.message += f"; still rate-limited after {waited:.0f} s (rate_limit_wait_s)"
                 elif failure.retry and retries < cfg.retries:
                     wait = self._retry_wait(retries, failure.retry_after)
@@ -192,6 +202,9 @@ class OpenAIProvider:
                     retry_after=failure.retry_after,
                     attempts=attempts,
                 ) from None  # the cause adds nothing the message lacks
+            except BaseException:
+                self.gate.release(reservation, tokens=None, ok=None)  # cancelled mid-request
+                raise
             # Tokens counted once: into the alias's usage and, as the real figure, the pacing.
             self.gate.release(reservation, tokens=usage.count_tokens(data), ok=True)
             note_rate_limited(None)
@@ -199,7 +212,9 @@ class OpenAIProvider:
 
     def concurrency(self) -> Concurrency:
         gate = self.gate
-        return Concurrency(gate.in_flight, gate.current, gate.max_concurrency, gate.peak_in_flight, gate.pauses)
+        return Concurrency(
+            gate.in_flight, gate.current, gate.max_concurrency, gate.peak_in_flight, gate.pauses, gate.waiting
+        )
 
     @property
     def in_flight(self) -> int:

@@ -1,22 +1,33 @@
-"""One provider's gate: how many requests may be in flight, and when the next may go.
+"""Rate-aware gates: the provider's cap and pacing, and each model's brake on 429s.
 
-* **A 429 slows the whole provider.** ``rate_limited(wait)`` pauses every request of the
-  provider — new ones and retries — until the server's ``Retry-After`` (or the backoff)
-  has passed: one pause, not sixteen requests retrying on their own and hitting the
-  limit together again.
-* **Adaptive concurrency (AIMD).** The limit starts at ``max_concurrency`` (a first
-  burst is what the user configured: the pre-flight fans out on purpose), halves on a 429
-  (at most once per pause: a burst of 429s from one overload is one signal) and grows by
-  ``1/limit`` per success (about one slot per round of requests) back toward it.
-* **A learned rate.** Concurrency alone cannot hold a *rate* when answers are fast, so
-  the first 429 of an overload also sets a request rate: 90 % of the rate at which
-  requests succeeded since the last pause. It is a token bucket holding one second's
-  worth (it refills during the pause, like the server's, so the pause costs little),
-  and it grows 3 % a second until the next 429 corrects it.
+* **Scope.** Hosted APIs (OpenAI, NVIDIA, LiteLLM model groups) limit *per model*, so a
+  429 brakes only the model that got it (a ``ModelGate`` per model of the endpoint); the
+  ``ProviderGate`` keeps ``max_concurrency`` over all the provider's models and the
+  optional ``rate_limit`` pacing. A model that is braked holds no provider slot while
+  it waits, so the other models' requests and probes go on as before.
+* **Evidence before braking.** A lone 429 (bursts, a shared quota, a gateway hiccup)
+  delays only the request that got it: it waits its ``Retry-After`` (or the backoff) on
+  its own, holding no slot. The brake engages only while 429s *persist*: at least
+  ``EVIDENCE_COUNT`` 429s among the model's answers of the last ``EVIDENCE_WINDOW_S``
+  seconds, making up at least ``EVIDENCE_SHARE`` of them. 2 % stray 429s never get
+  there (a share of 2 %), an endpoint at its limit gets there within a few answers
+  (almost every request beyond the limit is refused, a share near 100 %).
+* **The brake.** The model pauses until the ``Retry-After`` has passed (one pause, not
+  every in-flight request retrying into the limit together), its concurrency halves
+  (once per pause: a burst of 429s from one overload is one signal), and it learns a
+  request rate: 90 % of the rate at which its requests succeeded before the pause,
+  never from zero measured successes (then concurrency alone brakes) and never below one
+  request per ``Retry-After`` (the floor). The rate is a token bucket of one second's
+  worth that refills during the pause like the server's.
+* **Recovery.** While requests succeed, concurrency grows by ``1/limit`` per success
+  (about one slot per round) back to ``max_concurrency``, and the learned rate grows
+  3 % a second until a persistent run of 429s corrects it again.
 * **Pacing** (``rate_limit``): requests are spaced ``60/requests_per_minute`` seconds
   apart, so no minute holds more; tokens are kept in a 60-second log and a request waits
   until its estimate fits under ``tokens_per_minute``. The estimate (``estimate_tokens``)
   is corrected by the response's ``usage``.
+
+Waiters queue FIFO at each gate; a request passes its model's gate, then the provider's.
 """
 
 from __future__ import annotations
@@ -25,15 +36,22 @@ import asyncio
 import math
 import time
 from collections import deque
+from collections.abc import Callable
+from typing import TypeVar
 
 from genwire.config.schema import RateLimitConfig
 
+T = TypeVar("T")
+
 WINDOW_S = 60.0
-LEARNED_SHARE = 0.9  # of the measured success rate, after a 429
-GROWTH_PER_S = 0.03  # the learned rate's growth while no 429 comes
-MEASURE_S = 10.0  # success rate measured over at most this long
-MIN_RATE = 0.05  # requests/s: one every 20 s at worst
 CHARS_PER_TOKEN = 4  # OpenAI's rule of thumb for English; the response corrects it
+EVIDENCE_WINDOW_S = 5.0  # answers a 429 is judged against
+EVIDENCE_COUNT = 3  # 429s in that window before the brake engages...
+EVIDENCE_SHARE = 0.2  # ...and their least share of the window's answers
+LEARNED_SHARE = 0.9  # of the measured success rate, when braking
+GROWTH_PER_S = 0.03  # the learned rate's growth while no brake comes
+MEASURE_S = 10.0  # success rate measured over at most this long
+MIN_WAIT_S = 0.1  # the floor's period when the server asks for (almost) no wait
 
 
 def estimate_tokens(body: bytes, max_tokens: int) -> int:
@@ -42,50 +60,24 @@ def estimate_tokens(body: bytes, max_tokens: int) -> int:
     return math.ceil(len(body) / CHARS_PER_TOKEN) + max_tokens
 
 
-class Reservation:
-    """A request's place in the token log; ``settle`` replaces the estimate."""
+class _Line:
+    """A FIFO of waiters at one gate. ``admit(now)`` either admits (returns the admission)
+    or says how long to wait (a float; 0: until someone leaves). A waiter that cannot go
+    yet goes back to the head of the line; a timer or a leaving request wakes it."""
 
-    __slots__ = ("stamp", "tokens")
-
-    def __init__(self, stamp: float, tokens: int) -> None:
-        self.stamp = stamp
-        self.tokens = tokens
-
-
-class ProviderGate:
-    def __init__(self, max_concurrency: int, rate_limit: RateLimitConfig | None, *, adaptive: bool) -> None:
-        self.max_concurrency = max_concurrency
-        self.adaptive = adaptive
-        self.limit = float(max_concurrency)
-        self.in_flight = 0
-        self.peak_in_flight = 0
-        self.paused_until = 0.0
-        self.pauses = 0
-        rpm = rate_limit.requests_per_minute if rate_limit else None
-        self._interval = WINDOW_S / rpm if rpm else 0.0
-        self._tpm = rate_limit.tokens_per_minute if rate_limit else None
-        self._next_start = 0.0
-        self._tokens: deque[Reservation] = deque()
-        self._learned: float | None = None  # requests/s, set by the first 429
-        self._learned_tokens = 0.0
-        self._learned_stamp = 0.0
-        self._successes: deque[float] = deque()
-        self._measure_from = time.monotonic()
-        self._measure_since: float | None = None  # a 429 asked for a measurement
+    def __init__(self, room: Callable[[], int]) -> None:
+        self._room = room  # how many may go now (wakes that many, not hundreds)
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_loop: asyncio.AbstractEventLoop | None = None
 
-    @property
-    def current(self) -> int:
-        """Requests that may be in flight now."""
-        return max(1, int(self.limit))
+    def __len__(self) -> int:
+        return len(self._waiters)
 
-    async def acquire(self, tokens: int = 0) -> Reservation:
-        """Wait for a slot, the end of any pause, and the pacing; waiters go in FIFO order."""
+    async def enter(self, admit: Callable[[float], T | float]) -> T:
         if not self._waiters:  # one event loop: nothing can interleave with this check
-            admitted = self._try_admit(time.monotonic(), tokens)
-            if isinstance(admitted, Reservation):
+            admitted = admit(time.monotonic())
+            if not isinstance(admitted, float):
                 return admitted
             self._wake_after(admitted)
         loop = asyncio.get_running_loop()
@@ -98,17 +90,17 @@ class ProviderGate:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
                 elif waiter.done() and not waiter.cancelled():
-                    self._wake(1)  # it was our turn: pass it on
+                    self.wake(1)  # it was our turn: pass it on
                 raise
-            admitted = self._try_admit(time.monotonic(), tokens)
-            if isinstance(admitted, Reservation):
+            admitted = admit(time.monotonic())
+            if not isinstance(admitted, float):
                 return admitted
             # Not yet (a pause, the pacing, or another took the slot): first in line again.
             waiter = loop.create_future()
             self._waiters.appendleft(waiter)
             self._wake_after(admitted)
 
-    def _wake(self, count: int) -> None:
+    def wake(self, count: int) -> None:
         while count > 0 and self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
@@ -131,14 +123,195 @@ class ProviderGate:
 
     def _on_timer(self) -> None:
         self._timer = None
-        self._wake(max(1, self.current - self.in_flight))
+        self.wake(self._room())
 
-    def _try_admit(self, now: float, tokens: int) -> Reservation | float:
-        """A reservation, or how long to wait (0: until a slot frees)."""
+
+class ModelGate:
+    """One model of an endpoint: its adaptive concurrency, its pause and learned rate, and
+    the evidence (its recent answers) that decides whether a 429 brakes it."""
+
+    def __init__(self, max_concurrency: int, *, adaptive: bool) -> None:
+        self.max_concurrency = max_concurrency
+        self.adaptive = adaptive
+        self.limit = float(max_concurrency)
+        self.in_flight = 0
+        self.paused_until = 0.0
+        self.pauses = 0
+        self.line = _Line(self._room)
+        self._answers: deque[tuple[float, bool]] = deque()  # (when, was a 429), newest last
+        self._limited = 0  # 429s among ``_answers``
+        self._successes: deque[float] = deque()
+        self._learned: float | None = None  # requests/s, set by a brake with successes to measure
+        self._learned_tokens = 0.0
+        self._learned_stamp = 0.0
+        self._floor = 0.0
+        self._measure_from = time.monotonic()
+        self._measure_since: float | None = None  # a brake asked for a measurement
+
+    @property
+    def current(self) -> int:
+        """Requests of this model that may be in flight now."""
+        return max(1, int(self.limit))
+
+    @property
+    def learned_rate(self) -> float | None:
+        return self._learned
+
+    def _room(self) -> int:
+        return max(1, self.current - self.in_flight)
+
+    def admit(self, now: float) -> ModelGate | float:
         wait = self.paused_until - now
         if wait > 0:
             return wait
         if self.in_flight >= self.current:
+            return 0.0
+        wait = self._rate_wait(now)
+        if wait > 0:
+            return wait
+        self.in_flight += 1
+        if self._learned is not None:
+            self._learned_tokens -= 1
+        return self
+
+    def _rate_wait(self, now: float) -> float:
+        if self._measure_since is not None:
+            self._learn(now)
+        rate = self._learned
+        if rate is None:
+            return 0.0
+        dt = now - self._learned_stamp
+        rate = self._learned = rate * (1 + GROWTH_PER_S) ** dt
+        self._learned_tokens = min(max(1.0, rate), self._learned_tokens + dt * rate)
+        self._learned_stamp = now
+        return (1 - self._learned_tokens) / rate if self._learned_tokens < 1 else 0.0
+
+    def leave(self, *, ok: bool | None) -> None:
+        """A request gave its slot back: answered (``ok``), failed otherwise (False), or
+        never sent (None: cancelled while waiting at the provider's gate)."""
+        self.in_flight -= 1
+        if ok is not None:
+            now = time.monotonic()
+            self._record(now, limited=False)
+            if ok and self.adaptive:
+                self._successes.append(now)
+                while self._successes[0] < now - MEASURE_S:
+                    self._successes.popleft()
+                if self.limit < self.max_concurrency:
+                    self.limit = min(float(self.max_concurrency), self.limit + 1.0 / self.limit)
+        self.line.wake(self._room())
+
+    def _record(self, now: float, *, limited: bool) -> None:
+        answers = self._answers
+        answers.append((now, limited))
+        self._limited += limited
+        while answers and answers[0][0] < now - EVIDENCE_WINDOW_S:
+            self._limited -= answers.popleft()[1]
+
+    def persistent(self) -> bool:
+        """Whether the 429s of the window are evidence of a limit, not strays."""
+        return self._limited >= EVIDENCE_COUNT and self._limited >= EVIDENCE_SHARE * len(self._answers)
+
+    def rate_limited(self, wait: float) -> bool:
+        """A 429 answer (its slot given back). True: the model brakes and pauses ``wait``
+        seconds; False: a stray, which only its own request waits out."""
+        self.in_flight -= 1
+        now = time.monotonic()
+        self._record(now, limited=True)
+        braked = False
+        if self.adaptive and (now < self.paused_until or self.persistent()):
+            braked = True
+            if now >= self.paused_until:  # the first 429 of this overload
+                self.limit = max(1.0, self.limit / 2)
+                self.pauses += 1
+                # Measured when the pause ends: answers that were in flight still count.
+                self._measure_since = max(self._measure_from, now - MEASURE_S)
+                self._floor = 1.0 / max(wait, MIN_WAIT_S)
+            self.paused_until = max(self.paused_until, now + wait)
+            self._measure_from = self.paused_until
+        self.line.wake(self._room())
+        return braked
+
+    def _learn(self, now: float) -> None:
+        """After a pause: the rate at which requests succeeded before it, less 10 %."""
+        since, self._measure_since = self._measure_since, None
+        assert since is not None
+        window = self.paused_until - since
+        succeeded = sum(1 for t in self._successes if t >= since)
+        if succeeded == 0 and self._learned is None:
+            return  # nothing measured: a rate from zero successes would let nothing through
+        # A window under a second is too short to measure: step down from the rate we had.
+        short = window < 1.0 and self._learned is not None
+        measured = self._learned if short and self._learned is not None else succeeded / max(1.0, window)
+        self._learned = max(self._floor, LEARNED_SHARE * measured)
+        self._learned_stamp = now
+        # Full: the server's bucket refilled during the pause too, so the pause costs little.
+        self._learned_tokens = max(1.0, self._learned)
+
+
+class Reservation:
+    """A request's places at both gates; ``tokens`` is its entry in the token log."""
+
+    __slots__ = ("model", "stamp", "tokens")
+
+    def __init__(self, stamp: float, tokens: int, model: ModelGate) -> None:
+        self.stamp = stamp
+        self.tokens = tokens
+        self.model = model
+
+
+class ProviderGate:
+    """A provider's ``max_concurrency`` over all its models, its ``rate_limit`` pacing,
+    and one ``ModelGate`` per model it serves."""
+
+    def __init__(self, max_concurrency: int, rate_limit: RateLimitConfig | None, *, adaptive: bool) -> None:
+        self.max_concurrency = max_concurrency
+        self.adaptive = adaptive
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self.models: dict[str, ModelGate] = {}
+        rpm = rate_limit.requests_per_minute if rate_limit else None
+        self._interval = WINDOW_S / rpm if rpm else 0.0
+        self._tpm = rate_limit.tokens_per_minute if rate_limit else None
+        self._next_start = 0.0
+        self._tokens: deque[Reservation] = deque()
+        self._line = _Line(lambda: max(1, self.max_concurrency - self.in_flight))
+
+    def model(self, name: str) -> ModelGate:
+        gate = self.models.get(name)
+        if gate is None:
+            gate = self.models[name] = ModelGate(self.max_concurrency, adaptive=self.adaptive)
+        return gate
+
+    @property
+    def current(self) -> int:
+        """Requests that may be in flight now over all models (at most the cap)."""
+        if not self.models:
+            return self.max_concurrency
+        return min(self.max_concurrency, sum(g.current for g in self.models.values()))
+
+    @property
+    def pauses(self) -> int:
+        return sum(g.pauses for g in self.models.values())
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued at either gate (not those waiting out a stray 429 on their own)."""
+        return len(self._line) + sum(len(g.line) for g in self.models.values())
+
+    async def acquire(self, model: str, tokens: int = 0) -> Reservation:
+        """Wait for the model's gate (its pause, rate and concurrency), then the provider's
+        (cap and pacing), each in FIFO order."""
+        gate = self.model(model)
+        await gate.line.enter(gate.admit)
+        try:
+            return await self._line.enter(lambda now: self._admit(now, tokens, gate))
+        except BaseException:
+            gate.leave(ok=None)
+            raise
+
+    def _admit(self, now: float, tokens: int, gate: ModelGate) -> Reservation | float:
+        if self.in_flight >= self.max_concurrency:
             return 0.0
         wait = self._pacing_wait(now, tokens)
         if wait > 0:
@@ -146,25 +319,13 @@ class ProviderGate:
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         self._next_start = max(now, self._next_start) + self._interval
-        if self._learned is not None:
-            self._learned_tokens -= 1
-        reservation = Reservation(now, tokens)
+        reservation = Reservation(now, tokens, gate)
         if self._tpm is not None:
             self._tokens.append(reservation)
         return reservation
 
     def _pacing_wait(self, now: float, tokens: int) -> float:
         wait = self._next_start - now if self._interval else 0.0
-        if self._measure_since is not None:
-            self._learn(now)
-        rate = self._learned
-        if rate is not None:
-            dt = now - self._learned_stamp
-            rate = self._learned = rate * (1 + GROWTH_PER_S) ** dt + MIN_RATE * dt
-            self._learned_tokens = min(max(1.0, rate), self._learned_tokens + dt * rate)
-            self._learned_stamp = now
-            if self._learned_tokens < 1:
-                wait = max(wait, (1 - self._learned_tokens) / rate)
         if self._tpm is not None:
             log = self._tokens
             while log and log[0].stamp <= now - WINDOW_S:
@@ -180,43 +341,20 @@ class ProviderGate:
                         break
         return wait
 
-    def release(self, reservation: Reservation, *, tokens: int | None, ok: bool) -> None:
-        """After a response: ``tokens`` it reported (None: keep the estimate)."""
+    def release(self, reservation: Reservation, *, tokens: int | None, ok: bool | None) -> None:
+        """After a response other than a 429 (``ok``), or a request cancelled before its
+        answer (None): ``tokens`` it reported (None: keep the estimate)."""
         if tokens is not None:
             reservation.tokens = tokens
+        self._leave()
+        reservation.model.leave(ok=ok)
+
+    def rate_limited(self, reservation: Reservation, wait: float) -> bool:
+        """After a 429: True if its model now brakes (pausing ``wait`` seconds), False if
+        the 429 was a stray that only its own request waits out."""
+        self._leave()
+        return reservation.model.rate_limited(wait)
+
+    def _leave(self) -> None:
         self.in_flight -= 1
-        if ok and self.adaptive:
-            now = time.monotonic()
-            self._successes.append(now)
-            while self._successes[0] < now - MEASURE_S:
-                self._successes.popleft()
-            if self.limit < self.max_concurrency:
-                self.limit = min(float(self.max_concurrency), self.limit + 1.0 / self.limit)
-        # Wake as many as may go now, not every waiter (hundreds wait in a big run).
-        self._wake(max(1, self.current - self.in_flight))
-
-    def _learn(self, now: float) -> None:
-        """After a pause: the rate at which requests succeeded before it, less 10 %."""
-        since, self._measure_since = self._measure_since, None
-        assert since is not None
-        window = self.paused_until - since
-        succeeded = sum(1 for t in self._successes if t >= since)
-        # A window under a second is too short to measure: step down from the rate we had.
-        measured = succeeded / max(1.0, window) if window >= 1.0 or self._learned is None else self._learned
-        self._learned = max(MIN_RATE, LEARNED_SHARE * measured)
-        self._learned_stamp = now
-        # Full: the server's bucket refilled during the pause too, so the pause costs little.
-        self._learned_tokens = max(1.0, self._learned)
-
-    def rate_limited(self, wait: float) -> None:
-        """A 429: hold every request back for ``wait`` seconds and shrink the limit."""
-        if not self.adaptive:
-            return
-        now = time.monotonic()
-        if now >= self.paused_until:  # the first 429 of this overload
-            self.limit = max(1.0, self.limit / 2)
-            self.pauses += 1
-            # Measured when the pause ends: answers that were in flight still count.
-            self._measure_since = max(self._measure_from, now - MEASURE_S)
-        self.paused_until = max(self.paused_until, now + wait)
-        self._measure_from = self.paused_until
+        self._line.wake(max(1, self.max_concurrency - self.in_flight))

@@ -62,13 +62,15 @@ def merge_usage(parts: Iterable[Mapping[str, ModelUsage]]) -> dict[str, ModelUsa
 @dataclass(frozen=True)
 class Concurrency:
     """A provider's requests in flight against its current (adaptive) and configured
-    limit; ``pauses`` counts the provider-wide pauses 429s caused."""
+    limit; ``pauses`` counts its models' pauses persistent 429s caused; ``waiting`` the
+    requests queued for a slot (not those waiting out a stray 429 on their own)."""
 
     in_flight: int
     limit: int
     max_concurrency: int
     peak_in_flight: int
     pauses: int = 0
+    waiting: int = 0
 
     def __str__(self) -> str:
         return f"{self.in_flight}/{self.limit}"

@@ -126,7 +126,7 @@ class FakeOpenAIServer:
         self._fail_when: dict[str, list[tuple[str, Scripted]]] = defaultdict(list)
         self._fail_rate: dict[str, tuple[float, tuple[Scripted, ...], random.Random]] = {}
         self._api_key: str | None = None
-        self._bucket: _TokenBucket | None = None
+        self._buckets: dict[str | None, _TokenBucket] = {}  # per model; None: every other model
         self._no_response_format: set[str] = set()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -256,15 +256,25 @@ class FakeOpenAIServer:
         with self._lock:
             self._api_key = key
 
-    def rate_limit(self, requests_per_s: float | None, *, burst: float | None = None, retry_after: float = 1.0) -> None:
+    def rate_limit(
+        self,
+        requests_per_s: float | None,
+        *,
+        burst: float | None = None,
+        retry_after: float = 1.0,
+        model: str | None = None,
+    ) -> None:
         """Admit ``requests_per_s`` (a token bucket holding ``burst``, default one
-        second's worth); beyond it answer 429 with ``Retry-After``. None removes it."""
+        second's worth); beyond it answer 429 with ``Retry-After``. None removes it.
+
+        ``model`` limits that model alone (as hosted APIs do); without it one bucket is
+        shared by every model that has no limit of its own."""
         with self._lock:
             if requests_per_s is None:
-                self._bucket = None
+                self._buckets.pop(model, None)
             else:
                 capacity = burst if burst is not None else max(1.0, requests_per_s)
-                self._bucket = _TokenBucket(requests_per_s, capacity, retry_after)
+                self._buckets[model] = _TokenBucket(requests_per_s, capacity, retry_after)
 
     def script(self, model: str, responses: Iterable[Scripted]) -> None:
         """Queue answers for ``model``: one per request, then back to normal."""
@@ -367,7 +377,7 @@ class FakeOpenAIServer:
                 self.peak_in_flight_by_model[model], self.in_flight_by_model[model]
             )
             latency = self._latency.get(model, self.default_latency)
-            bucket = self._bucket
+            bucket = self._bucket_of(model)
             limited = bucket is not None and not bucket.take(time.monotonic())
             if limited:
                 self.rate_limited += 1
@@ -407,6 +417,10 @@ class FakeOpenAIServer:
         if item is None:
             return self._normal(endpoint, model, body, texts)
         return await self._scripted(request, endpoint, model, body, texts, item)
+
+    def _bucket_of(self, model: str) -> _TokenBucket | None:
+        # Caller holds the lock. A model without a limit of its own shares the default one.
+        return self._buckets.get(model, self._buckets.get(None))
 
     def _next_item(self, model: str, texts: list[str]) -> Scripted | None:
         # Caller holds the lock. Order: the script queue, then content rules, then chance.

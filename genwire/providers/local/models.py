@@ -37,6 +37,7 @@ class LocalProvider:
         self.usage: dict[str, ModelUsage] = {}  # inference calls and tokens, per model alias
         self.in_flight = 0  # calls holding a slot: running, or waiting for the CPU gate
         self.peak_in_flight = 0
+        self.waiting = 0  # calls queued for a slot
         self._semaphore: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._routes: list[Route[LocalProvider]] = []  # keeps the handles' routes alive
@@ -71,7 +72,7 @@ class LocalProvider:
 
     def concurrency(self) -> Concurrency:
         cap = self.config.max_concurrency
-        return Concurrency(self.in_flight, cap, cap, self.peak_in_flight)
+        return Concurrency(self.in_flight, cap, cap, self.peak_in_flight, waiting=self.waiting)
 
     def usage_of(self, alias: str) -> ModelUsage:
         return self.usage.setdefault(alias, ModelUsage())
@@ -86,7 +87,11 @@ class LocalProvider:
         the model first if needed. The caller has counted the call (``count``)."""
         semaphore = self._get_semaphore()
         loop = asyncio.get_running_loop()
-        await semaphore.acquire()
+        self.waiting += 1
+        try:
+            await semaphore.acquire()
+        finally:
+            self.waiting -= 1
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
 
