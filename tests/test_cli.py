@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from genwire.cli.main import cli
@@ -86,3 +87,50 @@ def test_real_entry_point_no_traceback_and_debug(write_config: Callable[[str], P
 def test_run_rejects_bad_output_before_anything(write_config: Callable[[str], Path]) -> None:
     code, _, err = invoke("run", str(write_config(GOOD)), "-o", "data.txt")
     assert code == 2 and "'.txt' is not a known format; use .jsonl, .csv or .parquet" in err
+
+
+# --- --json on an invalid config: stdout still holds one JSON object ---------------------------
+
+INVALID = {
+    "config": (GOOD.replace("model: w,", "model: w, temperature: 3,"), "bad.yaml:5:37 models.writer.temperature:"),
+    "wiring": (
+        GOOD.replace("model: writer}", "model: spair}"),
+        "bad.yaml:10:50 pipeline.columns[1] (q).resources.model:",
+    ),
+    "yaml": ("pipeline: [1, 2", "bad.yaml:2:1: invalid YAML"),
+}
+
+
+def json_cli(*args: str) -> tuple[int, dict[str, object], str]:
+    proc = subprocess.run([sys.executable, "-m", "genwire.cli.main", *args], capture_output=True, text=True)
+    assert proc.stdout.count("\n") == 1, proc.stdout  # one JSON object, one line
+    return proc.returncode, json.loads(proc.stdout), proc.stderr
+
+
+@pytest.mark.parametrize("kind", sorted(INVALID))
+def test_run_json_on_an_invalid_config_prints_the_located_errors(write_config: Callable[..., Path], kind: str) -> None:
+    text, located = INVALID[kind]
+    code, summary, stderr = json_cli("run", str(write_config(text, "bad.yaml")), "--json")
+    assert code == 2
+    assert summary["ok"] is False and isinstance(summary["errors"], list)
+    assert any(located in str(line) for line in summary["errors"]), summary
+    assert str(summary["error"]).startswith(("invalid configuration", "wiring error"))
+    assert located in stderr  # the message still goes to stderr too
+    assert "sk-CANARY-cli-9" not in json.dumps(summary) + stderr
+
+
+@pytest.mark.parametrize("kind", sorted(INVALID))
+def test_preflight_json_on_an_invalid_config_keeps_the_report_keys(
+    write_config: Callable[..., Path], kind: str
+) -> None:
+    text, located = INVALID[kind]
+    code, report, _ = json_cli("preflight", str(write_config(text, "bad.yaml")), "--json")
+    assert code == 2
+    assert {k: report[k] for k in ("ok", "duration_s", "checks")} == {"ok": False, "duration_s": 0.0, "checks": []}
+    assert any(located in str(line) for line in report["errors"]), report  # type: ignore[union-attr]
+
+
+def test_run_json_on_a_missing_file(tmp_path: Path) -> None:
+    code, summary, _ = json_cli("run", str(tmp_path / "nope.yaml"), "--json")
+    assert code == 2 and summary["ok"] is False
+    assert summary["errors"] == [f"{tmp_path / 'nope.yaml'}: no such file"]

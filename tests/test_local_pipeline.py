@@ -79,17 +79,22 @@ def test_main_job_on_the_embedded_models(tmp_path: Path) -> None:
         assert negatives == sorted(negatives, key=lambda n: -n["score"])
 
 
-def test_the_example_is_the_starter_and_init_writes_it(tmp_path: Path) -> None:
-    # One copy: examples/retrieval is a link to the package's starter, which init copies.
-    starter = (Path(genwire.__file__).parent / "cli" / "starter").resolve()
-    assert EXAMPLE.is_symlink() and EXAMPLE.resolve() == starter
+def files_under(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_the_example_is_what_init_writes(tmp_path: Path) -> None:
+    # The package's starter is the one source; examples/retrieval is a real directory (a run
+    # writes its out/ there, never inside the package) holding exactly what init writes.
+    starter = Path(genwire.__file__).parent / "cli" / "starter"
+    assert not EXAMPLE.is_symlink() and not (EXAMPLE / "docs").is_symlink()
     result = CliRunner().invoke(cli, ["init", str(tmp_path / "new")])
     assert result.exit_code == 0
-    written = sorted(str(p.relative_to(tmp_path / "new")) for p in (tmp_path / "new").rglob("*") if p.is_file())
-    shipped = sorted(str(p.relative_to(starter)) for p in starter.rglob("*.*") if p.is_file() and "out" not in p.parts)
+    written = files_under(tmp_path / "new")
+    example = {rel: text for rel, text in files_under(EXAMPLE).items() if not rel.startswith("out/")}
+    assert written == example, "examples/retrieval differs from genwire init: copy genwire/cli/starter there"
+    shipped = {rel: text for rel, text in files_under(starter).items() if not rel.startswith("out/")}
     assert written == shipped
-    for rel in written:
-        assert (tmp_path / "new" / rel).read_text() == (starter / rel).read_text()
     assert CliRunner().invoke(cli, ["validate", str(tmp_path / "new" / "genwire.yaml")]).exit_code == 0
     again = CliRunner().invoke(cli, ["init", str(tmp_path / "new")])
     assert again.exit_code == 2 and "already exists; pass --force" in again.stderr

@@ -4,16 +4,21 @@ over real HTTP against the fake server (and the embedded chat model for the loca
 from __future__ import annotations
 
 import csv
+import http.server
 import json
+import re
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from click.testing import CliRunner
+from referencing.exceptions import Unresolvable
 
 import genwire
 from genwire.cli.main import cli
+from genwire.providers.structured import schema_problem
 from genwire.testing import FakeOpenAIServer
 from genwire.testing.fake_server import FakeResponse
 
@@ -134,6 +139,95 @@ def test_an_invalid_schema_is_a_config_error_located_at_schema(
     result = CliRunner().invoke(cli, ["validate", str(path)])
     assert result.exit_code == 2
     assert "pipeline.columns[1] (profile).params.schema" in result.stderr and problem in result.stderr
+
+
+class SchemaHost:
+    """A real HTTP server holding a schema at /schema.json, counting who fetched it."""
+
+    def __init__(self) -> None:
+        host = self
+        self.fetches = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                host.fetches += 1
+                body = json.dumps({"type": "string"}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/schema.json"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def with_ref(ref: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"name": {"$ref": ref}},
+        "$defs": {"known": {"type": "string"}},
+    }
+
+
+@pytest.mark.parametrize("ref", ["REMOTE", "http://example.com/x.json", "#/$defs/missing", "defs.json#/name"])
+def test_a_ref_genwire_cannot_resolve_is_a_config_error_at_validate(tmp_path: Path, ref: str) -> None:
+    host = SchemaHost()
+    try:
+        ref = host.url if ref == "REMOTE" else ref
+        with FakeOpenAIServer() as server:
+            path = tmp_path / "genwire.yaml"
+            path.write_text(yaml.safe_dump(pipeline(server, tmp_path, structured(schema=with_ref(ref)))))
+        result = CliRunner().invoke(cli, ["validate", str(path)])
+    finally:
+        host.close()
+    assert result.exit_code == 2, result.output
+    assert re.search(r"genwire\.yaml:\d+:\d+ pipeline\.columns\[1\] \(profile\)\.params\.schema: ", result.stderr)
+    assert f"['properties']['name']['$ref'] = {ref!r} does not resolve inside the schema" in result.stderr
+    assert "inline the referenced schema under $defs" in result.stderr
+    assert host.fetches == 0  # nothing is fetched to find out
+
+
+def test_replies_are_validated_without_fetching_any_ref() -> None:
+    # A schema that bypasses the config check still cannot make the validator fetch.
+    host = SchemaHost()
+    try:
+        with pytest.raises(Unresolvable):
+            schema_problem({"name": "x"}, with_ref(host.url))
+    finally:
+        host.close()
+    assert host.fetches == 0
+
+
+async def test_local_refs_keep_working(fake_openai_server: FakeOpenAIServer, tmp_path: Path) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "person": {"$ref": "#/$defs/person"},
+            "tags": {"type": "array", "items": {"$ref": "#/$defs/tag"}},
+        },
+        "required": ["person", "tags"],
+        "$defs": {"person": PERSON, "tag": {"type": "string", "minLength": 2}},
+    }
+    path = tmp_path / "genwire.yaml"
+    path.write_text(yaml.safe_dump(pipeline(fake_openai_server, tmp_path, structured(schema=schema))))
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    async with genwire.boot(path) as container:
+        run = await container.run()
+    assert run.rows_written == 6 and run.rows_failed == 0
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    for row in rows:
+        assert schema_problem(row["profile"], schema) is None
+        assert set(row["profile"]["person"]) == {"name", "age"}
 
 
 # --- request shapes in the pre-flight -----------------------------------------------------

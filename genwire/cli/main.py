@@ -14,7 +14,7 @@ from typing import Any, Literal, NoReturn, TypeVar, cast
 import click
 from rich.console import Console
 
-from genwire.errors import ConfigError, GenwireError, PluginError, RunSetupError, WiringError
+from genwire.errors import ConfigError, GenwireError, PluginError, ProblemsError, RunSetupError, WiringError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -71,6 +71,23 @@ def _boot(file: Path) -> Any:
     return boot(file)
 
 
+def _failure(exc: GenwireError) -> dict[str, Any]:
+    """The ``--json`` object of a failure: the message, and each located problem apart."""
+    problems = exc.problems if isinstance(exc, ProblemsError) else [str(exc)]
+    return {"ok": False, "error": str(exc), "errors": problems}
+
+
+def _boot_or_report(file: Path, as_json: bool, report: dict[str, Any]) -> Any:
+    """Boot, or with ``--json`` print ``report`` plus the failure first (stdout always holds
+    one JSON object), then fail as usual (exit 2 for an invalid config)."""
+    try:
+        return _boot(file)
+    except GenwireError as exc:
+        if as_json:
+            click.echo(json.dumps({**report, **_failure(exc)}))
+        raise
+
+
 @cli.command()
 @_FILE
 @handle_errors
@@ -124,7 +141,8 @@ def preflight(file: Path, as_json: bool, no_cache: bool) -> None:
     """Check every model and dataset a wired generator can reach, concurrently."""
     from genwire.cli.render import preflight_table
 
-    container = _boot(file)
+    # The report's keys, empty: no check ran.
+    container = _boot_or_report(file, as_json, {"ok": False, "duration_s": 0.0, "checks": []})
 
     async def go() -> Any:
         async with container:
@@ -188,7 +206,7 @@ def run(
     from genwire.errors import RunStopped
     from genwire.preflight.report import PreflightError
 
-    container = _boot(file)
+    container = _boot_or_report(file, as_json, {})
     console = err if as_json else out  # --json: stdout holds the summary only
 
     async def go() -> Any:
@@ -224,7 +242,7 @@ def run(
         sys.exit(exc.exit_code)
     except GenwireError as exc:
         if as_json:  # stdout holds one JSON object whatever happened; the message also goes to stderr
-            summary: dict[str, Any] = {"ok": False, "error": str(exc)}
+            summary = _failure(exc)
             if isinstance(exc, RunStopped):
                 summary.update(rows_kept=exc.kept, checkpoint=str(exc.checkpoint))
             if isinstance(exc, PreflightError):

@@ -388,4 +388,7 @@ def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = No
         col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
         raise ConfigError(f"{source}:{line}:{col}: not valid UTF-8 (byte 0x{raw[exc.start]:02x})") from None
     data, locations = parse_yaml(text, source, env)
-    return validate_data(data, source, file.resolve().parent, locations)
+    # The directory as the user named it, not its symlinks resolved: a config reached through
+    # a link (examples/x -> elsewhere) writes its outputs where the user looks for them, and
+    # messages show that path. (Write-safety checks compare real paths themselves.)
+    return validate_data(data, source, Path(os.path.abspath(file)).parent, locations)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from genwire.config.loader import LoadedConfig, format_path
 from genwire.config.messages import describe
-from genwire.config.schema import ColumnConfig
+from genwire.config.schema import TEMPLATE_NAMES, ColumnConfig
 from genwire.errors import WiringError, exception_text
 from genwire.generators.base import Generator
 from genwire.generators.metadata import ResourceKind, model_resource_kind
@@ -87,6 +87,13 @@ def _names_of_kind(kinds: Mapping[str, ResourceKind], kind: ResourceKind) -> lis
     if kind is ResourceKind.MODEL_REGISTRY:
         return sorted(n for n, k in kinds.items() if k is not ResourceKind.DATASET)
     return sorted(n for n, k in kinds.items() if k is kind)
+
+
+def _jinja_hint(name: str) -> str:
+    # ``{{ namespace }}`` reads as a column (see template_variables); say why it is not Jinja's.
+    if name not in TEMPLATE_NAMES:
+        return ""
+    return f"; {name!r} is a Jinja name, and templates use Jinja's globals only as calls (range(3), namespace(n=0))"
 
 
 class _Wirer:
@@ -210,7 +217,8 @@ class _Wirer:
                 if where is None:
                     self.problem(
                         path,
-                        f"column {w.name!r} reads {root!r}, which is not a column{_suggest(root, list(position))}",
+                        f"column {w.name!r} reads {root!r}, which is not a column{_suggest(root, list(position))}"
+                        + _jinja_hint(root),
                     )
                 elif where >= w.index:
                     self.problem(

@@ -273,11 +273,19 @@ def check_output(target: Path, *, protected: Iterable[Path] = (), extra: Iterabl
             break
     reads = {_real(p): p for p in protected}
     for path in (target, *extra):
+        if _real(path).is_relative_to(_PACKAGE):
+            raise RunSetupError(
+                f"output {target}: {path} is inside the genwire package ({_PACKAGE}); a run never writes "
+                "there. Copy the pipeline out (`genwire init DIR` writes the starter) or choose -o"
+            )
         if _real(path) in reads:
             raise RunSetupError(
                 f"output {target}: {path} is a dataset file this pipeline reads ({reads[_real(path)]}); "
                 "writing it would destroy the input. Choose another output (-o)"
             )
+
+
+_PACKAGE = Path(os.path.realpath(Path(__file__).parent.parent))  # the installed genwire/ folder
 
 
 def _real(path: Path) -> Path:

@@ -4,7 +4,10 @@ reply against it (``jsonschema``). Shared by ``llm-structured`` and the pre-flig
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from referencing import Registry
 
 MAX_ERROR_CHARS = 300  # of a validation message, in the errors file and the retry prompt
 
@@ -24,14 +27,71 @@ def requested_schema(fmt: Any) -> dict[str, Any] | None:
     return None
 
 
+def local_registry() -> Registry[Any]:
+    """A registry that retrieves nothing: a ``$ref`` resolves inside its schema (and the
+    bundled meta-schemas), never over the network or from a file."""
+    from referencing import Registry
+
+    return Registry()  # its default retrieve raises NoSuchResource
+
+
+def _where(path: tuple[str | int, ...]) -> str:
+    return "".join(f"[{p!r}]" for p in path)
+
+
+def _paths(value: Any, path: tuple[str | int, ...], into: dict[int, tuple[str | int, ...]]) -> None:
+    """Where each mapping and list of a schema sits (by identity, for the messages)."""
+    if isinstance(value, dict | list):
+        into.setdefault(id(value), path)
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            _paths(item, (*path, key), into)
+
+
+def unresolvable_ref(schema: dict[str, Any]) -> str | None:
+    """Why a ``$ref`` (or ``$dynamicRef``) of ``schema`` cannot be resolved inside it, or
+    None. The run validates replies with nothing but the schema, and the endpoint gets
+    nothing else either, so a reference elsewhere (a URL, a file) or to a missing
+    ``#/$defs/...`` would fail only later, as if the model had answered badly."""
+    from referencing import Resource
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012
+
+    paths: dict[int, tuple[str | int, ...]] = {}
+    _paths(schema, (), paths)
+    root = Resource.from_contents(schema, default_specification=DRAFT202012)
+    pending = [(root, local_registry().resolver_with_root(root))]
+    while pending:  # the schema's subschemas as the specification defines them, $id scopes kept
+        resource, resolver = pending.pop()
+        contents = resource.contents
+        if isinstance(contents, dict):  # else a boolean schema (or a shape check_schema refuses)
+            resolver = resolver.in_subresource(resource)
+            for key in ("$ref", "$dynamicRef"):
+                ref = contents.get(key)
+                if not isinstance(ref, str):
+                    continue
+                try:
+                    resolver.lookup(ref)
+                except Unresolvable:
+                    where = _where((*paths.get(id(contents), ()), key))
+                    return (
+                        f"{where} = {ref!r} does not resolve inside the schema; genwire never fetches a "
+                        "$ref (no network, no files) and the model gets only this schema: inline the "
+                        "referenced schema under $defs and refer to it as '#/$defs/NAME'"
+                    )
+        pending.extend((sub, resolver) for sub in resource.subresources())
+    return None
+
+
 def schema_problem(instance: Any, schema: dict[str, Any]) -> str | None:
     """Why ``instance`` does not validate (the most relevant error, with its path), or None."""
     import jsonschema
 
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(instance))
+    validator = jsonschema.Draft202012Validator(schema, registry=local_registry())
+    error = jsonschema.exceptions.best_match(validator.iter_errors(instance))
     if error is None:
         return None
-    where = "".join(f"[{p!r}]" for p in error.absolute_path)
+    where = _where(tuple(error.absolute_path))
     return f"{where + ': ' if where else ''}{error.message}"[:MAX_ERROR_CHARS]
 
 

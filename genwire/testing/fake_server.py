@@ -578,11 +578,19 @@ def _texts(endpoint: str, body: dict[str, Any]) -> list[str]:
     return []
 
 
-def schema_instance(schema: Any) -> Any:
+def schema_instance(schema: Any, root: Any = None) -> Any:
     """A small value that validates against ``schema`` (the JSON Schema subset models are
-    given: types, properties, required, items, enum, const, minimum, minItems)."""
+    given: types, properties, required, items, enum, const, minimum, minItems, and local
+    ``$ref``s such as ``#/$defs/name``, followed in ``root``, the whole schema)."""
+    root = schema if root is None else root
     if not isinstance(schema, dict):
         return None
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#"):
+        target = root
+        for part in filter(None, ref[1:].split("/")):
+            target = target[part.replace("~1", "/").replace("~0", "~")]
+        return schema_instance(target, root)
     if "const" in schema:
         return schema["const"]
     if schema.get("enum"):
@@ -592,9 +600,9 @@ def schema_instance(schema: Any) -> Any:
         kind = next((k for k in kind if k != "null"), "null")
     if kind == "object":
         props = schema.get("properties", {})
-        return {name: schema_instance(sub) for name, sub in props.items()}
+        return {name: schema_instance(sub, root) for name, sub in props.items()}
     if kind == "array":
-        return [schema_instance(schema.get("items", {})) for _ in range(schema.get("minItems", 1))]
+        return [schema_instance(schema.get("items", {}), root) for _ in range(schema.get("minItems", 1))]
     if kind == "string":
         return "x" * max(1, schema.get("minLength", 1))
     if kind == "integer":

@@ -54,16 +54,31 @@ def compile_template(source: str, name: str) -> Template:
         raise ValueError(f"{name} template: syntax error on line {exc.lineno}: {exc.message}") from None
 
 
+# Parses with no globals, so every free name is listed, Jinja's own (``range``) included.
+_FREE_NAMES = ImmutableSandboxedEnvironment()
+_FREE_NAMES.globals.clear()
+
+
 def template_variables(source: str) -> set[str]:
     """What a template reads from its row: ``col`` or, where it reads a field of a column,
-    ``col.field`` (the pre-flight checks a seed dataset has that field). Globals such as
-    ``range`` are not columns."""
-    tree = ENV.parse(source)
-    # Column names never collide with these (the config refuses them), so a global here
-    # is the global itself.
-    roots = set(meta.find_undeclared_variables(tree)) - set(ENV.globals)
-    # ``person.get(...)`` calls a method of the column: it reads ``person``, not a field.
+    ``col.field`` (the pre-flight checks a seed dataset has that field).
+
+    A Jinja global (``range``, ``namespace``, ``dict``...) is Jinja's only where it is
+    called (``range(3)``). Anywhere else (``{{ namespace }}``), and ``self`` anywhere, the
+    name is read as a column: no column can have it (the config refuses such names), so
+    the wiring reports it like any unknown column instead of a cell holding
+    ``<class 'jinja2.utils.Namespace'>``."""
+    tree = _FREE_NAMES.parse(source)
     callees = {id(call.node) for call in tree.find_all(nodes.Call)}
+    free = set(meta.find_undeclared_variables(tree))
+    roots = free - set(ENV.globals)
+    for name in tree.find_all(nodes.Name):
+        assert isinstance(name, nodes.Name)  # find_all's type is too wide
+        if name.ctx != "load" or id(name) in callees:
+            continue
+        if name.name in free or name.name == "self":  # Jinja binds ``self`` itself, unlisted
+            roots.add(name.name)
+    # ``person.get(...)`` calls a method of the column: it reads ``person``, not a field.
     fields: set[str] = set()
     for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
         assert isinstance(node, nodes.Getattr | nodes.Getitem)  # find_all's type is too wide

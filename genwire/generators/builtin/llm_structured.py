@@ -13,7 +13,7 @@ from genwire.generators.builtin.common import CompiledPrompt, PromptParams
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import RowFailure, gather_rows
 from genwire.generators.resources import Resources
-from genwire.providers.structured import parse_reply, response_format
+from genwire.providers.structured import parse_reply, response_format, unresolvable_ref
 
 
 class LLMStructuredParams(PromptParams):
@@ -33,6 +33,9 @@ class LLMStructuredParams(PromptParams):
         except jsonschema.exceptions.SchemaError as exc:
             where = "".join(f"[{p!r}]" for p in exc.absolute_path)
             raise ValueError(f"not a valid JSON Schema{' at ' + where if where else ''}: {exc.message}") from None
+        ref_problem = unresolvable_ref(value)
+        if ref_problem:
+            raise ValueError(ref_problem)
         if value.get("type") != "object":
             raise ValueError("the schema must describe an object (type: object): the cell is that object")
         return value
