@@ -111,7 +111,7 @@ class OpenAIProviderConfig(StrictModel):
     rate_limit: RateLimitConfig | None = None
     # A request still rate-limited (429) after this long fails its row as rate_limited.
     rate_limit_wait_s: PositiveFloat = 300.0
-    # false: no provider-wide pause or adaptive concurrency; each request retries a 429
+    # false: no per-model brake or adaptive concurrency; each request retries a 429
     # on its own, bounded by ``retries`` (the behaviour before 0.2; a benchmark baseline).
     adapt_to_rate_limits: bool = True
 
