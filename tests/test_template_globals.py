@@ -37,7 +37,9 @@ PLACES = {
     "llm-structured system": ("llm-structured", "{model: writer}", '{prompt: "hi", system: "{T}"' + SCHEMA + "}"),
     "template": ("template", "{}", '{template: "{T}"}'),
 }
-JINJA_GLOBALS = sorted(ENV.globals)  # range, dict, lipsum, cycler, joiner, namespace
+# range, dict, cycler, joiner, namespace, and lipsum (removed from genwire's environment,
+# still a name Jinja users know).
+JINJA_GLOBALS = sorted({*ENV.globals, "lipsum"})
 
 
 def config(place: str, template: str) -> str:
@@ -92,6 +94,12 @@ def test_calling_jinja_globals_keeps_working(write_config: Callable[..., Path], 
     )
     code, text = validate(write_config(config(place, template)))
     assert code == 0, text
+
+
+def test_lipsum_is_refused_even_called(write_config: Callable[..., Path]) -> None:
+    """lipsum() draws unseeded random text: rows would differ on every run and on resume."""
+    code, text = validate(write_config(config("template", "{{ lipsum(1) }}")))
+    assert code == 2 and "reads 'lipsum', which is not a column" in text, text
 
 
 def test_template_variables_lists_bare_globals_and_self_as_reads() -> None:
