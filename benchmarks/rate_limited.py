@@ -6,8 +6,9 @@
    its own, bounded by ``retries``: the baseline), (b) adaptive with no ``rate_limit``,
    (c) adaptive with ``requests_per_minute: 60·R``.
 2. **Sporadic 429s.** A fast endpoint (10 ms, ``max_concurrency: 32``) that answers 2 %
-   of requests, at random, with 429 + Retry-After: 1; 1,500 rows. Rows/s against the
-   same run without those 429s, measured in the same process.
+   of requests, at random, with 429 + Retry-After: 1 (and one with 5 % mixed faults);
+   1,500 and 6,000 rows. Rows/s against the same run without those faults, measured in
+   the same process.
 3. **Per model.** Two models on one provider (``max_concurrency: 32``), one behind a
    5 requests/s limit: the unlimited model's requests/s beside the limited one's load,
    against its requests/s alone.
@@ -102,9 +103,13 @@ async def sporadic() -> None:
             ceiling = (rows / clean) / (rows / clean + 1.0)
             baseline = "clean (no 429s): the baseline"
             print(f"{rows:>6} {baseline:<36} {clean:>9.1f} {1:>9.0%} {'':>8} {0:>7} {0:>6} {0:>7}")
-            for name, extra in (("2 % 429s, adaptive", {}), ("2 % 429s, adapt_to_rate_limits off", None)):
-                server.fail_rate("writer", 0.02, [stray], seed=7)
-                provider = extra if extra is not None else {"adapt_to_rate_limits": False, "retries": 5}
+            cases: list[tuple[str, float, list[Any], dict[str, Any]]] = [
+                ("2 % 429s, adaptive", 0.02, [stray], {}),
+                ("2 % 429s, adapt_to_rate_limits off", 0.02, [stray], {"adapt_to_rate_limits": False, "retries": 5}),
+                ("5 % mixed faults (503, 429, reset)", 0.05, [503, stray, "reset"], {}),
+            ]
+            for name, share, faults, provider in cases:
+                server.fail_rate("writer", share, faults, seed=7)
                 rate, failed, usage = await run_rows(server.url, rows, provider)
                 server.clear()
                 print(
