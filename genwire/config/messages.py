@@ -7,7 +7,8 @@ from typing import Any
 
 from pydantic_core import ErrorDetails
 
-SECRET_KEYS = frozenset({"api_key"})
+# Values under these keys may be credentials: never quoted back (header values included).
+SECRET_KEYS = frozenset({"api_key", "headers", "extra_headers"})
 MAX_SHOWN = 80  # characters of a given value quoted back in a message
 
 _PATTERN_HINTS = {
