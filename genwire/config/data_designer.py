@@ -202,7 +202,7 @@ def generation_kind(params: Mapping[str, Any]) -> DDKind:
     ``dimensions`` make an embedding model, else chat."""
     given = params.get("generation_type")
     if given is not None and given not in GENERATION_TYPES:
-        raise ValueError(f"generation_type: got {shown(given)}; expected one of {', '.join(GENERATION_TYPES)}")
+        raise ValueError(f"got {shown(given)}; expected one of {', '.join(GENERATION_TYPES)}")
     if given == "image":
         return "image"
     if given == "embedding" or "encoding_format" in params or "dimensions" in params:
@@ -329,7 +329,7 @@ def _read_aliases(
         try:
             kind = generation_kind(raw)
         except ValueError as exc:
-            file.problem((*path, "inference_parameters"), str(exc))
+            file.problem((*path, "inference_parameters", "generation_type"), str(exc))
             continue
         params = file.validate(_PARAMS_MODELS[kind], raw, (*path, "inference_parameters"))
         name = mc.provider or default or (next(iter(providers)) if len(providers) == 1 else None)
