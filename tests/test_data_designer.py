@@ -443,3 +443,52 @@ def test_real_entry_point(tmp_path: Path) -> None:
         text=True,
     )
     assert proc.returncode == 2 and "invalid YAML" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_anthropic_providers_are_reported_not_checked(tmp_path: Path) -> None:
+    providers = (
+        PROVIDERS + "  - name: claude\n    endpoint: https://api.anthropic.com/v1\n    provider_type: Anthropic\n"
+    )
+    configs = "model_configs:\n  - {alias: sonnet, model: claude-sonnet-4, provider: claude}\n"
+    report = check(write_setup(tmp_path / "dd", "http://127.0.0.1:9/v1", providers=providers, configs=configs))
+    only = report.check("sonnet")
+    assert (only.status, report.ok) == ("skipped", True)
+    assert "provider_type 'anthropic'; genwire checks OpenAI-compatible providers only" in only.message
+
+
+# --- headers in genwire.yaml (what extra_headers translate to) ---------------------------
+
+NATIVE = """
+providers:
+  a: {{kind: openai, base_url: "{url}", headers: {{X-Org-Id: "{value}"}}}}
+  b: {{kind: openai, base_url: "{url}", headers: {{X-Org-Id: other-org-value}}}}
+models:
+  one: {{provider: a, model: same, kind: chat}}
+  two: {{provider: b, model: same, kind: chat}}
+pipeline:
+  columns:
+    - {{name: q, generator: llm-text, resources: {{model: one}}, params: {{prompt: x}}}}
+    - {{name: r, generator: llm-text, resources: {{model: two}}, params: {{prompt: x}}}}
+"""
+
+
+async def test_native_headers_are_sent_part_of_the_identity_and_never_shown(
+    fake_openai_server: FakeOpenAIServer,
+) -> None:
+    import genwire
+    from genwire.config import load_config_text
+
+    text = NATIVE.format(url=fake_openai_server.url, value=HEADER_VALUE)
+    container = genwire.boot(load_config_text(text, "genwire.yaml"))
+    async with container:
+        report = await container.preflight()
+        assert fake_openai_server.last_headers["same"]["X-Org-Id"] in (HEADER_VALUE, "other-org-value")
+    assert report.ok and len(report.checks) == 2
+    assert fake_openai_server.requests["same"] == 2  # different headers: probed apart, not deduplicated
+    shown = repr(container.config) + report.model_dump_json()
+    assert HEADER_VALUE not in shown
+    bad = text.replace("X-Org-Id:", '"Bad Header":').replace('"other-org-value"', "x")
+    with pytest.raises(ConfigError) as info:
+        load_config_text(bad, "genwire.yaml")
+    assert "providers.a.headers: header name 'Bad Header' is not a valid HTTP header name" in str(info.value)
+    assert HEADER_VALUE not in str(info.value)
