@@ -273,7 +273,7 @@ def test_pipeline_in_the_full_format_with_its_own_model_configs(tmp_path: Path) 
         )
         report = check(directory, pipeline)
         assert server.last_body["my/writer"]["max_tokens"] == 64
-    assert [(c.target, c.used_by) for c in report.checks] == [("local-writer", ["text", "verdict", "verdict"])]
+    assert [(c.target, c.used_by) for c in report.checks] == [("local-writer", ["text", "verdict"])]
 
 
 @pytest.mark.parametrize(

@@ -52,6 +52,7 @@ DEFAULT_TIMEOUT_S = 60  # Data Designer's request timeout when an alias sets non
 UNCAPPED_PROBE_TOKENS = 1024
 GENERATOR = "data-designer-columns"  # the stand-in column's generator (genwire.preflight.data_designer)
 STAND_IN_COLUMN = "data_designer"
+MAX_PROBES_IN_FLIGHT = 256
 CHECKED_PROVIDER_TYPES = ("openai",)
 KNOWN_PROVIDER_TYPES = ("openai", "anthropic")  # what Data Designer itself accepts
 
@@ -63,7 +64,7 @@ def data_designer_dir(directory: Path | None, *, env: Mapping[str, str], home: P
     ``~/.data-designer`` (Data Designer's own order). ``env`` and ``home`` are given by
     the caller (the CLI passes the process's)."""
     if directory is not None:
-        return directory
+        return directory.expanduser()
     configured = env.get(HOME_ENV_VAR)
     return Path(configured).expanduser() if configured else home / HOME_DIR_NAME
 
@@ -416,8 +417,8 @@ def _read_pipeline(path: Path, providers: Mapping[str, DDProvider], default: str
         for key, alias in _column_aliases(column):
             if not isinstance(alias, str) or not alias:
                 file.problem((*prefix, "columns", i, key), f"expected a model alias, got {shown(alias)}")
-            else:
-                used_by.setdefault(alias, []).append(label)
+            elif label not in used_by.setdefault(alias, []):
+                used_by[alias].append(label)
     if file.problems:
         raise ConfigError(file.problems)
     return _Pipeline(file, prefix, columns, inline, used_by)
@@ -443,7 +444,7 @@ def _api_key(provider: DDProvider, env: Mapping[str, str]) -> tuple[str | None, 
         return None, None
     written = provider.api_key.get_secret_value()
     if written in env:
-        return env[written], None
+        return env[written] or None, None  # an empty variable: no key, as Data Designer sends it
     if written.isupper() and "_" in written:
         return None, written
     return written, None
@@ -558,8 +559,9 @@ def _translate(
             "pipeline": {
                 "columns": [{"name": STAND_IN_COLUMN, "generator": GENERATOR, "resources": {"models": list(models)}}]
             },
-            # Every alias at once: the run itself has every alias's max_parallel_requests in flight.
-            "preflight": {"concurrency": len(models), "cache_ttl_s": cache_ttl_s},
+            # Every alias at once (the run itself has every alias's max_parallel_requests in
+            # flight), within a bound on open connections.
+            "preflight": {"concurrency": min(len(models), MAX_PROBES_IN_FLIGHT), "cache_ttl_s": cache_ttl_s},
         }
         loaded = validate_data(data, f"<Data Designer setup in {directory}>", directory)
     return DataDesignerSetup(
