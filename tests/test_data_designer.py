@@ -492,3 +492,13 @@ async def test_native_headers_are_sent_part_of_the_identity_and_never_shown(
         load_config_text(bad, "genwire.yaml")
     assert "providers.a.headers: header name 'Bad Header' is not a valid HTTP header name" in str(info.value)
     assert HEADER_VALUE not in str(info.value)
+
+
+def test_data_designers_files_are_not_substituted(tmp_path: Path) -> None:
+    """``${VAR}`` means nothing to Data Designer: a key holding ``$`` is sent as written."""
+    providers = "providers:\n  - name: p\n    endpoint: {url}\n    api_key: sk-${{NOT_A_VAR}}-$$-tail\n"
+    configs = "model_configs:\n  - {alias: a, model: dollar/model, provider: p}\n"
+    with FakeOpenAIServer() as server:
+        report = check(write_setup(tmp_path / "dd", server.url, providers=providers, configs=configs))
+        assert server.last_headers["dollar/model"]["Authorization"] == "Bearer sk-${NOT_A_VAR}-$$-tail"
+    assert report.ok

@@ -253,7 +253,6 @@ class DataDesignerSetup:
 class _File:
     """One parsed file and its positions; problems are collected, raised together."""
 
-    path: Path
     data: Any
     smap: SourceMap
     problems: list[str] = field(default_factory=list)
@@ -261,7 +260,7 @@ class _File:
     @classmethod
     def read(cls, path: Path, needs: str) -> _File:
         data, locations = parse_yaml(read_text(path), str(path), substitute=False, needs=needs)
-        return cls(path, data, SourceMap(str(path), path.parent, locations))
+        return cls(data, SourceMap(str(path), path.parent, locations))
 
     def where(self, path: Path_) -> str:
         return self.smap.where(path)
@@ -300,7 +299,7 @@ class _Alias:
     file: _File
 
 
-def _read_providers(directory: Path) -> tuple[_File, dict[str, DDProvider], str | None]:
+def _read_providers(directory: Path) -> tuple[dict[str, DDProvider], str | None]:
     file = _File.read(_required(directory / PROVIDERS_FILE, "model providers"), "a providers: list")
     parsed = file.validate(DDProvidersFile, file.mapping("a providers: list"))
     if parsed is None:
@@ -314,7 +313,7 @@ def _read_providers(directory: Path) -> tuple[_File, dict[str, DDProvider], str 
         file.problem(("default",), f"unknown provider {parsed.default!r} (providers: {', '.join(providers)})")
     if file.problems:
         raise ConfigError(file.problems)
-    return file, providers, parsed.default
+    return providers, parsed.default
 
 
 def _read_aliases(
@@ -482,7 +481,7 @@ def load_data_designer(
             f"{directory}: no such directory; give the Data Designer config directory "
             f"(the one holding {PROVIDERS_FILE} and {MODEL_CONFIGS_FILE})"
         )
-    _, providers, default = _read_providers(directory)
+    providers, default = _read_providers(directory)
     if pipeline is None:
         aliases = _read_model_configs(directory, providers, default)
         return _translate(directory, list(aliases.values()), {}, env, cache_ttl_s)
