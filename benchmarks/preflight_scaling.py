@@ -6,13 +6,20 @@ in the same run with the same client.
 
 The last row, 20x2, gives each model a plain and a structured request shape: shapes are
 probed concurrently like models, so it should take about as long as 20 models.
+
+A second table checks the same N chat models written as a Data Designer setup
+(``model_providers.yaml`` + ``model_configs.yaml``, ``genwire preflight --data-designer``)
+beside the native config, in the same run and at the same latency: loading and
+translating the files should cost next to nothing (within 10 %).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import genwire
@@ -70,10 +77,59 @@ async def sequential(url: str, n: int, shapes: bool = False) -> float:
         return time.perf_counter() - started
 
 
+def write_data_designer_setup(directory: Path, url: str, n: int) -> Path:
+    """N chat aliases in Data Designer's own files, as its CLI writes them."""
+    (directory / "model_providers.yaml").write_text(
+        f"providers:\n  - name: srv\n    endpoint: {url}\n    provider_type: openai\n", encoding="utf-8"
+    )
+    entries = "".join(
+        f"  - alias: m{i}\n    model: model-{i}\n    provider: srv\n"
+        "    inference_parameters:\n      generation_type: chat-completion\n      max_parallel_requests: 4\n"
+        for i in range(n)
+    )
+    (directory / "model_configs.yaml").write_text("model_configs:\n" + entries, encoding="utf-8")
+    return directory
+
+
+async def native_end_to_end(url: str, n: int) -> tuple[float, bool]:
+    """Boot the native config and run its pre-flight: what ``genwire preflight FILE`` waits for."""
+    started = time.perf_counter()
+    container = genwire.boot(config(url, n))
+    async with container:
+        report = await container.preflight(use_cache=False)
+    return time.perf_counter() - started, report.ok
+
+
+async def data_designer_end_to_end(directory: Path, n: int) -> tuple[float, bool]:
+    """Read and translate the Data Designer files and run the pre-flight on them."""
+    from genwire.config.data_designer import load_data_designer
+    from genwire.preflight.data_designer import preflight_data_designer
+
+    started = time.perf_counter()
+    setup = load_data_designer(directory, env={})
+    report = await preflight_data_designer(setup, use_cache=False)
+    return time.perf_counter() - started, report.ok and len(report.checks) == n
+
+
+async def data_designer_rows(url: str, sizes: list[int]) -> None:
+    print()
+    print("the same N chat models as a Data Designer setup (model_configs.yaml), same latency, same run")
+    print(f"{'N':>5} {'native (s)':>11} {'data designer (s)':>18} {'ratio':>6} {'ok':>4}")
+    for n in sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            directory = write_data_designer_setup(Path(tmp), url, n)
+            await native_end_to_end(url, n)  # warm-up, as above
+            await data_designer_end_to_end(directory, n)
+            native, native_ok = await native_end_to_end(url, n)
+            bridged, bridged_ok = await data_designer_end_to_end(directory, n)
+        print(f"{n:>5} {native:>11.3f} {bridged:>18.3f} {bridged / native:>6.2f} {native_ok and bridged_ok!s:>4}")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--latency", type=float, default=0.2)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 20, 100])
+    parser.add_argument("--dd-sizes", type=int, nargs="+", default=[20, 100], help="Data Designer setup sizes")
     args = parser.parse_args()
     with FakeOpenAIServer(latency=args.latency) as server:
         print(f"pre-flight of N chat models, {args.latency * 1000:.0f} ms latency each (fake server, 127.0.0.1)")
@@ -85,6 +141,7 @@ async def main() -> None:
             took, ok = await concurrent(server.url, n, shapes)
             label = f"{n}x2" if shapes else str(n)  # x2: a plain and a structured shape each
             print(f"{label:>5} {seq:>15.3f} {took:>12.3f} {seq / took:>8.1f}x {ok!s:>4}")
+        await data_designer_rows(server.url, args.dd_sizes)
 
 
 if __name__ == "__main__":

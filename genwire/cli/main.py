@@ -17,6 +17,7 @@ from rich.console import Console
 from genwire.errors import ConfigError, GenwireError, PluginError, ProblemsError, RunSetupError, WiringError
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 # Piped output (CI logs, `| less`) gets a wide table instead of rich's 80-column default.
 out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
@@ -78,10 +79,14 @@ def _failure(exc: GenwireError) -> dict[str, Any]:
 
 
 def _boot_or_report(file: Path, as_json: bool, report: dict[str, Any]) -> Any:
-    """Boot, or with ``--json`` print ``report`` plus the failure first (stdout always holds
-    one JSON object), then fail as usual (exit 2 for an invalid config)."""
+    return _or_report(lambda: _boot(file), as_json, report)
+
+
+def _or_report(make: Callable[[], T], as_json: bool, report: dict[str, Any]) -> T:
+    """``make()``, or with ``--json`` print ``report`` plus the failure first (stdout always
+    holds one JSON object), then fail as usual (exit 2 for an invalid config)."""
     try:
-        return _boot(file)
+        return make()
     except GenwireError as exc:
         if as_json:
             click.echo(json.dumps({**report, **_failure(exc)}))
@@ -133,28 +138,85 @@ def plugins() -> None:
 
 
 @cli.command()
-@_FILE
+@click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the machine-readable report.")
 @click.option("--no-cache", is_flag=True, help="Probe everything, ignoring the probe cache.")
+@click.option(
+    "--data-designer",
+    "data_designer",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[DIR]",
+    help="Check a Data Designer setup instead of FILE: its model_providers.yaml and model_configs.yaml "
+    "in DIR, else $DATA_DESIGNER_HOME, else ~/.data-designer.",
+)
+@click.option(
+    "--config",
+    "pipeline",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --data-designer: a Data Designer pipeline config; only the aliases its columns name are checked.",
+)
+@click.option(
+    "--cache-ttl",
+    type=click.FloatRange(min=0),
+    help="With --data-designer: seconds an ok probe is trusted from the probe cache (default 0, off).",
+)
 @handle_errors
-def preflight(file: Path, as_json: bool, no_cache: bool) -> None:
-    """Check every model and dataset a wired generator can reach, concurrently."""
+def preflight(
+    file: Path | None,
+    as_json: bool,
+    no_cache: bool,
+    data_designer: str | None,
+    pipeline: Path | None,
+    cache_ttl: float | None,
+) -> None:
+    """Check every model and dataset a wired generator can reach, concurrently (or, with
+    --data-designer, every model alias of a Data Designer setup)."""
     from genwire.cli.render import preflight_table
 
-    # The report's keys, empty: no check ran.
-    container = _boot_or_report(file, as_json, {"ok": False, "duration_s": 0.0, "checks": []})
+    empty = {"ok": False, "duration_s": 0.0, "checks": []}  # the report's keys: no check ran
+    if data_designer is not None:
+        if file is not None:
+            raise click.UsageError("give FILE or --data-designer, not both")
+        report = _or_report(
+            lambda: _data_designer_preflight(data_designer, pipeline, cache_ttl or 0.0, use_cache=not no_cache),
+            as_json,
+            empty,
+        )
+    else:
+        if file is None:
+            raise click.UsageError("missing FILE (or --data-designer [DIR] to check a Data Designer setup)")
+        if pipeline is not None or cache_ttl is not None:
+            raise click.UsageError(
+                "--config and --cache-ttl go with --data-designer (genwire.yaml has preflight.cache_ttl_s)"
+            )
+        container = _boot_or_report(file, as_json, empty)
 
-    async def go() -> Any:
-        async with container:
-            return await container.preflight(use_cache=not no_cache)
+        async def go() -> Any:
+            async with container:
+                return await container.preflight(use_cache=not no_cache)
 
-    report = asyncio.run(go())
+        report = asyncio.run(go())
     if as_json:
         click.echo(report.model_dump_json(indent=2))
     else:
         out.print(preflight_table(report))
     if not report.ok:
         sys.exit(1)
+
+
+def _data_designer_preflight(directory: str, pipeline: Path | None, cache_ttl_s: float, *, use_cache: bool) -> Any:
+    """The pre-flight of a Data Designer setup; the command line is where the process's
+    environment and home directory come in."""
+    import os
+
+    from genwire.config.data_designer import data_designer_dir, load_data_designer
+    from genwire.preflight.data_designer import preflight_data_designer
+
+    where = data_designer_dir(Path(directory) if directory else None, env=os.environ, home=Path.home())
+    setup = load_data_designer(where, env=os.environ, pipeline=pipeline, cache_ttl_s=cache_ttl_s)
+    return asyncio.run(preflight_data_designer(setup, use_cache=use_cache))
 
 
 def _output_suffix(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:

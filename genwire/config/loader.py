@@ -112,9 +112,9 @@ def format_path(path: Path_) -> str:
 class _Builder:
     """Turns a composed YAML node tree into plain Python data, recording positions."""
 
-    def __init__(self, source: str, env: Mapping[str, str]) -> None:
+    def __init__(self, source: str, env: Mapping[str, str] | None) -> None:
         self.source = source
-        self.env = env
+        self.env = env  # None: no ${VAR} substitution (files of other tools keep their text)
         self.locations: dict[Path_, Location] = {}
         self.problems: list[str] = []
         self.nodes = 0
@@ -188,11 +188,11 @@ class _Builder:
                 f"the limit is {MAX_DIGITS} digits"
             )
             return None
-        if isinstance(value, str) and "$" in value:
-            return self._substitute(value, node, path)
+        if isinstance(value, str) and "$" in value and self.env is not None:
+            return self._substitute(value, node, path, self.env)
         return value
 
-    def _substitute(self, text: str, node: yaml.Node, path: Path_) -> str:
+    def _substitute(self, text: str, node: yaml.Node, path: Path_, env: Mapping[str, str]) -> str:
         def repl(match: re.Match[str]) -> str:
             if match.group(0) == "$$":
                 return "$"
@@ -204,8 +204,8 @@ class _Builder:
                     "${...}; give a plain default, or set the variable"
                 )
                 return ""
-            if name in self.env:
-                return self.env[name]
+            if name in env:
+                return env[name]
             if default is not None:
                 return default
             self.problems.append(
@@ -276,8 +276,18 @@ def _yaml_syntax_error(source: str, exc: yaml.YAMLError) -> ConfigError:
     return ConfigError(f"{where}: invalid YAML: {problem}")
 
 
-def parse_yaml(text: str, source: str, env: Mapping[str, str] | None = None) -> tuple[Any, dict[Path_, Location]]:
-    """Parse YAML safely into plain data plus a map from key path to position."""
+def parse_yaml(
+    text: str,
+    source: str,
+    env: Mapping[str, str] | None = None,
+    *,
+    substitute: bool = True,
+    needs: str = "a pipeline: section",
+) -> tuple[Any, dict[Path_, Location]]:
+    """Parse YAML safely into plain data plus a map from key path to position.
+
+    ``substitute=False`` keeps ``${VAR}`` as written (files genwire reads but does not
+    own, such as Data Designer's); ``needs`` says what an empty file lacks."""
     try:
         node = yaml.compose(text, Loader=_Loader)
     except yaml.YAMLError as exc:
@@ -285,8 +295,8 @@ def parse_yaml(text: str, source: str, env: Mapping[str, str] | None = None) -> 
     except RecursionError:
         raise ConfigError(f"{source}: nesting too deep to parse") from None
     if node is None:
-        raise ConfigError(f"{source}:1:1: the file is empty; it needs at least a pipeline: section")
-    builder = _Builder(source, os.environ if env is None else env)
+        raise ConfigError(f"{source}:1:1: the file is empty; it needs at least {needs}")
+    builder = _Builder(source, None if not substitute else os.environ if env is None else env)
     try:
         data = builder.build(node, ())
     except RecursionError:
@@ -304,10 +314,13 @@ def _column_names(data: dict[str, Any]) -> dict[int, str]:
     return {i: c["name"] for i, c in enumerate(columns) if isinstance(c, dict) and isinstance(c.get("name"), str)}
 
 
-def _validation_problems(exc: ValidationError, loaded: SourceMap) -> list[str]:
+def validation_problems(exc: ValidationError, loaded: SourceMap, prefix: Path_ = ()) -> list[str]:
+    """Each pydantic error as ``file:line:col key.path: sentence``; ``prefix`` is where in
+    the file the validated data sits."""
     problems = []
     for err in exc.errors(include_url=False):
-        path = user_path(err, _strip_union_tag(tuple(p for p in err["loc"] if p != "[key]")))
+        loc = (*prefix, *(p for p in err["loc"] if p != "[key]"))
+        path = user_path(err, _strip_union_tag(loc))
         problems.append(f"{loaded.where(path)}: {describe(err, path)}")
     return problems
 
@@ -358,7 +371,7 @@ def validate_data(
     try:
         config = GenwireConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_validation_problems(exc, source_map)) from None
+        raise ConfigError(validation_problems(exc, source_map)) from None
     loaded = LoadedConfig(config, source, base_dir, source_map.locations, source_map.column_names)
     problems = _cross_reference_problems(loaded)
     if problems:
@@ -366,8 +379,8 @@ def validate_data(
     return loaded
 
 
-def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> LoadedConfig:
-    """Read and validate a genwire.yaml file."""
+def read_text(path: str | os.PathLike[str]) -> str:
+    """A YAML file's text, or a ConfigError naming the file (missing, too big, not UTF-8)."""
     file = Path(path)
     source = str(path)
     try:
@@ -382,13 +395,17 @@ def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = No
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read: {exc.strerror or exc}") from None
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
         raise ConfigError(f"{source}:{line}:{col}: not valid UTF-8 (byte 0x{raw[exc.start]:02x})") from None
-    data, locations = parse_yaml(text, source, env)
+
+
+def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> LoadedConfig:
+    """Read and validate a genwire.yaml file."""
+    data, locations = parse_yaml(read_text(path), str(path), env)
     # The directory as the user named it, not its symlinks resolved: a config reached through
     # a link (examples/x -> elsewhere) writes its outputs where the user looks for them, and
     # messages show that path. (Write-safety checks compare real paths themselves.)
-    return validate_data(data, source, Path(os.path.abspath(file)).parent, locations)
+    return validate_data(data, str(path), Path(os.path.abspath(path)).parent, locations)

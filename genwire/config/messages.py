@@ -7,13 +7,16 @@ from typing import Any
 
 from pydantic_core import ErrorDetails
 
-SECRET_KEYS = frozenset({"api_key"})
+# Values under these keys may be credentials: never quoted back (header values included).
+SECRET_KEYS = frozenset({"api_key", "headers", "extra_headers"})
 MAX_SHOWN = 80  # characters of a given value quoted back in a message
 
 _PATTERN_HINTS = {
     "name": "a name starts with a letter or '_' and holds only letters, digits, '_' and '-'",
     "url": "write an http:// or https:// URL, e.g. https://integrate.api.nvidia.com/v1",
 }
+
+_URL_KEYS = ("base_url", "endpoint")  # genwire's, and Data Designer's (model_providers.yaml)
 
 _TYPE_WORDS = {  # container types read better in words ("expected a mapping, got a list")
     "dict_type": "a mapping",
@@ -60,7 +63,7 @@ def describe(err: ErrorDetails, path: tuple[str | int, ...]) -> str:
     if kind in ("literal_error", "enum"):
         return f"{got}; expected {ctx.get('expected', 'one of the allowed values')}"
     if kind == "string_pattern_mismatch":
-        hint = _PATTERN_HINTS["url"] if path and path[-1] == "base_url" else _PATTERN_HINTS["name"]
+        hint = _PATTERN_HINTS["url"] if path and path[-1] in _URL_KEYS else _PATTERN_HINTS["name"]
         return f"{got}; {hint}"
     if kind in _TYPE_WORDS:
         return f"expected {_TYPE_WORDS[kind]}, {got}" if got else f"expected {_TYPE_WORDS[kind]}"

@@ -65,7 +65,7 @@ class StrictModel(BaseModel):
 # --- providers -----------------------------------------------------------------------
 
 
-def _check_base_url(value: str) -> str:
+def check_base_url(value: str) -> str:
     """Refuse here what would otherwise crash the first request (bad port, broken IPv6)."""
     from yarl import URL  # aiohttp's URL type: what the client will parse it with
 
@@ -86,6 +86,20 @@ class RateLimitConfig(StrictModel):
     tokens_per_minute: PositiveFloat | None = None
 
 
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token (RFC 9110)
+
+
+def check_headers(value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+    """Names that are HTTP tokens and values without line breaks (values are not shown:
+    a header may carry a credential)."""
+    for name, header in value.items():
+        if not _HEADER_NAME.match(name):
+            raise ValueError(f"header name {name!r} is not a valid HTTP header name")
+        if any(ch in header.get_secret_value() for ch in "\r\n\0"):
+            raise ValueError(f"the value of header {name!r} holds a line break or NUL")
+    return value
+
+
 def _retry_statuses(value: list[int]) -> list[int]:
     bad = [v for v in value if not 400 <= v <= 599]
     if bad:
@@ -97,8 +111,11 @@ class OpenAIProviderConfig(StrictModel):
     """Any OpenAI-compatible endpoint (NIM, vLLM, OpenAI, Ollama...)."""
 
     kind: Literal["openai"]
-    base_url: Annotated[str, Field(pattern=r"^https?://\S+$"), AfterValidator(_check_base_url)]
+    base_url: Annotated[str, Field(pattern=r"^https?://\S+$"), AfterValidator(check_base_url)]
     api_key: SecretStr | None = None
+    # Sent with every request after the Authorization header (which one may replace);
+    # values are secrets: never printed, cached or repr'd.
+    headers: Annotated[dict[str, SecretStr], AfterValidator(check_headers)] = Field(default_factory=dict)
     timeout_s: PositiveFloat = 60.0
     max_concurrency: PositiveInt = 16
     retries: Annotated[int, Field(ge=0, le=20)] = 3

@@ -10,11 +10,14 @@ from genwire.errors import ErrorClass, GenwireError
 from genwire.generators.metadata import ResourceKind
 
 Status = Literal["ok", "failed", "skipped"]
+# What a check is of: a resource kind, or a model kind genwire reports but never probes
+# (a Data Designer image model).
+CheckKind = ResourceKind | Literal["image_model"]
 
 
 class CheckResult(BaseModel):
     target: str
-    kind: ResourceKind
+    kind: CheckKind
     aliases: list[str]
     status: Status
     error_class: ErrorClass | None

@@ -62,13 +62,18 @@ def endpoint_identity(provider: ProviderConfig, model: ModelConfig) -> Hashable:
     """What decides a model's requests: aliases with equal identities share one probe.
 
     Everything that changes the request is in it (provider kind, base URL, API key,
-    model, kind, params); the key only as a hash, so the identity is safe to keep.
+    headers, model, kind, params); the key and headers only as a hash, so the identity is
+    safe to keep.
     """
     params = json.dumps(model.params, sort_keys=True, default=str)
     if isinstance(provider, OpenAIProviderConfig):
         key = provider.api_key.get_secret_value() if provider.api_key is not None else ""
         key_hash = hashlib.sha256(key.encode()).hexdigest()
-        return ("openai", provider.base_url.rstrip("/"), key_hash, model.model, model.kind, params)
+        identity: tuple[str, ...] = ("openai", provider.base_url.rstrip("/"), key_hash, model.model, model.kind, params)
+        if provider.headers:  # only when set: identities (and cache keys) without headers stay as they were
+            sent = json.dumps({k: v.get_secret_value() for k, v in provider.headers.items()}, sort_keys=True)
+            identity += (hashlib.sha256(sent.encode()).hexdigest(),)
+        return identity
     from genwire.providers.local import canonical_model_name
 
     return ("local", canonical_model_name(model.model), model.kind, params)

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any, NoReturn
 
 import aiohttp
+from multidict import CIMultiDict
 from yarl import URL
 
 from genwire.config.schema import ModelConfig, OpenAIProviderConfig
@@ -121,9 +122,11 @@ class OpenAIProvider:
     def _open_session(self, loop: asyncio.AbstractEventLoop) -> aiohttp.ClientSession:
         # Created synchronously (no await) so concurrent first calls cannot open two.
         cfg = self.config
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        headers: CIMultiDict[str] = CIMultiDict({"Content-Type": "application/json", "Accept": "application/json"})
         if cfg.api_key is not None:
             headers["Authorization"] = f"Bearer {cfg.api_key.get_secret_value()}"
+        for name, value in cfg.headers.items():  # case-insensitive: a configured header replaces ours
+            headers[name] = value.get_secret_value()
         connector = aiohttp.TCPConnector(limit=cfg.max_concurrency, limit_per_host=cfg.max_concurrency)
         session = aiohttp.ClientSession(
             connector=connector,
@@ -321,12 +324,15 @@ class OpenAIProvider:
         return self._display_url + url[len(self.base_url) :]
 
     def _scrub(self, text: str) -> str:
-        """Remove the API key from any text that might echo it (bodies, exception text)."""
-        key = self.config.api_key
-        if key is not None:
-            secret = key.get_secret_value()
-            if len(secret) >= MIN_SECRET_CHARS:
-                text = text.replace(secret, "***")
+        """Remove the API key and header values from any text that might echo them
+        (bodies, exception text)."""
+        secrets = [*self.config.headers.values()]
+        if self.config.api_key is not None:
+            secrets.append(self.config.api_key)
+        for secret in secrets:
+            value = secret.get_secret_value()
+            if len(value) >= MIN_SECRET_CHARS:
+                text = text.replace(value, "***")
         return text
 
     def _snippet(self, raw: bytes) -> str:

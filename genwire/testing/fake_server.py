@@ -328,6 +328,7 @@ class FakeOpenAIServer:
             self.in_flight_by_model: dict[str, int] = defaultdict(int)
             self.peak_in_flight_by_model: dict[str, int] = defaultdict(int)
             self.last_body: dict[str, Any] = {}  # last decoded request body, per model
+            self.last_headers: dict[str, dict[str, str]] = {}  # last request's headers, per model
             self.bodies: list[tuple[str, dict[str, Any]]] = []  # (model, body) of every request
             self.rate_limited = 0  # requests answered 429 by ``rate_limit``
             # (time.monotonic(), model, 429 or 200 = admitted) of every request, in arrival order.
@@ -369,6 +370,7 @@ class FakeOpenAIServer:
             self.total_requests += 1
             self.requests[model] += 1
             self.last_body[model] = body
+            self.last_headers[model] = dict(request.headers)
             self.bodies.append((model, body))
             self.in_flight += 1
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
