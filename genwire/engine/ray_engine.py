@@ -50,6 +50,10 @@ in row order, so the ``OutputSink`` writes exactly what the local engine writes.
 * **Checkpoints.** Blocks come back to the driver in row order and go through the same
   ``OutputSink`` as the local engine's batches: the driver writes the checkpoint, and a
   resume sends the workers only the missing rows.
+* **Response cache.** Workers open the driver's cache directory (``WorkerSpec``): on
+  a cluster it must be a path every node sees (``cache.dir`` on a shared file system).
+  SQLite in WAL mode lets the workers read and write it at once; their hits travel
+  back in each ``BatchResult`` and in their usage.
 * **Ray's lifetime.** An existing Ray (``ray.is_initialized()``) is used as is and never
   shut down. Otherwise ``ray.init(address=...)`` (the ``ray_address`` given, else
   Ray's own ``RAY_ADDRESS``) joins that cluster or starts a
