@@ -83,7 +83,10 @@ async def main() -> None:
     ):
         print(f"{name:<36}{seconds:>9.2f}{rate:>10,.0f}{requests:>10,}{cached:>9,}")
     speedup = first[0] / rerun[0]
-    print(f"all-hits rerun: {speedup:.1f}x faster than the first run (target >= 20x), {rerun[1]:,.0f} rows/s (>= 2,000)")
+    print(
+        f"all-hits rerun: {speedup:.1f}x faster than the first run (target >= 20x), "
+        f"{rerun[1]:,.0f} rows/s (target >= 2,000)"
+    )
     print(f"edit: {edited[2]:,} requests for {2 * args.rows:,} changed answers plus the pre-flight")
 
 

@@ -363,3 +363,96 @@ async def test_a_corrupt_entry_or_database_is_a_warning_and_a_miss(
             result = await container.run(skip_preflight=True, resume=False)
     assert result.rows_written == 6 and fake_openai_server.total_requests == 6
     assert "running without it" in caplog.text
+
+
+async def test_local_models_answers_are_cached_too(tmp_path: Path) -> None:
+    cfg: dict[str, Any] = {
+        "providers": {"local": {"kind": "local"}},
+        "models": {
+            "writer": {
+                "provider": "local",
+                "model": "SmolLM2-135M-Instruct",
+                "kind": "chat",
+                "params": {"max_tokens": 8},
+            },
+            "embedder": {"provider": "local", "model": "all-MiniLM-L6-v2", "kind": "embedding"},
+        },
+        "cache": {"dir": str(tmp_path / "cache")},
+        "pipeline": {
+            "num_records": 3,
+            "output": str(tmp_path / "out.jsonl"),
+            "columns": [
+                {"name": "t", "generator": "sampler", "params": {"kind": "category", "values": ["cats", "rivers"]}},
+                {
+                    "name": "q",
+                    "generator": "llm-text",
+                    "resources": {"model": "writer"},
+                    "params": {"prompt": "{{ t }}"},
+                },
+                {"name": "v", "generator": "embedding", "resources": {"model": "embedder"}, "params": {"column": "q"}},
+            ],
+        },
+    }
+    async with genwire.boot(cfg) as container:
+        first = await container.run(skip_preflight=True)
+    assert first.requests == {"writer": 3, "embedder": 1} and first.usage["writer"].prompt_tokens > 0
+    paid = (tmp_path / "out.jsonl").read_bytes()
+    async with genwire.boot(cfg) as container:
+        again = await container.run(skip_preflight=True, resume=False)
+    assert again.requests == {"writer": 0, "embedder": 0}
+    assert (again.usage["writer"].cached, again.usage["embedder"].cached) == (3, 1)
+    assert (
+        again.usage["writer"].saved_tokens
+        == first.usage["writer"].prompt_tokens + first.usage["writer"].completion_tokens
+    )
+    assert (tmp_path / "out.jsonl").read_bytes() == paid
+
+
+class Recording:
+    """A progress hook that keeps the status lines it was given."""
+
+    def __init__(self) -> None:
+        self.statuses: list[str] = []
+
+    def start(self, total: int, done: int = 0) -> None:
+        pass
+
+    def advance(self, done: int, failed: int, status: str = "") -> None:
+        self.statuses.append(status)
+
+    def stop(self) -> None:
+        pass
+
+
+async def test_the_progress_line_shows_the_hits(fake_openai_server: FakeOpenAIServer, tmp_path: Path) -> None:
+    cfg = pipeline(fake_openai_server, tmp_path, chat_columns()[:2], n=10)
+    cfg["cache"] = {"dir": str(tmp_path / "cache")}
+    async with genwire.boot(cfg) as container:
+        await container.run(skip_preflight=True)
+    progress = Recording()
+    async with genwire.boot(cfg) as container:
+        await container.run(skip_preflight=True, resume=False, progress=progress)
+    assert progress.statuses[-1].endswith("10 cached"), progress.statuses
+
+
+async def test_an_answer_the_output_cannot_hold_is_not_cached(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    from genwire.testing.fake_server import FakeResponse
+
+    columns = [
+        {"name": "k", "generator": "sampler", "params": {"kind": "category", "values": ["good", "bad"]}},
+        {"name": "q", "generator": "llm-text", "params": {"prompt": "Question on {{ k }}"}},
+    ]
+    cfg = pipeline(fake_openai_server, tmp_path, columns)
+    cfg["cache"] = {"dir": str(tmp_path / "cache")}
+    body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "bad \ud83d"}}]}
+    fake_openai_server.fail_when("writer", "bad", FakeResponse(json=body))  # a lone surrogate: unwritable
+    async with genwire.boot(cfg) as container:
+        first = await container.run(skip_preflight=True)
+    assert 0 < first.rows_failed < N
+    fake_openai_server.clear()
+    fake_openai_server.reset_stats()
+    async with genwire.boot(cfg) as container:
+        again = await container.run(skip_preflight=True, resume=False)
+    assert again.rows_failed == 0 and fake_openai_server.total_requests == first.rows_failed

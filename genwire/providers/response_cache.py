@@ -189,19 +189,17 @@ class ResponseCache:
 
     def put_many(self, entries: Iterable[Entry]) -> None:
         """Store entries in one transaction; a failure is a warning (the answers are simply
-        asked for again next time)."""
-        rows = [
-            (
-                e.key,
-                e.column,
-                e.row,
-                json.dumps(e.answer, ensure_ascii=False, separators=(",", ":")),
-                e.prompt_tokens,
-                e.completion_tokens,
-                time.time(),
-            )
-            for e in entries
-        ]
+        asked for again next time). An answer the output could not hold (a lone surrogate,
+        NaN) is not stored: its row fails as unwritable and must be asked again."""
+        now = time.time()
+        rows = []
+        for e in entries:
+            try:
+                text = json.dumps(e.answer, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+                text.encode("utf-8")
+            except (ValueError, TypeError):
+                continue
+            rows.append((e.key, e.column, e.row, text, e.prompt_tokens, e.completion_tokens, now))
         if not rows:
             return
         with self._lock:
