@@ -283,9 +283,12 @@ def test_no_response_cache_and_enabled_false_bypass_it_and_cache_info_clear(tmp_
         assert info["oldest"] <= info["newest"]
         run_json(config, "--fresh", "--skip-preflight")
         assert json.loads(cli("cache", "info", config, "--json").stdout)["hits"] == N
+        summary = cli("run", config, "--fresh", "--skip-preflight")
+        assert f"{N} answers from the cache" in summary.stdout, summary.stdout
         table = cli("cache", "info", config)
         assert table.returncode == 0 and f"{N:,}" in table.stdout and "entries" in table.stdout
 
+        assert json.loads(cli("cache", "info", config, "--json").stdout)["hits"] == 2 * N
         cleared = cli("cache", "clear", config)
         assert cleared.returncode == 0 and f"removed {N} cached answers" in cleared.stdout
         assert json.loads(cli("cache", "info", config, "--json").stdout)["entries"] == 0
@@ -456,3 +459,34 @@ async def test_an_answer_the_output_cannot_hold_is_not_cached(
     async with genwire.boot(cfg) as container:
         again = await container.run(skip_preflight=True, resume=False)
     assert again.rows_failed == 0 and fake_openai_server.total_requests == first.rows_failed
+
+
+def test_two_runs_at_once_share_one_cache_safely(tmp_path: Path) -> None:
+    shared = tmp_path / "shared-cache"
+    with FakeOpenAIServer(latency=0.005) as server:
+        configs = []
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            cfg = pipeline(server, tmp_path / name, chat_columns(f"Summarise for {name}: {{{{ first }}}}"), n=60)
+            cfg["cache"] = {"dir": str(shared)}
+            configs.append(write(cfg, tmp_path / name / "genwire.yaml"))
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "genwire.cli.main", "run", str(c), "--skip-preflight"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for c in configs
+        ]
+        for proc in procs:
+            _, stderr = proc.communicate(timeout=120)
+            assert proc.returncode == 0, stderr
+            assert "response cache" not in stderr, stderr  # no lock or write failure was warned
+        info = json.loads(cli("cache", "info", configs[0], "--json").stdout)
+        # Same first column in both (one entry per row), their own second and third columns.
+        assert info["columns"] == {"first": 60, "second": 120, "third": 120}
+        server.reset_stats()
+        for config in configs:
+            run_json(config, "--fresh", "--skip-preflight")
+        assert server.total_requests == 0

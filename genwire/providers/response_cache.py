@@ -23,11 +23,13 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from genwire.config.loader import LoadedConfig
 
 log = logging.getLogger("genwire.cache")
+
+Role = Literal["read", "write"]
 
 FORMAT_VERSION = 1
 DB_NAME = "responses.sqlite3"
@@ -100,15 +102,17 @@ class CacheInfo:
 
 
 class ResponseCache:
-    """One cache directory. Opened lazily on first use; safe to use from the event loop
-    thread and a writer thread (one lock guards the connection)."""
+    """One cache directory, opened lazily on first use. Lookups (on the event loop) and
+    writes (in a worker thread) use two connections, each behind its own lock: in WAL mode
+    a reader never waits for a writer, so a write waiting out another run's transaction
+    never stalls the loop's lookups."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.path = directory / DB_NAME
-        self._conn: sqlite3.Connection | None = None
+        self._conns: dict[Role, sqlite3.Connection] = {}
         self._broken = False  # warned once; from then on every lookup is a miss
-        self._lock = threading.Lock()
+        self._locks: dict[Role, threading.Lock] = {"read": threading.Lock(), "write": threading.Lock()}
         self.hits = 0  # served by this process since it opened the cache
         self._hits_saved = 0
 
@@ -117,9 +121,10 @@ class ResponseCache:
 
     # --- connection ----------------------------------------------------------------------
 
-    def _connect(self) -> sqlite3.Connection | None:
-        if self._conn is not None or self._broken:
-            return self._conn
+    def _connect(self, role: Role) -> sqlite3.Connection | None:
+        """The ``role`` connection; the caller holds that role's lock."""
+        if role in self._conns or self._broken:
+            return self._conns.get(role)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
@@ -135,7 +140,7 @@ class ResponseCache:
             conn.close()
             self._disable(f"the response cache {self.path} is unreadable ({exc}); running without it")
             return None
-        self._conn = conn
+        self._conns[role] = conn
         return conn
 
     def _disable(self, message: str) -> None:
@@ -144,12 +149,17 @@ class ResponseCache:
 
     def close(self) -> None:
         """Record this process's hits and close (idempotent)."""
-        with self._lock:
-            conn, self._conn = self._conn, None
+        with self._locks["read"]:
+            reader = self._conns.pop("read", None)
+            if reader is not None:
+                reader.close()
+        with self._locks["write"]:
+            new = self.hits - self._hits_saved
+            conn = self._connect("write") if new else self._conns.get("write")
+            self._conns.pop("write", None)
             if conn is None:
                 return
             try:
-                new = self.hits - self._hits_saved
                 if new:
                     with conn:
                         conn.execute(
@@ -166,8 +176,8 @@ class ResponseCache:
     # --- entries -------------------------------------------------------------------------
 
     def get(self, key: str) -> CachedAnswer | None:
-        with self._lock:
-            conn = self._connect()
+        with self._locks["read"]:
+            conn = self._connect("read")
             if conn is None:
                 return None
             try:
@@ -202,8 +212,8 @@ class ResponseCache:
             rows.append((e.key, e.column, e.row, text, e.prompt_tokens, e.completion_tokens, now))
         if not rows:
             return
-        with self._lock:
-            conn = self._connect()
+        with self._locks["write"]:
+            conn = self._connect("write")
             if conn is None:
                 return
             try:
@@ -219,8 +229,8 @@ class ResponseCache:
         empty = CacheInfo(self.directory, 0, size, None, None, 0, {})
         if not self.path.exists():
             return empty
-        with self._lock:
-            conn = self._connect()
+        with self._locks["write"]:
+            conn = self._connect("write")
             if conn is None:
                 return empty
             try:
@@ -238,8 +248,8 @@ class ResponseCache:
         """Delete every entry; returns how many there were. Safe while another run uses it."""
         if not self.path.exists():
             return 0
-        with self._lock:
-            conn = self._connect()
+        with self._locks["write"]:
+            conn = self._connect("write")
             if conn is None:  # unreadable (warned): clearing it means removing its files
                 for part in self.directory.glob(DB_NAME + "*"):
                     part.unlink(missing_ok=True)
