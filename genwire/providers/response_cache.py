@@ -23,9 +23,10 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from genwire.config.loader import LoadedConfig
+if TYPE_CHECKING:  # the loader (yaml) is not needed to use a cache
+    from genwire.config.loader import LoadedConfig
 
 log = logging.getLogger("genwire.cache")
 
@@ -57,7 +58,7 @@ def entry_key(endpoint: str, body: Any, column: str, rows: Sequence[int]) -> str
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
-        allow_nan=True,
+        default=repr,  # a plugin's odd param still gets a key; sending it fails as it always did
     )
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 

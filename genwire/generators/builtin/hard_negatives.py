@@ -238,10 +238,10 @@ class HardNegatives(Generator[HardNegativesParams]):
             with cached_rows(cache_rows):
                 raw = checked_vectors(await self.resources.embedder.embed(queries), len(queries))
                 vectors = finite_unit_rows(raw).astype(np.float32)
-            if vectors.shape[1] != index.matrix.shape[1]:
-                raise ValueError(
-                    f"query vectors have {vectors.shape[1]} dimensions, corpus vectors {index.matrix.shape[1]}"
-                )
+                if vectors.shape[1] != index.matrix.shape[1]:
+                    raise ValueError(
+                        f"query vectors have {vectors.shape[1]} dimensions, corpus vectors {index.matrix.shape[1]}"
+                    )
         except Exception as exc:
             for i in positions:
                 out[i] = RowFailure(exc)
