@@ -114,6 +114,7 @@ class ResponseCache:
         self._conns: dict[Role, sqlite3.Connection] = {}
         self._broken = False  # warned once; from then on every lookup is a miss
         self._locks: dict[Role, threading.Lock] = {"read": threading.Lock(), "write": threading.Lock()}
+        self._closed = False
         self.hits = 0  # served by this process since it opened the cache
         self._hits_saved = 0
 
@@ -149,7 +150,9 @@ class ResponseCache:
         self._broken = True
 
     def close(self) -> None:
-        """Record this process's hits and close (idempotent)."""
+        """Record this process's hits and close (idempotent). A write still running in a
+        thread finishes first; one that starts later opens, writes and closes on its own."""
+        self._closed = True
         with self._locks["read"]:
             reader = self._conns.pop("read", None)
             if reader is not None:
@@ -178,7 +181,7 @@ class ResponseCache:
 
     def get(self, key: str) -> CachedAnswer | None:
         with self._locks["read"]:
-            conn = self._connect("read")
+            conn = self._connect("read") if not self._closed else None
             if conn is None:
                 return None
             try:
@@ -222,6 +225,10 @@ class ResponseCache:
                     conn.executemany("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
             except sqlite3.Error as exc:
                 log.warning("cannot write to the response cache %s (%s)", self.path, exc)
+            finally:
+                if self._closed:  # a write that outlived close() (a cancelled run's last batch)
+                    self._conns.pop("write", None)
+                    conn.close()
 
     # --- genwire cache info | clear ------------------------------------------------------
 
