@@ -28,6 +28,8 @@ def config(url: str, rows: int, out: Path) -> dict[str, Any]:
     return {
         "providers": {"srv": {"kind": "openai", "base_url": url, "max_concurrency": 16}},
         "models": {"writer": {"provider": "srv", "model": "writer", "kind": "chat"}},
+        # Off: this measures resume alone (the fresh baseline would otherwise be all cache hits).
+        "cache": {"enabled": False},
         "pipeline": {
             "num_records": rows,
             "output": str(out),

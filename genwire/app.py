@@ -38,6 +38,7 @@ class Container(WiredPipeline):
         on_preflight: Callable[[PreflightReport], None] | None = None,
         use_cache: bool = True,
         cache_dir: Path | None = None,
+        response_cache: bool = True,
     ) -> RunResult:
         """Pre-flight (unless skipped), then generate, checkpointing every batch, and
         write the dataset atomically.
@@ -46,7 +47,8 @@ class Container(WiredPipeline):
         the output; ``resume=False`` discards it. ``on_preflight`` receives the report
         before the run starts (or stops). Raises ``PreflightError`` (with the report)
         if the pre-flight fails, ``RunStopped`` above ``max_failure_rate`` (rows kept),
-        ``RunSetupError`` when the run cannot start as asked.
+        ``RunSetupError`` when the run cannot start as asked. ``response_cache=False``
+        neither reads nor writes the response cache (``cache:``; SPEC §12).
         """
         return await run_pipeline(
             self,
@@ -61,6 +63,7 @@ class Container(WiredPipeline):
             on_preflight=on_preflight,
             use_cache=use_cache,
             cache_dir=cache_dir,
+            response_cache=response_cache,
         )
 
 

@@ -70,6 +70,21 @@ pipeline:
             "kind: chat, dimensions: abc}",
             "models.writer.dimensions: Input should be a valid integer, got 'abc'",
         ),
+        (
+            "pipeline:\n",
+            "cache: {enabled: maybe}\npipeline:\n",
+            "genwire.yaml:5:9 cache.enabled: Input should be a valid boolean, unable to interpret input, got 'maybe'",
+        ),
+        (
+            "pipeline:\n",
+            "cache: {dirr: .cache}\npipeline:\n",
+            "genwire.yaml:5:9 cache.dirr: unknown key 'dirr'",
+        ),
+        (
+            "pipeline:\n",
+            "cache: {dir: ''}\npipeline:\n",
+            "genwire.yaml:5:9 cache.dir: String should have at least 1 character, got ''",
+        ),
     ],
 )
 def test_errors_show_the_value_and_what_to_write(

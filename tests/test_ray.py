@@ -194,6 +194,25 @@ async def test_same_rows_as_the_local_engine(
     assert on_ray.requests == local.requests == {"writer": 101}  # workers' requests are counted too
 
 
+async def test_ray_workers_share_the_response_cache(
+    ray_workers: Any, fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    fake_openai_server.vary_answers()  # a new answer per request: a cached one is recognisable
+    cfg = pipeline(fake_openai_server, tmp_path, n=40)
+    cfg["cache"] = {"dir": str(tmp_path / "cache")}
+    on_ray = await run(cfg, "ray", output=tmp_path / "ray.jsonl")  # the workers pay and store
+    assert on_ray.requests == {"writer": 41} and on_ray.usage["writer"].cached == 0
+    fake_openai_server.reset_stats()
+    local = await run(cfg, "local", output=tmp_path / "local.jsonl")
+    assert fake_openai_server.requests["writer"] == 1  # the probe: every answer was the workers'
+    assert local.usage["writer"].cached == 40
+    assert (tmp_path / "local.jsonl").read_bytes() == (tmp_path / "ray.jsonl").read_bytes()
+    fake_openai_server.reset_stats()
+    again = await run(cfg, "ray", output=tmp_path / "again.jsonl")
+    assert fake_openai_server.requests["writer"] == 1 and again.usage["writer"].cached == 40
+    assert (tmp_path / "again.jsonl").read_bytes() == (tmp_path / "ray.jsonl").read_bytes()
+
+
 async def test_a_stopped_ray_run_resumes_on_ray_with_the_same_rows(
     ray_workers: Any, fake_openai_server: FakeOpenAIServer, tmp_path: Path
 ) -> None:

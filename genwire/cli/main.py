@@ -242,6 +242,11 @@ def _output_suffix(ctx: click.Context, param: click.Parameter, value: Path | Non
 @click.option("--fresh", is_flag=True, help="Discard the checkpoint of an earlier run and start over.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout (progress goes to stderr).")
 @click.option("--no-cache", is_flag=True, help="Probe everything, ignoring the probe cache.")
+@click.option(
+    "--no-response-cache",
+    is_flag=True,
+    help="Ask the models for every answer; neither read nor write the response cache.",
+)
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--address", help="Ray cluster address (with --engine ray).")
 @click.option(
@@ -256,6 +261,7 @@ def run(
     fresh: bool,
     as_json: bool,
     no_cache: bool,
+    no_response_cache: bool,
     engine: Literal["local", "ray"],
     address: str | None,
     workers: int | None,
@@ -284,6 +290,7 @@ def run(
                 ray_workers=workers,
                 on_preflight=lambda report: console.print(preflight_table(report)),
                 use_cache=not no_cache,
+                response_cache=not no_response_cache,
             )
 
     try:
@@ -316,6 +323,58 @@ def run(
         return
     out.print(run_summary(result))
     click.echo(f"dataset written to {result.output}")
+
+
+_CACHE_FILE = click.argument(
+    "file", type=click.Path(dir_okay=False, path_type=Path), default=Path("genwire.yaml"), required=False
+)
+
+
+def _response_cache(file: Path) -> Any:
+    """The response cache of ``file``'s config (SPEC §12), whether or not it is enabled."""
+    from genwire.config.loader import load_config
+    from genwire.providers.response_cache import ResponseCache, cache_dir
+
+    directory = cache_dir(load_config(file))
+    assert directory is not None  # a config file always has a directory to sit beside
+    return ResponseCache(directory)
+
+
+@cli.group()
+def cache() -> None:
+    """The response cache: answers a rerun takes instead of asking the model again."""
+
+
+@cache.command("info")
+@_CACHE_FILE
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as one JSON object.")
+@handle_errors
+def cache_info(file: Path, as_json: bool) -> None:
+    """Entries, size, hits and age of FILE's response cache (default ./genwire.yaml)."""
+    from genwire.cli.render import cache_table
+
+    store = _response_cache(file)
+    try:
+        info = store.info()
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps(info.as_dict()))
+    else:
+        out.print(cache_table(info))
+
+
+@cache.command("clear")
+@_CACHE_FILE
+@handle_errors
+def cache_clear(file: Path) -> None:
+    """Delete every entry of FILE's response cache (default ./genwire.yaml)."""
+    store = _response_cache(file)
+    try:
+        removed = store.clear()
+    finally:
+        store.close()
+    out.print(f"removed {removed:,} cached answers from {store.directory}", markup=False)
 
 
 @cli.command()

@@ -12,6 +12,7 @@ from rich.table import Table
 from genwire.container.plan import WiringPlan
 from genwire.engine.run import RunResult
 from genwire.preflight.report import PreflightReport
+from genwire.providers.response_cache import CacheInfo
 
 _STATUS_STYLE = {"ok": "green", "failed": "bold red", "skipped": "yellow"}
 
@@ -124,10 +125,11 @@ def run_summary(result: RunResult) -> Table:
     )
     table.add_row("time", f"{result.duration_s:.2f}s ({result.rows_per_s:.1f} rows/s)")
     for alias, u in sorted(result.usage.items()):
+        cached = f"; {u.cached:,} answers from the cache ({u.saved_tokens:,} tokens saved)" if u.cached else ""
         table.add_row(
             escape(f"model {alias}"),
             f"{u.requests:,} requests ({u.retries:,} retries, {u.rate_limited:,} rate-limited), "
-            f"{u.prompt_tokens:,} prompt + {u.completion_tokens:,} completion tokens",
+            f"{u.prompt_tokens:,} prompt + {u.completion_tokens:,} completion tokens{cached}",
         )
     for name, c in sorted(result.concurrency.items()):
         paused = f", paused {c.pauses:,} times by 429s" if c.pauses else ""
@@ -136,6 +138,29 @@ def run_summary(result: RunResult) -> Table:
             f"peak {c.peak_in_flight} in flight of {c.max_concurrency}, ended at {c.limit}{paused}",
         )
     table.add_row("output", escape(str(result.output)))
+    return table
+
+
+def _when(stamp: float | None) -> str:
+    if stamp is None:
+        return "–"
+    import datetime
+
+    return datetime.datetime.fromtimestamp(stamp).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def cache_table(info: CacheInfo) -> Table:
+    table = Table(title="Response cache", title_justify="left", show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    table.add_row("directory", escape(str(info.directory)))
+    table.add_row("entries", f"{info.entries:,}")
+    table.add_row("size", f"{info.bytes:,} bytes")
+    table.add_row("hits", f"{info.hits:,} answers served")
+    table.add_row("oldest", _when(info.oldest))
+    table.add_row("newest", _when(info.newest))
+    for column, count in info.columns.items():
+        table.add_row(escape(f"column {column}"), f"{count:,} entries")
     return table
 
 

@@ -242,6 +242,16 @@ class PreflightConfig(StrictModel):
     cache_ttl_s: Annotated[float, Field(ge=0)] = 0.0
 
 
+class CacheConfig(StrictModel):
+    """The response cache (a rerun pays only for the requests that changed)."""
+
+    enabled: bool = True
+    # Where it lives; relative paths resolve against the config file's directory.
+    # Default: .genwire/cache beside the config file (a config given as a dict has no
+    # file: its cache is off unless dir is given).
+    dir: Annotated[str, Field(min_length=1)] | None = None
+
+
 # --- the file --------------------------------------------------------------------------
 
 
@@ -252,3 +262,4 @@ class GenwireConfig(StrictModel):
     defaults: DefaultsConfig = Field(default_factory=DefaultsConfig)
     pipeline: PipelineConfig
     preflight: PreflightConfig = Field(default_factory=PreflightConfig)
+    cache: CacheConfig = Field(default_factory=CacheConfig)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
 from collections.abc import Iterable, Iterator
@@ -12,6 +13,8 @@ from genwire.container.core import WiredPipeline
 from genwire.errors import GenwireError, ModelError, PluginError, UndeclaredResourceError, exception_text
 from genwire.generators.base import Generator
 from genwire.generators.outcome import RowFailure
+from genwire.providers.request_context import BatchScope, batch_scope, column_scope
+from genwire.providers.response_cache import ResponseCache
 
 T = TypeVar("T")
 
@@ -28,6 +31,7 @@ class BatchResult:
     indices: list[int]  # of ``rows``, one each
     rows: list[dict[str, Any]]
     failures: list[dict[str, Any]]
+    cached: int = 0  # answers the response cache served for this batch (no request sent)
 
 
 def failure_record(
@@ -42,21 +46,38 @@ def failure_record(
 class BatchRunner:
     """Runs the container's column generators over batches of row indices."""
 
-    def __init__(self, container: WiredPipeline) -> None:
+    def __init__(self, container: WiredPipeline, cache: ResponseCache | None = None) -> None:
         container.reset_generators()  # generators may keep per-run state (cursors, caches)
         self.generators: list[Generator[Any]] = [container.generator(c.name) for c in container.columns]
         self.columns = [c.name for c in container.columns]
+        self.cache = cache
 
     async def run(self, indices: list[int]) -> BatchResult:
         """Rows ``indices`` (global positions; any set, e.g. the rows a resumed run still
-        needs). Indices travel beside the rows: the row dicts hold user columns only."""
-        indices = list(indices)
+        needs). Indices travel beside the rows: the row dicts hold user columns only.
+        Model requests inside see the response cache, the column and (said by the
+        generator) the row: ``providers.request_context``."""
+        with batch_scope(self.cache) as scope:
+            try:
+                result = await self._run(list(indices), scope)
+            finally:
+                if scope is not None:  # answers kept by a batch that was cancelled: still stored
+                    scope.cache.put_many(scope.take_kept())
+            if scope is not None:
+                result.cached = scope.hits
+            return result
+
+    async def _run(self, indices: list[int], scope: BatchScope | None) -> BatchResult:
         live: list[dict[str, Any]] = [{} for _ in indices]
         failures: list[dict[str, Any]] = []
         for gen in self.generators:
             if not live:
                 break
-            values = await self.call(gen, live, indices)
+            with column_scope(gen.column):
+                values = await self.call(gen, live, indices)
+            if scope is not None and scope.kept:
+                # One transaction per column and batch, off the event loop.
+                await asyncio.to_thread(scope.cache.put_many, scope.take_kept())
             kept, kept_indices = [], []
             for index, row, value in zip(indices, live, values, strict=True):
                 if isinstance(value, RowFailure):

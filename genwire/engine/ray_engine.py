@@ -50,6 +50,10 @@ in row order, so the ``OutputSink`` writes exactly what the local engine writes.
 * **Checkpoints.** Blocks come back to the driver in row order and go through the same
   ``OutputSink`` as the local engine's batches: the driver writes the checkpoint, and a
   resume sends the workers only the missing rows.
+* **Response cache.** Workers open the driver's cache directory (``WorkerSpec``): on
+  a cluster it must be a path every node sees (``cache.dir`` on a shared file system).
+  SQLite in WAL mode lets the workers read and write it at once; their hits travel
+  back in each ``BatchResult`` and in their usage.
 * **Ray's lifetime.** An existing Ray (``ray.is_initialized()``) is used as is and never
   shut down. Otherwise ``ray.init(address=...)`` (the ``ray_address`` given, else
   Ray's own ``RAY_ADDRESS``) joins that cluster or starts a
@@ -70,6 +74,7 @@ import re
 import traceback
 from collections import deque
 from collections.abc import AsyncGenerator, Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -80,6 +85,7 @@ from genwire.container.wiring import wire_columns
 from genwire.engine.batches import BatchResult, BatchRunner, batched
 from genwire.errors import GenwireError, RunError, exception_text
 from genwire.generators.base import Generator
+from genwire.providers.response_cache import ResponseCache
 from genwire.providers.usage import ModelUsage, merge_usage
 
 INSTALL_HINT = "the ray engine needs Ray: pip install 'genwire[ray]'"
@@ -102,6 +108,7 @@ class WorkerSpec:
 
     loaded: LoadedConfig
     generators: dict[str, type[Generator[Any]]]
+    response_cache: Path | None = None  # the driver's cache directory: a path every node sees
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +160,7 @@ class BlockWorker:
         self._spec = spec
         self._container: WiredPipeline | None = None
         self._runner: BatchRunner | None = None
+        self._cache: ResponseCache | None = None
         # Created on first use: asyncio primitives belong to the actor's event loop.
         self._boot_lock: asyncio.Lock | None = None
         self._slots: asyncio.Semaphore | None = None
@@ -163,7 +171,9 @@ class BlockWorker:
         async with self._boot_lock:
             if self._runner is None:
                 self._container = boot_worker_container(self._spec)
-                self._runner = BatchRunner(self._container)
+                if self._spec.response_cache is not None:
+                    self._cache = ResponseCache(self._spec.response_cache)
+                self._runner = BatchRunner(self._container, self._cache)
                 self._slots = asyncio.Semaphore(BATCHES_IN_FLIGHT)
         assert self._slots is not None
         return self._runner, self._slots
@@ -191,6 +201,9 @@ class BlockWorker:
     async def close(self) -> dict[str, dict[str, int]]:
         """Close the container; returns this worker's usage per model alias."""
         container, self._container, self._runner = self._container, None, None
+        cache, self._cache = self._cache, None
+        if cache is not None:
+            cache.close()
         if container is None:
             return {}
         usage = {alias: u.as_dict() for alias, u in container.usage_by_model().items()}
@@ -316,8 +329,11 @@ async def close_workers(ray: ModuleType, actors: list[Any]) -> dict[str, ModelUs
 class RayBatches:
     """The run's batches, in row order, computed by Ray actors."""
 
-    def __init__(self, container: WiredPipeline, address: str | None, workers: int | None) -> None:
+    def __init__(
+        self, container: WiredPipeline, address: str | None, workers: int | None, response_cache: Path | None = None
+    ) -> None:
         self._container = container
+        self._response_cache = response_cache
         self._address = address
         self._workers = workers
         self._usage: dict[str, ModelUsage] = {}
@@ -373,7 +389,7 @@ class RayBatches:
 
         try:
             for i in range(workers):
-                spec = WorkerSpec(split_config(container.loaded, caps, workers, i), generators)
+                spec = WorkerSpec(split_config(container.loaded, caps, workers, i), generators, self._response_cache)
                 try:
                     actors.append(actor_cls.remote(spec))
                 except Exception as exc:  # the spec must pickle: config data and importable classes

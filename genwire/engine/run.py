@@ -24,6 +24,7 @@ from genwire.engine.writers import check_output, errors_path
 from genwire.errors import RunError
 from genwire.preflight.report import PreflightError, PreflightReport
 from genwire.preflight.runner import run_preflight
+from genwire.providers.response_cache import ResponseCache, cache_dir
 from genwire.providers.usage import Concurrency, ModelUsage, merge_usage, requests_of
 
 Engine = Literal["local", "ray"]
@@ -82,6 +83,14 @@ class BatchSource(Protocol):
     def usage(self) -> dict[str, ModelUsage]: ...
 
 
+def response_cache_dir(container: WiredPipeline, enabled: bool = True) -> Path | None:
+    """The run's response cache directory; None when it is off (``cache.enabled: false``,
+    ``--no-response-cache``, or a dict config without ``cache.dir``)."""
+    if not enabled or not container.config.cache.enabled:
+        return None
+    return cache_dir(container.loaded)
+
+
 def output_path(container: WiredPipeline, output: str | Path | None) -> Path:
     return Path(output) if output is not None else container.loaded.resolve_path(container.config.pipeline.output)
 
@@ -104,6 +113,7 @@ async def run_pipeline(
     on_preflight: Callable[[PreflightReport], None] | None,
     use_cache: bool = True,
     cache_dir: Path | None = None,
+    response_cache: bool = True,
 ) -> RunResult:
     cfg = container.config.pipeline
     n = cfg.num_records if num_records is None else num_records
@@ -121,13 +131,15 @@ async def run_pipeline(
         directory, fingerprint(container.loaded, container.columns), n, fresh=not resume, fresh_hint=FRESH_HINT
     )
     started = time.perf_counter()
+    responses_at = response_cache_dir(container, response_cache)
+    responses = ResponseCache(responses_at) if responses_at is not None else None
     source: BatchSource
     if engine == "ray":
         from genwire.engine.ray_engine import RayBatches
 
-        source = RayBatches(container, ray_address, ray_workers)
+        source = RayBatches(container, ray_address, ray_workers, responses_at)
     else:
-        source = LocalBatches(container)
+        source = LocalBatches(container, responses)
     sink: OutputSink | None = None
     try:
         report = None
@@ -160,6 +172,9 @@ async def run_pipeline(
         else:
             checkpoint.close()
         raise
+    finally:
+        if responses is not None:
+            responses.close()
     return RunResult(
         output=target,
         rows_requested=n,
@@ -194,8 +209,9 @@ class LocalBatches:
     idle slots, up to ``ROWS_AHEAD`` rows.
     """
 
-    def __init__(self, container: WiredPipeline) -> None:
+    def __init__(self, container: WiredPipeline, cache: ResponseCache | None = None) -> None:
         self._container = container
+        self._cache = cache
 
     def usage(self) -> dict[str, ModelUsage]:
         return {}  # the container's own clients made every request: counted by the caller
@@ -209,7 +225,7 @@ class LocalBatches:
         return any(c.waiting < c.limit for c in self._container.concurrency().values())
 
     async def batches(self, indices: Iterator[int], batch_size: int) -> AsyncGenerator[BatchResult, None]:
-        runner = BatchRunner(self._container)
+        runner = BatchRunner(self._container, self._cache)
         todo = enumerate(batched(indices, batch_size))
         running: dict[asyncio.Task[BatchResult], int] = {}
         finished: dict[int, asyncio.Task[BatchResult]] = {}  # an error is raised in row order too

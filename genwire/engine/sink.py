@@ -47,6 +47,7 @@ class OutputSink:
         self.resumed = checkpoint.resumed
         self.written = 0  # rows done in this session
         self.failed = 0  # rows failed in this session
+        self.cached = 0  # answers served by the response cache in this session
         if progress is not None:
             progress.start(checkpoint.num_records, checkpoint.resumed)
 
@@ -65,11 +66,16 @@ class OutputSink:
         self.checkpoint.append(rows, failures)
         self.written += len(rows)
         self.failed += len(failures)
+        self.cached += result.cached
         if self.progress is not None:
-            self.progress.advance(len(rows), len(failures), self.status() if self.status else "")
+            self.progress.advance(len(rows), len(failures), self._status_text())
         processed = self.written + self.failed
         if processed >= MIN_ROWS_FOR_RATE and self.failed / processed > self.max_failure_rate:
             self._stop(f"stopped after {processed} rows: {self.failed} failed ({self.failed / processed:.0%})")
+
+    def _status_text(self) -> str:
+        parts = [self.status() if self.status else "", f"{self.cached:,} cached" if self.cached else ""]
+        return ", ".join(p for p in parts if p)
 
     def finish(self) -> None:
         """All rows were tried: check the failure rate over the whole run, then write

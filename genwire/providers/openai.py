@@ -14,10 +14,10 @@ import json
 import random
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from email.utils import parsedate_to_datetime
 from types import MappingProxyType
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import aiohttp
 from multidict import CIMultiDict
@@ -27,10 +27,13 @@ from genwire.config.schema import ModelConfig, OpenAIProviderConfig
 from genwire.errors import ErrorClass, ModelError, exception_text
 from genwire.providers.base import chat_messages, count_attempt, note_rate_limited
 from genwire.providers.pacing import ProviderGate, estimate_tokens
+from genwire.providers.request_context import are_vectors, cache_slot, endpoint_id
 from genwire.providers.routes import Route, open_route, resolve_route
-from genwire.providers.usage import Concurrency, ModelUsage, requests_of
+from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
 
 __all__ = ["OpenAIChatModel", "OpenAIEmbeddingModel", "OpenAIProvider"]
+
+T = TypeVar("T")
 
 # Upper bound for any single wait between attempts (backoff or Retry-After): a server
 # asking for minutes would otherwise stall a run silently.
@@ -87,6 +90,10 @@ class OpenAIProvider:
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._routes: list[Route[OpenAIProvider]] = []  # keeps the handles' routes alive
+        # The response cache's endpoint identity: kind, URL and a hash of the key, never the key.
+        self.cache_endpoint = endpoint_id(
+            "openai", self.base_url, config.api_key.get_secret_value() if config.api_key is not None else None
+        )
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(name={self.name!r}, base_url={self._display_url!r})"
@@ -382,10 +389,31 @@ class _Handle:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(alias={self.alias!r}, model={self.model!r})"
 
-    async def _post(self, path: str, payload: dict[str, Any]) -> tuple[Any, int]:
+    async def _ask(
+        self,
+        path: str,
+        payload: dict[str, Any],
+        answer_of: Callable[[Any, int], T],
+        usable: Callable[[Any], bool],
+    ) -> T:
+        """Send ``payload`` (or take its answer from the response cache) and return
+        ``answer_of(response, attempts)``. A cache hit sends nothing and takes no slot of
+        the provider's gate; an answer is offered to the cache only once it parsed."""
         route = resolve_route(self._token, OpenAIProvider)
+        provider = route.provider
         # The route's model, whatever the payload says: a handle sends only for its model.
-        return await route.provider.post(route.alias, path, {**payload, "model": route.model})
+        body = {**payload, "model": route.model}
+        slot = cache_slot(provider.cache_endpoint, {"path": path, "body": body})
+        if slot is not None:
+            found = slot.get(provider._usage(route.alias), usable)
+            if found is not None:
+                cached: T = found.answer
+                return cached
+        data, attempts = await provider.post(route.alias, path, body)
+        answer = answer_of(data, attempts)
+        if slot is not None:
+            slot.keep(answer, reported_tokens(data) or (0, 0))
+        return answer
 
 
 class OpenAIChatModel(_Handle):
@@ -396,8 +424,7 @@ class OpenAIChatModel(_Handle):
     async def complete(self, prompt: str, *, system: str | None = None, **params: Any) -> str:
         # Config params, then call params (they win); model and messages are ours.
         payload = {**self._params, **params, "messages": chat_messages(prompt, system)}
-        data, attempts = await self._post("/chat/completions", payload)
-        return self._content(data, attempts)
+        return await self._ask("/chat/completions", payload, self._content, _is_text)
 
     def _content(self, data: Any, attempts: int) -> str:
         def bad(why: str) -> ModelError:
@@ -449,8 +476,13 @@ class OpenAIEmbeddingModel(_Handle):
         if not inputs:
             return []
         payload = {**self._params, "input": inputs}
-        data, attempts = await self._post("/embeddings", payload)
-        return self._vectors(data, len(inputs), attempts)
+        count = len(inputs)
+        return await self._ask(
+            "/embeddings",
+            payload,
+            lambda data, attempts: self._vectors(data, count, attempts),
+            lambda answer: are_vectors(answer, count),
+        )
 
     def _vectors(self, data: Any, count: int, attempts: int) -> list[list[float]]:
         def bad(why: str) -> ModelError:
@@ -489,6 +521,10 @@ class OpenAIEmbeddingModel(_Handle):
 
 
 # --- helpers -----------------------------------------------------------------------------
+
+
+def _is_text(answer: Any) -> bool:
+    return isinstance(answer, str)
 
 
 # Sentences after the first are kept only if they carry a figure and one of these words.

@@ -10,13 +10,17 @@ from typing import Any
 @dataclass
 class ModelUsage:
     """Counts for one model alias. Tokens come from the responses' ``usage`` (0 where a
-    server reports none); ``requests`` counts every attempt, retries included."""
+    server reports none); ``requests`` counts every attempt, retries included. ``cached``
+    counts answers served by the response cache (no request sent) and ``saved_tokens``
+    the prompt and completion tokens those answers were paid with when they were stored."""
 
     requests: int = 0
     retries: int = 0
     rate_limited: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached: int = 0
+    saved_tokens: int = 0
 
     def add(self, other: ModelUsage) -> None:
         self.requests += other.requests
@@ -24,20 +28,30 @@ class ModelUsage:
         self.rate_limited += other.rate_limited
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
+        self.cached += other.cached
+        self.saved_tokens += other.saved_tokens
 
     def count_tokens(self, body: Any) -> int | None:
         """Add the tokens an OpenAI-style response reports in ``usage``, and return their
         sum (None when it reports none; anything else is ignored)."""
-        usage = body.get("usage") if isinstance(body, dict) else None
-        if not isinstance(usage, dict):
+        tokens = reported_tokens(body)
+        if tokens is None:
             return None
-        prompt, completion = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+        prompt, completion = tokens
         self.prompt_tokens += prompt
         self.completion_tokens += completion
         return prompt + completion
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
+
+
+def reported_tokens(body: Any) -> tuple[int, int] | None:
+    """(prompt, completion) tokens an OpenAI-style response reports in ``usage``, or None."""
+    usage = body.get("usage") if isinstance(body, dict) else None
+    if not isinstance(usage, dict):
+        return None
+    return _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
 
 
 def _count(value: Any) -> int:

@@ -128,6 +128,8 @@ class FakeOpenAIServer:
         self._api_key: str | None = None
         self._buckets: dict[str | None, _TokenBucket] = {}  # per model; None: every other model
         self._no_response_format: set[str] = set()
+        self._varied: set[str] = set()
+        self._answers_varied = 0
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -250,6 +252,16 @@ class FakeOpenAIServer:
                 self._no_response_format.add(model)
             else:
                 self._no_response_format.discard(model)
+
+    def vary_answers(self, model: str = "*", vary: bool = True) -> None:
+        """Plain chat answers for ``model`` ("*": every model) end with `` #N``, N a serial
+        number: two requests never get the same answer, as with a sampling model (so a
+        test can tell a cached answer from a new one)."""
+        with self._lock:
+            if vary:
+                self._varied.add(model)
+            else:
+                self._varied.discard(model)
 
     def require_api_key(self, key: str | None) -> None:
         """Requests without ``Authorization: Bearer <key>`` get 401 (None: no check)."""
@@ -467,6 +479,12 @@ class FakeOpenAIServer:
                     if schema is not None
                     else fake_answer(texts[-1] if texts else "")
                 )
+                with self._lock:
+                    varied = model in self._varied or "*" in self._varied
+                    self._answers_varied += 1
+                    number = self._answers_varied
+                if varied and schema is None:
+                    content = f"{content} #{number}"
             completion_tokens = count_tokens(content)
             self._count_usage(model, prompt_tokens, completion_tokens)
             return _json(200, _chat_body(model, content, prompt_tokens, completion_tokens))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -11,6 +12,7 @@ from genwire.generators.base import Generator
 from genwire.generators.builtin.common import ColumnRef, checked_vectors, text_at
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import RowFailure
+from genwire.providers.request_context import cached_rows
 
 
 class EmbeddingParams(BaseModel):
@@ -32,6 +34,12 @@ class Embedding(Generator[EmbeddingParams]):
         return {params.column}
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        return await self._embed_rows(rows, None)
+
+    async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any]:
+        return await self._embed_rows(rows, indices)
+
+    async def _embed_rows(self, rows: list[dict[str, Any]], indices: Sequence[int] | None) -> list[Any]:
         out: list[Any] = [None] * len(rows)
         positions: list[int] = []
         texts: list[str] = []
@@ -44,8 +52,13 @@ class Embedding(Generator[EmbeddingParams]):
                 positions.append(i)
         if not texts:
             return out
+        # One request for the batch's texts, cached under all their rows' indices.
+        cache_rows = [indices[i] for i in positions] if indices is not None else []
         try:
-            vectors = checked_vectors(await self.resources.model.embed(texts), len(texts))
+            with cached_rows(cache_rows) as asked:
+                vectors = checked_vectors(await self.resources.model.embed(texts), len(texts))
+                if not all(v and all(math.isfinite(x) for x in v) for v in vectors):
+                    asked.discard()  # a batch with a bad vector is asked again next time
         except Exception as exc:
             # One call serves the whole batch, so its failure is every embedded row's failure;
             # the engine's failure-rate threshold decides whether the run goes on.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -11,6 +11,7 @@ from genwire.generators.base import Generator
 from genwire.generators.builtin.common import ColumnRef, checked_vectors, finite_unit_rows, resolve_ref
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import RowFailure
+from genwire.providers.request_context import cached_rows
 
 if TYPE_CHECKING:  # numpy is imported where vectors are handled: `genwire validate` never pays for it
     import numpy as np
@@ -70,6 +71,12 @@ class EmbeddingDedup(Generator[EmbeddingDedupParams]):
         return list(items), texts
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        return await self._dedup_rows(rows, None)
+
+    async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any]:
+        return await self._dedup_rows(rows, indices)
+
+    async def _dedup_rows(self, rows: list[dict[str, Any]], indices: Sequence[int] | None) -> list[Any]:
         import numpy as np
 
         out: list[Any] = [None] * len(rows)
@@ -89,9 +96,12 @@ class EmbeddingDedup(Generator[EmbeddingDedupParams]):
             return out
         vectors = np.zeros((0, 0))
         if unique:
+            # One request for the batch's distinct texts, cached under the rows that have any.
+            cache_rows = [indices[i] for i, (_, t) in parsed.items() if any(t)] if indices is not None else []
             try:
-                raw = checked_vectors(await self.resources.embedder.embed(list(unique)), len(unique))
-                vectors = finite_unit_rows(raw)
+                with cached_rows(cache_rows):
+                    raw = checked_vectors(await self.resources.embedder.embed(list(unique)), len(unique))
+                    vectors = finite_unit_rows(raw)
             except Exception as exc:
                 # One call serves the batch: its failure fails every row that needed it.
                 for i, (_, texts) in parsed.items():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -15,6 +15,7 @@ from genwire.generators.builtin.common import ColumnRef, checked_vectors, finite
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import RowFailure
 from genwire.generators.resources import Resources
+from genwire.providers.request_context import cached_rows
 from genwire.providers.threads import in_daemon_thread
 
 if TYPE_CHECKING:  # numpy is imported where vectors are handled: `genwire validate` never pays for it
@@ -194,6 +195,12 @@ class HardNegatives(Generator[HardNegativesParams]):
         ][:k]
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        return await self._negatives(rows, None)
+
+    async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any]:
+        return await self._negatives(rows, indices)
+
+    async def _negatives(self, rows: list[dict[str, Any]], indices: Sequence[int] | None) -> list[Any]:
         import numpy as np
 
         out: list[Any] = [None] * len(rows)
@@ -224,13 +231,17 @@ class HardNegatives(Generator[HardNegativesParams]):
             for i in positions:
                 out[i] = RowFailure(exc)
             return out
+        # The corpus index has no row: it is embedded per run, not cached. The batch's
+        # queries are one request, cached under their rows' indices.
+        cache_rows = [indices[i] for i in positions] if indices is not None else []
         try:
-            raw = checked_vectors(await self.resources.embedder.embed(queries), len(queries))
-            vectors = finite_unit_rows(raw).astype(np.float32)
-            if vectors.shape[1] != index.matrix.shape[1]:
-                raise ValueError(
-                    f"query vectors have {vectors.shape[1]} dimensions, corpus vectors {index.matrix.shape[1]}"
-                )
+            with cached_rows(cache_rows):
+                raw = checked_vectors(await self.resources.embedder.embed(queries), len(queries))
+                vectors = finite_unit_rows(raw).astype(np.float32)
+                if vectors.shape[1] != index.matrix.shape[1]:
+                    raise ValueError(
+                        f"query vectors have {vectors.shape[1]} dimensions, corpus vectors {index.matrix.shape[1]}"
+                    )
         except Exception as exc:
             for i in positions:
                 out[i] = RowFailure(exc)

@@ -3,6 +3,7 @@ against it (``jsonschema``), asked again when a reply does not parse or validate
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
@@ -13,6 +14,7 @@ from genwire.generators.builtin.common import CompiledPrompt, PromptParams
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import RowFailure, gather_rows
 from genwire.generators.resources import Resources
+from genwire.providers.request_context import cached_rows
 from genwire.providers.structured import parse_reply, response_format, unresolvable_ref
 
 
@@ -73,16 +75,19 @@ class LLMStructured(Generator[LLMStructuredParams]):
             "response_format": response_format(column, params.json_schema),
         }
 
-    async def _one(self, row: dict[str, Any]) -> Any:
+    async def _one(self, row: dict[str, Any], cache_rows: Sequence[int]) -> Any:
         prompt, system = self._templates.render(row)
         schema = self.params.json_schema
         ask = prompt
         problem = ""
         for _ in range(self.params.max_attempts):
-            text = await self.resources.model.complete(
-                ask, system=system, response_format=self._format, **self.params.model_params
-            )
-            value, problem_or_none = parse_reply(text if isinstance(text, str) else "", schema)
+            with cached_rows(cache_rows) as asked:
+                text = await self.resources.model.complete(
+                    ask, system=system, response_format=self._format, **self.params.model_params
+                )
+                value, problem_or_none = parse_reply(text if isinstance(text, str) else "", schema)
+                if problem_or_none is not None:
+                    asked.discard()  # a reply that failed its schema is never cached
             if problem_or_none is None:
                 return value
             problem = problem_or_none
@@ -99,4 +104,8 @@ class LLMStructured(Generator[LLMStructuredParams]):
         )
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any | RowFailure]:
-        return await gather_rows(self._one(row) for row in rows)
+        """Without the rows' indices: nothing is cached (two rows must never share a key)."""
+        return await gather_rows(self._one(row, ()) for row in rows)
+
+    async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any | RowFailure]:
+        return await gather_rows(self._one(row, (index,)) for row, index in zip(rows, indices, strict=True))

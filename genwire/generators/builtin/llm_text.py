@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from genwire.generators.base import Generator
 from genwire.generators.builtin.common import CompiledPrompt, PromptParams
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
-from genwire.generators.outcome import RowFailure, gather_rows
+from genwire.generators.outcome import gather_rows
 from genwire.generators.resources import Resources
+from genwire.providers.request_context import cached_rows
 
 
 class LLMTextParams(PromptParams):
@@ -37,13 +39,18 @@ class LLMText(Generator[LLMTextParams]):
     def request_shape(cls, params: LLMTextParams, *, slot: str, column: str) -> dict[str, Any] | None:
         return {**params.model_params, "system": params.system}
 
-    async def _one(self, row: dict[str, Any]) -> str:
+    async def _one(self, row: dict[str, Any], cache_rows: Sequence[int]) -> str:
         prompt, system = self._templates.render(row)
-        text = await self.resources.model.complete(prompt, system=system, **self._model_params)
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError("model returned empty text")
+        with cached_rows(cache_rows):  # an empty answer raises inside: it is never cached
+            text = await self.resources.model.complete(prompt, system=system, **self._model_params)
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError("model returned empty text")
         return text
 
-    async def generate(self, rows: list[dict[str, Any]]) -> list[str | RowFailure]:
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        """Without the rows' indices: nothing is cached (two rows must never share a key)."""
+        return await gather_rows(self._one(row, ()) for row in rows)
+
+    async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any]:
         # All rows at once: the provider, not the generator, enforces the concurrency cap.
-        return await gather_rows(self._one(row) for row in rows)
+        return await gather_rows(self._one(row, (index,)) for row, index in zip(rows, indices, strict=True))

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from genwire.config.schema import LocalProviderConfig, ModelConfig
 from genwire.errors import ErrorClass, ModelError, exception_text
 from genwire.providers.base import chat_messages, count_attempt
-from genwire.providers.local.catalog import Kind, LocalModelSpec, resolve_model
+from genwire.providers.local.catalog import Kind, LocalModelSpec, canonical_model_name, resolve_model
 from genwire.providers.local.runtime import (
     _CHAT_DEFAULT_MAX_TOKENS,
     MiniLMRuntime,
@@ -20,10 +20,16 @@ from genwire.providers.local.runtime import (
     _get_executor,
     load_model,
 )
+from genwire.providers.request_context import are_vectors, cache_slot, endpoint_id
 from genwire.providers.routes import Route, open_route, resolve_route
-from genwire.providers.usage import Concurrency, ModelUsage, requests_of
+from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
 
 T = TypeVar("T")
+A = TypeVar("A")
+
+# The response cache's endpoint identity of every local provider: the weights are the
+# installed package's, whatever the provider's name.
+LOCAL_ENDPOINT = endpoint_id("local", "", None)
 
 # --- provider ----------------------------------------------------------------------------
 
@@ -170,6 +176,29 @@ class _LocalHandle:
         spec = self.spec
         return await route.provider.run(route.alias, spec, call)
 
+    async def _cached(
+        self,
+        request: dict[str, Any],
+        ask: Callable[[], Any],
+        usable: Callable[[Any], bool],
+        tokens: Callable[[A], tuple[int, int]],
+    ) -> A:
+        """``await ask()``, or its answer from the response cache (keyed by the canonical
+        model name and ``request``); a hit runs no inference and takes no slot."""
+        slot = cache_slot(
+            LOCAL_ENDPOINT, {"model": canonical_model_name(self.model), "kind": self._kind, "body": request}
+        )
+        if slot is not None:
+            route = resolve_route(self._token, LocalProvider)
+            found = slot.get(route.provider.usage_of(route.alias), usable)
+            if found is not None:
+                cached: A = found.answer
+                return cached
+        answer: A = await ask()
+        if slot is not None:
+            slot.keep(answer, tokens(answer))
+        return answer
+
 
 class LocalEmbeddingModel(_LocalHandle):
     """An embedding alias served by a ``LocalProvider``."""
@@ -207,7 +236,13 @@ class LocalEmbeddingModel(_LocalHandle):
                     target=alias,
                 ) from exc
 
-        return await self._run(call)
+        count = len(inputs)
+        return await self._cached(
+            {"input": inputs},
+            lambda: self._run(call),
+            lambda answer: are_vectors(answer, count),
+            lambda _: (0, 0),
+        )
 
 
 _ERROR_CLASSES = {401: ErrorClass.AUTH, 403: ErrorClass.AUTH, 404: ErrorClass.NOT_FOUND}
@@ -237,8 +272,14 @@ class LocalChatModel(_LocalHandle):
 
     async def complete(self, prompt: str, *, system: str | None = None, **params: Any) -> str:
         request = self.build_request(prompt, system, params)
-        response = await self._run(lambda rt: _call_chat(rt, request))
-        return self._content(response)
+        paid: list[tuple[int, int]] = []
+
+        async def ask() -> str:
+            response = await self._run(lambda rt: _call_chat(rt, request))
+            paid.append(reported_tokens(response) or (0, 0))
+            return self._content(response)
+
+        return await self._cached(request, ask, lambda answer: isinstance(answer, str), lambda _: paid[0])
 
     def _content(self, response: Any) -> str:
         def error(error_class: ErrorClass, why: str) -> ModelError:

@@ -1,0 +1,290 @@
+"""The response cache's store (SPEC §12): one SQLite database in WAL mode.
+
+Why SQLite: the standard library has it; a run writes many small entries; WAL lets two
+runs (or Ray workers) read while one writes; every batch of writes is one atomic
+transaction, so a killed run leaves either the whole batch or none of it. ``busy_timeout``
+makes concurrent writers wait for each other instead of failing.
+
+An entry is keyed by a sha256 (``entry_key``) and holds the answer as JSON plus the
+tokens it was paid with, the column and first row (for ``genwire cache info``) and when it
+was stored. Never a key, a request or a header. A database that cannot be opened or read
+is a warning and every lookup a miss; an entry that does not decode is a warning and a
+miss (the next answer replaces it). Files get the user's umask (SQLite's default).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # the loader (yaml) is not needed to use a cache
+    from genwire.config.loader import LoadedConfig
+
+log = logging.getLogger("genwire.cache")
+
+Role = Literal["read", "write"]
+
+FORMAT_VERSION = 1
+DB_NAME = "responses.sqlite3"
+BUSY_TIMEOUT_MS = 10_000  # another run's write transaction is short; wait it out
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS answers (
+    key TEXT PRIMARY KEY,
+    col TEXT NOT NULL,
+    row INTEGER NOT NULL,
+    answer TEXT NOT NULL,
+    prompt_tokens INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    stored_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+"""
+
+
+def entry_key(endpoint: str, body: Any, column: str, rows: Sequence[int]) -> str:
+    """sha256 of the endpoint identity, the request body as sent (canonical JSON: sorted
+    keys), the column and the row indices. ``endpoint`` already holds only a hash of the key."""
+    text = json.dumps(
+        [FORMAT_VERSION, endpoint, body, column, list(rows)],
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        default=repr,  # a plugin's odd param still gets a key; sending it fails as it always did
+    )
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class CachedAnswer:
+    answer: Any
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    column: str
+    row: int
+    answer: Any
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    directory: Path
+    entries: int
+    bytes: int
+    oldest: float | None
+    newest: float | None
+    hits: int
+    columns: dict[str, int]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "directory": str(self.directory),
+            "entries": self.entries,
+            "bytes": self.bytes,
+            "oldest": self.oldest,
+            "newest": self.newest,
+            "hits": self.hits,
+            "columns": self.columns,
+        }
+
+
+class ResponseCache:
+    """One cache directory, opened lazily on first use. Lookups (on the event loop) and
+    writes (in a worker thread) use two connections, each behind its own lock: in WAL mode
+    a reader never waits for a writer, so a write waiting out another run's transaction
+    never stalls the loop's lookups."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.path = directory / DB_NAME
+        self._conns: dict[Role, sqlite3.Connection] = {}
+        self._broken = False  # warned once; from then on every lookup is a miss
+        self._locks: dict[Role, threading.Lock] = {"read": threading.Lock(), "write": threading.Lock()}
+        self._closed = False
+        self.hits = 0  # served by this process since it opened the cache
+        self._hits_saved = 0
+
+    def __repr__(self) -> str:
+        return f"ResponseCache({str(self.directory)!r})"
+
+    # --- connection ----------------------------------------------------------------------
+
+    def _connect(self, role: Role) -> sqlite3.Connection | None:
+        """The ``role`` connection; the caller holds that role's lock."""
+        if role in self._conns or self._broken:
+            return self._conns.get(role)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+        except (OSError, sqlite3.Error) as exc:
+            self._disable(f"cannot open the response cache {self.path} ({exc}); running without it")
+            return None
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")  # WAL: a commit survives a crash of the process
+            conn.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            conn.close()
+            self._disable(f"the response cache {self.path} is unreadable ({exc}); running without it")
+            return None
+        self._conns[role] = conn
+        return conn
+
+    def _disable(self, message: str) -> None:
+        log.warning("%s", message)
+        self._broken = True
+
+    def close(self) -> None:
+        """Record this process's hits and close (idempotent). A write still running in a
+        thread finishes first; one that starts later opens, writes and closes on its own."""
+        self._closed = True
+        with self._locks["read"]:
+            reader = self._conns.pop("read", None)
+            if reader is not None:
+                reader.close()
+        with self._locks["write"]:
+            new = self.hits - self._hits_saved
+            conn = self._connect("write") if new else self._conns.get("write")
+            self._conns.pop("write", None)
+            if conn is None:
+                return
+            try:
+                if new:
+                    with conn:
+                        conn.execute(
+                            "INSERT INTO meta(name, value) VALUES ('hits', ?) "
+                            "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+                            (new,),
+                        )
+                    self._hits_saved = self.hits
+            except sqlite3.Error as exc:
+                log.warning("cannot update the response cache %s (%s)", self.path, exc)
+            finally:
+                conn.close()
+
+    # --- entries -------------------------------------------------------------------------
+
+    def get(self, key: str) -> CachedAnswer | None:
+        with self._locks["read"]:
+            conn = self._connect("read") if not self._closed else None
+            if conn is None:
+                return None
+            try:
+                found = conn.execute(
+                    "SELECT answer, prompt_tokens, completion_tokens FROM answers WHERE key = ?", (key,)
+                ).fetchone()
+            except sqlite3.Error as exc:
+                log.warning("response cache lookup failed in %s (%s); treated as a miss", self.path, exc)
+                return None
+        if found is None:
+            return None
+        try:
+            answer = json.loads(found[0])
+            prompt, completion = int(found[1]), int(found[2])
+        except (ValueError, TypeError) as exc:
+            log.warning("ignoring an unreadable response cache entry in %s (%s)", self.path, exc)
+            return None
+        return CachedAnswer(answer, prompt, completion)
+
+    def put_many(self, entries: Iterable[Entry]) -> None:
+        """Store entries in one transaction; a failure is a warning (the answers are simply
+        asked for again next time). An answer the output could not hold (a lone surrogate,
+        NaN) is not stored: its row fails as unwritable and must be asked again."""
+        now = time.time()
+        rows = []
+        for e in entries:
+            try:
+                text = json.dumps(e.answer, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+                text.encode("utf-8")
+            except (ValueError, TypeError):
+                continue
+            rows.append((e.key, e.column, e.row, text, e.prompt_tokens, e.completion_tokens, now))
+        if not rows:
+            return
+        with self._locks["write"]:
+            conn = self._connect("write")
+            if conn is None:
+                return
+            try:
+                with conn:
+                    conn.executemany("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            except sqlite3.Error as exc:
+                log.warning("cannot write to the response cache %s (%s)", self.path, exc)
+            finally:
+                if self._closed:  # a write that outlived close() (a cancelled run's last batch)
+                    self._conns.pop("write", None)
+                    conn.close()
+
+    # --- genwire cache info | clear ------------------------------------------------------
+
+    def info(self) -> CacheInfo:
+        size = sum(p.stat().st_size for p in self.directory.glob(DB_NAME + "*") if p.is_file())
+        empty = CacheInfo(self.directory, 0, size, None, None, 0, {})
+        if not self.path.exists():
+            return empty
+        with self._locks["write"]:
+            conn = self._connect("write")
+            if conn is None:
+                return empty
+            try:
+                count, oldest, newest = conn.execute(
+                    "SELECT COUNT(*), MIN(stored_at), MAX(stored_at) FROM answers"
+                ).fetchone()
+                columns = dict(conn.execute("SELECT col, COUNT(*) FROM answers GROUP BY col ORDER BY col"))
+                hit_row = conn.execute("SELECT value FROM meta WHERE name = 'hits'").fetchone()
+            except sqlite3.Error as exc:
+                log.warning("cannot read the response cache %s (%s)", self.path, exc)
+                return empty
+        return CacheInfo(self.directory, count, size, oldest, newest, hit_row[0] if hit_row else 0, columns)
+
+    def clear(self) -> int:
+        """Delete every entry; returns how many there were. Safe while another run uses it."""
+        if not self.path.exists():
+            return 0
+        with self._locks["write"]:
+            conn = self._connect("write")
+            if conn is None:  # unreadable (warned): clearing it means removing its files
+                for part in self.directory.glob(DB_NAME + "*"):
+                    part.unlink(missing_ok=True)
+                self._broken = False
+                return 0
+            try:
+                with conn:
+                    count = conn.execute("DELETE FROM answers").rowcount
+                    conn.execute("DELETE FROM meta")
+                conn.execute("VACUUM")
+            except sqlite3.Error as exc:
+                log.warning("cannot clear the response cache %s (%s)", self.path, exc)
+                return 0
+        return int(count)
+
+
+# Sources of configs that have no file to sit beside (``genwire.boot(dict)``, YAML text).
+_NO_FILE = frozenset({"<dict>", "<string>"})
+
+
+def cache_dir(loaded: LoadedConfig) -> Path | None:
+    """Where a config's response cache lives (whether or not ``cache.enabled``):
+    ``cache.dir`` (relative to the config's directory), else ``.genwire/cache`` beside the
+    config file; None for a config with no file and no ``cache.dir``."""
+    cfg = loaded.config.cache
+    if cfg.dir is not None:
+        return loaded.resolve_path(cfg.dir)
+    if loaded.source in _NO_FILE:
+        return None
+    return loaded.base_dir / ".genwire" / "cache"
