@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support import StopAfter
 
 import genwire
 from genwire.engine.checkpoint import Checkpoint, checkpoint_dir, kept_rows
@@ -162,26 +163,6 @@ def test_interrupt_exits_promptly_keeps_the_rows_and_says_how_to_resume(
 # --- fingerprint, -n, provider settings (API) ------------------------------------------
 
 
-class StopAfter:
-    """A progress hook that stops the run after ``batches`` batches: an exception
-    mid-run, as any crash would be."""
-
-    class Stop(Exception):
-        pass
-
-    def __init__(self, batches: int) -> None:
-        self.batches = batches
-
-    def start(self, total: int, done: int = 0) -> None:
-        pass
-
-    def advance(self, done: int, failed: int, status: str = "") -> None:
-        self.batches -= 1
-        if self.batches <= 0:
-            raise StopAfter.Stop
-
-    def stop(self) -> None:
-        pass
 
 
 async def interrupted_run(cfg: dict[str, Any], batches: int = 3) -> int:

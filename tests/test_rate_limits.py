@@ -108,15 +108,21 @@ def chat_of(provider: OpenAIProvider, model: str) -> Any:
     return provider.chat_model(model, ModelConfig(provider="srv", model=model, kind="chat"))
 
 
-async def test_a_stray_429_delays_only_its_own_request(fake_openai_server: FakeOpenAIServer) -> None:
-    fake_openai_server.set_latency("writer", 0.05)
-    fake_openai_server.script("writer", [FakeResponse(429, headers={"Retry-After": "0.6"})])
-    provider = provider_for(fake_openai_server, max_concurrency=4)
+async def send_24(server: FakeOpenAIServer, latency: float, refusals: list[Any]) -> OpenAIProvider:
+    """24 requests for 'writer', 4 in flight, the first answered by ``refusals``."""
+    server.set_latency("writer", latency)
+    server.script("writer", refusals)
+    provider = provider_for(server, max_concurrency=4)
     chat = chat_of(provider, "writer")
     try:
         await asyncio.gather(*(chat.complete(f"p{i}") for i in range(24)))
     finally:
         await provider.aclose()
+    return provider
+
+
+async def test_a_stray_429_delays_only_its_own_request(fake_openai_server: FakeOpenAIServer) -> None:
+    provider = await send_24(fake_openai_server, 0.05, [FakeResponse(429, headers={"Retry-After": "0.6"})])
     log = fake_openai_server.log
     answered = log[0][0] + 0.05  # the scripted 429 answers the first request, after its latency
     # The other requests go on at full concurrency while the refused one waits its Retry-After.
@@ -128,20 +134,16 @@ async def test_a_stray_429_delays_only_its_own_request(fake_openai_server: FakeO
 
 
 async def test_persistent_429s_pause_the_model(fake_openai_server: FakeOpenAIServer) -> None:
-    fake_openai_server.set_latency("writer", 0.02)
-    fake_openai_server.script("writer", [FakeResponse(429, headers={"Retry-After": "0.5"})] * 4)
-    provider = provider_for(fake_openai_server, max_concurrency=4)
-    chat = chat_of(provider, "writer")
-    try:
-        await asyncio.gather(*(chat.complete(f"p{i}") for i in range(24)))
-    finally:
-        await provider.aclose()
+    provider = await send_24(fake_openai_server, 0.02, [FakeResponse(429, headers={"Retry-After": "0.5"})] * 4)
     log = fake_openai_server.log
     braked = log[3][0] + 0.02  # the fourth request's 429 (all four were in flight together)
     during_pause = [t for t, _, _ in log if braked + 0.03 < t < braked + 0.45]
     assert during_pause == []  # a persistent run of 429s holds the model back for the Retry-After
     assert provider.gate.pauses == 1 and len(log) == 28
-    assert provider.gate.models["writer"].learned_rate is None  # no success measured: none learned
+    # Requests let through beside the first (stray) 429s may have succeeded: then a rate
+    # is learned, never below the floor of one request per Retry-After.
+    learned = provider.gate.models["writer"].learned_rate
+    assert learned is None or learned >= 1 / 0.5
 
 
 async def test_one_models_429s_never_delay_another_model(fake_openai_server: FakeOpenAIServer) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support import StopAfter
 
 import genwire
 from genwire.engine.checkpoint import checkpoint_dir, kept_rows
@@ -220,23 +221,6 @@ async def test_failed_requests_are_never_cached_and_hits_take_no_slot(
 # --- composition with the checkpoint ----------------------------------------------------------
 
 
-class StopAfter:
-    class Stop(Exception):
-        pass
-
-    def __init__(self, batches: int) -> None:
-        self.batches = batches
-
-    def start(self, total: int, done: int = 0) -> None:
-        pass
-
-    def advance(self, done: int, failed: int, status: str = "") -> None:
-        self.batches -= 1
-        if self.batches <= 0:
-            raise StopAfter.Stop
-
-    def stop(self) -> None:
-        pass
 
 
 async def test_a_resumed_run_takes_the_checkpoint_first_then_the_cache_then_the_model(
