@@ -99,10 +99,8 @@ def cli_config(url: str, n: int, max_concurrency: int) -> dict[str, Any]:
     models |= {a: {"provider": "srv", "model": a, "kind": "embedding"} for a in embed}
     topic = {"name": "topic", "generator": "sampler", "params": {"kind": "category", "values": ["tea", "jazz"]}}
     columns = [topic]
-    columns += [
-        {"name": f"t_{a}", "generator": "llm-text", "resources": {"model": a}, "params": {"prompt": "About {{ topic }}"}}
-        for a in chat
-    ]
+    prompt = {"prompt": "About {{ topic }}"}
+    columns += [{"name": f"t_{a}", "generator": "llm-text", "resources": {"model": a}, "params": prompt} for a in chat]
     columns += [
         {"name": f"v_{a}", "generator": "embedding", "resources": {"model": a}, "params": {"column": "topic"}}
         for a in embed
@@ -149,8 +147,10 @@ def cli_preflight(path: Path) -> tuple[float, float, int]:
 def cli_rows(latency: float, sizes: list[int], repeats: int) -> None:
     targets = {20: 0.25, 100: 0.30}  # issue 18's targets for duration_s
     print()
-    print(f"genwire preflight --json (CLI process), N models half chat / half embedding, server process at "
-          f"{latency * 1000:.0f} ms; median of {repeats}")
+    print(
+        f"genwire preflight --json (CLI process), N models half chat / half embedding, server process at "
+        f"{latency * 1000:.0f} ms; median of {repeats}"
+    )
     print(f"{'N':>5} {'max_conc':>9} {'checks':>7} {'duration_s':>11} {'wall (s)':>9} {'target':>7}")
     with served(latency) as url, tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
