@@ -200,3 +200,30 @@ def test_the_json_report_says_which_checks_are_plain_and_which_shaped(
         ("writer", "s", ["s"]),  # writer's only use is shaped
     ]
     assert fake_openai_server.total_requests == 3
+
+
+class TwoSlots(Generator[Any]):
+    """Calls one model through two slots, each with its own request shape."""
+
+    metadata = GeneratorMetadata(
+        name="two-slots",
+        description="draft and check",
+        required_resources={"drafter": ResourceKind.CHAT_MODEL, "checker": ResourceKind.CHAT_MODEL},
+    )
+
+    @classmethod
+    def request_shape(cls, params: Any, *, slot: str, column: str) -> dict[str, Any] | None:
+        return {"top_p": 0.1} if slot == "drafter" else {"response_format": {"type": "json_object"}}
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        return [None for _ in rows]
+
+
+async def test_two_shapes_of_one_column_on_one_alias_are_two_checks_and_neither_hides_the_other(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    fake_openai_server.reject_response_format("judge")
+    column = {"name": "d", "generator": "two-slots", "resources": {"drafter": "judge", "checker": "judge"}}
+    report = await preflight(pipeline(fake_openai_server, tmp_path, column), TwoSlots)
+    assert [(c.variant, c.status) for c in report.checks] == [("d", "ok"), ("d", "failed")]
+    assert not report.ok and fake_openai_server.requests["judge"] == 2

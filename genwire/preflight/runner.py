@@ -45,6 +45,7 @@ class _Group:
     probe: Probe  # registered beside the resource's factory
     shape: Shape | None = None  # None: the plain probe
     variant: str | None = None  # the (first) column whose requests have this shape
+    shape_key: str | None = None  # the shape's canonical text
     targets: list[TargetPlan] = field(default_factory=list)
     cache_keys: dict[str, str] = field(default_factory=dict)  # target -> key, when cacheable
 
@@ -95,7 +96,9 @@ def _canonical(shape: Shape) -> str:
     return json.dumps(shape, sort_keys=True, default=str)
 
 
-Key = tuple[str, str | None]  # (target, variant)
+# (target, canonical shape or None): a column calling one alias through two slots with
+# different shapes gets two checks, both ``variant: <column>``, neither hiding the other.
+Key = tuple[str, str | None]
 
 
 class _Preflight:
@@ -158,8 +161,11 @@ class _Preflight:
             variants: list[tuple[str | None, Shape | None]] = [(None, None)] if t.name in plain else []
             variants += shapes.get(t.name, [])
             for variant, shape in variants:
-                key = (t.kind, identity, _canonical(shape) if shape is not None else None)
-                group = groups.setdefault(key, _Group(t.kind, resource, self.container.probe(t.name), shape, variant))
+                shape_key = _canonical(shape) if shape is not None else None
+                group = groups.setdefault(
+                    (t.kind, identity, shape_key),
+                    _Group(t.kind, resource, self.container.probe(t.name), shape, variant, shape_key),
+                )
                 if t in group.targets:
                     continue  # two columns with one shape on one alias: one probe, one check
                 group.targets.append(t)
@@ -179,7 +185,7 @@ class _Preflight:
         for t in group.targets:
             hit = hits[t.name]
             assert hit is not None
-            results[t.name, group.variant] = _result(
+            results[t.name, group.shape_key] = _result(
                 t, aliases, "ok", None, hit.message, variant=group.variant, cached=hit
             )
         return True
@@ -241,7 +247,7 @@ class _Preflight:
                         check_dimensions(outcome.value.dimensions, self.expected_dimensions(t.name, group.resource))
                     except ProbeFailure as exc:
                         status, error_class, message = "failed", exc.error_class, exc.message
-            results[t.name, group.variant] = _result(
+            results[t.name, group.shape_key] = _result(
                 t, aliases, status, error_class, message, outcome.latency_s, outcome.attempts, variant=group.variant
             )
             key = group.cache_keys.get(t.name)
