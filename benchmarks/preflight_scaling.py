@@ -12,7 +12,10 @@ process (its reported ``duration_s``, and the command's wall time) against a ser
 separate process (``python -m genwire.testing.serve``), on N models, half chat (one
 ``llm-text`` column each), half embedding (one ``embedding`` column each, over a sampler
 column), one provider with ``max_concurrency: 64`` (and with ``max_concurrency: N``, the
-floor: one probe time) and ``preflight.concurrency: 128``.
+floor: one probe time) and ``preflight.concurrency: 128``. With 64, N = 100 needs two waves
+of probes (SPEC §5 bounds probes by ``max_concurrency``): at least 0.4 s. The wall time is
+the whole command: Python start-up and imports (plus compiling sources when
+PYTHONDONTWRITEBYTECODE is set), boot, the pre-flight, the JSON.
 """
 
 from __future__ import annotations
