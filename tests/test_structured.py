@@ -242,16 +242,17 @@ def test_a_model_that_rejects_response_format_fails_the_preflight_for_that_colum
     result = CliRunner().invoke(cli, ["preflight", str(path), "--json"])
     assert result.exit_code == 1
     report = genwire.PreflightReport.model_validate_json(result.stdout)
-    plain, shaped = report.check("writer"), report.check("writer", "profile")
-    assert plain.status == "ok" and plain.variant is None
+    # Every use of writer is shaped: its structured probe is its only check.
+    assert [c.variant for c in report.checks] == ["profile"]
+    shaped = report.check("writer", "profile")
     assert shaped.status == "failed" and shaped.error_class == "bad_response"
     assert "response_format is not supported" in shaped.message
-    # The run never starts: only its two probes reach the server.
+    # The run never starts: only its one probe reaches the server.
     fake_openai_server.reset_stats()
     result = CliRunner().invoke(cli, ["run", str(path)])
     assert result.exit_code == 1
     assert "writer (for column profile)" in result.stdout
-    assert fake_openai_server.requests["writer"] == 2
+    assert fake_openai_server.requests["writer"] == 1
 
 
 async def test_the_probe_carries_the_columns_system_and_the_models_params(
@@ -265,13 +266,10 @@ async def test_the_probe_carries_the_columns_system_and_the_models_params(
     }
     async with genwire.boot(pipeline(fake_openai_server, tmp_path, text)) as container:
         report = await container.preflight()
-    assert [c.variant for c in report.checks] == [None, "q"] and report.ok
-    bodies = chat_bodies(fake_openai_server)
-    shaped = [b for b in bodies if b["messages"][0]["role"] == "system"]
-    assert len(bodies) == 2 and len(shaped) == 1
-    assert shaped[0]["messages"][0]["content"] == "You are terse."
-    assert shaped[0]["top_p"] == 0.5 and shaped[0]["temperature"] == 0.3  # column's and model's params
-    assert all(b["temperature"] == 0.3 for b in bodies)
+    assert [c.variant for c in report.checks] == ["q"] and report.ok
+    [body] = chat_bodies(fake_openai_server)  # the shaped probe only: no plain one
+    assert body["messages"][0] == {"role": "system", "content": "You are terse."}
+    assert body["top_p"] == 0.5 and body["temperature"] == 0.3  # column's and model's params
 
 
 @pytest.mark.parametrize(("second_schema", "structured_probes"), [(PERSON, 1), ({**PERSON, "required": ["name"]}, 2)])
@@ -282,19 +280,22 @@ async def test_one_structured_probe_per_distinct_schema(
     async with genwire.boot(cfg) as container:
         report = await container.preflight()
     assert report.ok
-    with_format = [body for body in chat_bodies(fake_openai_server) if "response_format" in body]
-    assert len(with_format) == structured_probes
-    assert [c.variant for c in report.checks] == [None, "profile", "profile2"][: 1 + structured_probes]
+    bodies = chat_bodies(fake_openai_server)
+    assert len(bodies) == structured_probes and all("response_format" in body for body in bodies)
+    assert [c.variant for c in report.checks] == ["profile", "profile2"][:structured_probes]
 
 
 async def test_shapes_run_concurrently_and_dedupe_across_aliases_of_one_endpoint(
     fake_openai_server: FakeOpenAIServer, tmp_path: Path
 ) -> None:
     fake_openai_server.set_latency("writer", 0.3)
-    cfg = pipeline(fake_openai_server, tmp_path, structured("p1"), structured("p2", schema={**PERSON, "required": []}))
+    text = {"name": "t", "generator": "llm-text", "resources": {"model": "writer"}, "params": {"prompt": "x"}}
+    cfg = pipeline(
+        fake_openai_server, tmp_path, text, structured("p1"), structured("p2", schema={**PERSON, "required": []})
+    )
     async with genwire.boot(cfg) as container:
         report = await container.preflight()
-    assert report.ok and len(report.checks) == 3
+    assert report.ok and [c.variant for c in report.checks] == [None, "p1", "p2"]
     assert report.duration_s < 0.55  # three probes of 0.3 s, side by side
 
 
@@ -310,10 +311,11 @@ async def test_the_cache_skips_probes_within_the_ttl_and_never_caches_a_failure(
     fake_openai_server: FakeOpenAIServer, tmp_path: Path
 ) -> None:
     cache = tmp_path / "cache"
-    cfg = pipeline(fake_openai_server, tmp_path, structured(), preflight={"cache_ttl_s": 3600})
+    plain = {"name": "t", "generator": "llm-text", "resources": {"model": "writer"}, "params": {"prompt": "x"}}
+    cfg = pipeline(fake_openai_server, tmp_path, plain, structured(), preflight={"cache_ttl_s": 3600})
     first = await preflight(cfg, cache)
     assert first.ok and not any(c.cached for c in first.checks)
-    assert fake_openai_server.requests["writer"] == 2
+    assert fake_openai_server.requests["writer"] == 2  # plain (column t) and shaped (profile)
     second = await preflight(cfg, cache)
     assert second.ok and all(c.cached and c.age_s is not None for c in second.checks)
     assert fake_openai_server.requests["writer"] == 2  # nothing sent
@@ -326,9 +328,10 @@ async def test_the_cache_skips_probes_within_the_ttl_and_never_caches_a_failure(
     # A failure is never cached: the failed (plain) probe runs again next time, while the
     # shape that passed beside it is read from the cache.
     cfg["models"]["writer"]["model"] = "other"
-    fake_openai_server.script("other", [401])
+    fake_openai_server.fail_when("other", "one short word", 401)  # the plain probe's prompt
     failed = await preflight(cfg, cache)
     assert failed.check("writer").status == "failed" and failed.check("writer", "profile").status == "ok"
+    fake_openai_server.clear("other")
     fake_openai_server.reset_stats()
     again = await preflight(cfg, cache)
     assert again.ok and not again.check("writer").cached and again.check("writer", "profile").cached
@@ -371,7 +374,7 @@ def test_no_cache_bypasses_it_on_the_cli(
     assert all(c["cached"] for c in json.loads(cached.stdout)["checks"])
     fresh = CliRunner().invoke(cli, ["preflight", str(path), "--json", "--no-cache"])
     assert not any(c["cached"] for c in json.loads(fresh.stdout)["checks"])
-    assert fake_openai_server.requests["writer"] == 4
+    assert fake_openai_server.requests["writer"] == 2  # one (shaped) probe per uncached pre-flight
     assert (tmp_path / "xdg" / "genwire" / "probes").is_dir()
 
 
@@ -384,7 +387,7 @@ async def test_a_corrupt_cache_file_is_ignored_with_a_warning(
     for path in (cache / "probes").glob("*.json"):
         path.write_text("{not json")
     report = await preflight(cfg, cache)
-    assert report.ok and not report.check("writer").cached
+    assert report.ok and not report.check("writer", "profile").cached
     assert "ignoring the unreadable probe cache file" in caplog.text
 
 

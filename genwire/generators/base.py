@@ -58,7 +58,9 @@ class Generator(Generic[P]):
         """What this generator's calls through the chat-model ``slot`` add to the model's
         own params: ``system`` (its template text), request fields such as ``temperature``
         or ``response_format``. The pre-flight probes each distinct shape, so a model that
-        rejects what the run will send fails there, not mid-run. None: plain calls."""
+        rejects what the run will send fails there, not mid-run. A non-empty shape is the
+        only probe this use gets; None or ``{}`` (the default, for generators that cannot
+        say) gets the plain probe."""
         return None
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:

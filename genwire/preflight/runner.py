@@ -3,11 +3,14 @@
 This is the single pre-flight code path: ``container.preflight()``, ``genwire preflight``
 and ``run`` all come through ``run_preflight``.
 
-Chat aliases are probed with the requests the run will send: besides the plain probe
-(``variant: None``), each distinct *request shape* a column adds (its ``system``, its
-model params, an ``llm-structured`` column's ``response_format``; see
-``Generator.request_shape``) is probed once per endpoint and reported with
-``variant: <column>``. Shapes are groups like any other, so they run concurrently.
+Chat aliases are probed with the requests the run will send: each distinct *request
+shape* a column adds (its ``system``, its model params, an ``llm-structured`` column's
+``response_format``; see ``Generator.request_shape``) is probed once per endpoint and
+reported with ``variant: <column>``. The plain probe (``variant: None``) is sent only for
+a target that some use reaches without a shape (a registry slot, a generator without
+``request_shape``, a column that adds nothing): an alias every use of which is shaped
+gets its shaped probes only, so no probe is a request the run never sends. Shapes are
+groups like any other, so they run concurrently.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 
 from genwire.container.core import WiredPipeline
 from genwire.container.plan import TargetPlan
+from genwire.container.wiring import ColumnWiring
 from genwire.errors import ErrorClass, GenwireError, ModelError, exception_text
 from genwire.generators.metadata import ResourceKind
 from genwire.preflight.cache import CachedResult, ProbeCache, cache_key, default_cache_dir
@@ -41,6 +45,7 @@ class _Group:
     probe: Probe  # registered beside the resource's factory
     shape: Shape | None = None  # None: the plain probe
     variant: str | None = None  # the (first) column whose requests have this shape
+    shape_key: str | None = None  # the shape's canonical text
     targets: list[TargetPlan] = field(default_factory=list)
     cache_keys: dict[str, str] = field(default_factory=dict)  # target -> key, when cacheable
 
@@ -91,7 +96,9 @@ def _canonical(shape: Shape) -> str:
     return json.dumps(shape, sort_keys=True, default=str)
 
 
-Key = tuple[str, str | None]  # (target, variant)
+# (target, canonical shape or None): a column calling one alias through two slots with
+# different shapes gets two checks, both ``variant: <column>``, neither hiding the other.
+Key = tuple[str, str | None]
 
 
 class _Preflight:
@@ -103,23 +110,44 @@ class _Preflight:
         self.semaphore = asyncio.Semaphore(self.settings.concurrency)
         self.deadline = 0.0
 
-    def shapes(self) -> dict[str, list[tuple[str, Shape]]]:
-        """Per chat alias, (column, shape) of every column whose requests add something."""
-        out: dict[str, list[tuple[str, Shape]]] = {}
+    def uses(self) -> tuple[dict[str, list[tuple[str, Shape]]], set[str]]:
+        """Per chat alias, (column, shape) of every column use that adds something to the
+        model's requests; and the targets some use reaches without a shape, which get the
+        plain probe. A column that reaches a target through no shaped chat slot (a
+        registry view, an embedding or dataset slot, a generator that declares no shape)
+        is such a use."""
+        shaped: dict[str, list[tuple[str, Shape]]] = {}
+        plain: set[str] = set()
+        reached: dict[str, list[str]] = {}  # column -> the targets its provider reaches
+        for target in self.container.plan().targets:
+            for name in target.used_by:
+                reached.setdefault(name, []).append(target.name)
         for column in self.container.columns:
+            shaped_here: set[str] = set()
             for slot in column.slots.values():
-                if slot.kind is not ResourceKind.CHAT_MODEL:
-                    continue
-                shape = column.generator_cls.request_shape(column.params, slot=slot.slot, column=column.name)
-                shape = {k: v for k, v in (shape or {}).items() if v is not None}
+                chat = slot.kind is ResourceKind.CHAT_MODEL
+                shape = self.shape_of(column, slot.slot, slot.resources[0]) if chat else {}
                 if shape:
-                    for alias in slot.resources:
-                        out.setdefault(alias, []).append((column.name, shape))
-        return out
+                    shaped.setdefault(slot.resources[0], []).append((column.name, shape))
+                    shaped_here.add(slot.resources[0])
+                else:
+                    plain.update(slot.resources)
+            # Read from the graph, not the slots: whatever else the column's provider
+            # reaches is a use without a shape.
+            plain.update(name for name in reached.get(column.name, ()) if name not in shaped_here)
+        return shaped, plain
+
+    def shape_of(self, column: ColumnWiring, slot: str, alias: str) -> Shape:
+        """What the column's calls through ``slot`` add to ``alias``'s own params: a key
+        the model's params already hold with that value adds nothing."""
+        shape = column.generator_cls.request_shape(column.params, slot=slot, column=column.name) or {}
+        model = self.models.get(alias)
+        own = model.params if model is not None else {}
+        return {k: v for k, v in shape.items() if v is not None and not (k in own and own[k] == v)}
 
     def group(self, targets: list[TargetPlan], results: dict[Key, CheckResult]) -> list[_Group]:
         groups: dict[Hashable, _Group] = {}
-        shapes = self.shapes()
+        shapes, plain = self.uses()
         for t in targets:
             if not t.health_check:
                 results[t.name, None] = _result(t, [t.name], "skipped", None, "health_check: false in its model config")
@@ -130,10 +158,14 @@ class _Preflight:
                 results[t.name, None] = _result(t, [t.name], "failed", ErrorClass.BAD_RESPONSE, str(exc))
                 continue
             identity = self.container.endpoint_identity(t.name)
-            variants: list[tuple[str | None, Shape | None]] = [(None, None), *shapes.get(t.name, [])]
+            variants: list[tuple[str | None, Shape | None]] = [(None, None)] if t.name in plain else []
+            variants += shapes.get(t.name, [])
             for variant, shape in variants:
-                key = (t.kind, identity, _canonical(shape) if shape is not None else None)
-                group = groups.setdefault(key, _Group(t.kind, resource, self.container.probe(t.name), shape, variant))
+                shape_key = _canonical(shape) if shape is not None else None
+                group = groups.setdefault(
+                    (t.kind, identity, shape_key),
+                    _Group(t.kind, resource, self.container.probe(t.name), shape, variant, shape_key),
+                )
                 if t in group.targets:
                     continue  # two columns with one shape on one alias: one probe, one check
                 group.targets.append(t)
@@ -153,7 +185,7 @@ class _Preflight:
         for t in group.targets:
             hit = hits[t.name]
             assert hit is not None
-            results[t.name, group.variant] = _result(
+            results[t.name, group.shape_key] = _result(
                 t, aliases, "ok", None, hit.message, variant=group.variant, cached=hit
             )
         return True
@@ -215,7 +247,7 @@ class _Preflight:
                         check_dimensions(outcome.value.dimensions, self.expected_dimensions(t.name, group.resource))
                     except ProbeFailure as exc:
                         status, error_class, message = "failed", exc.error_class, exc.message
-            results[t.name, group.variant] = _result(
+            results[t.name, group.shape_key] = _result(
                 t, aliases, status, error_class, message, outcome.latency_s, outcome.attempts, variant=group.variant
             )
             key = group.cache_keys.get(t.name)
@@ -231,12 +263,15 @@ class _Preflight:
         return resource.dimensions if isinstance(resource, EmbeddingModel) else None
 
     async def run(self) -> PreflightReport:
-        started = time.perf_counter()
-        loop = asyncio.get_running_loop()
-        self.deadline = loop.time() + self.settings.deadline_s
         plan = self.container.plan()
         results: dict[Key, CheckResult] = {}
-        groups = [g for g in self.group(plan.targets, results) if not self.cached(g, results)]
+        # Resolving the targets builds their clients, which imports the client code on
+        # first use (aiohttp: ~0.13 s); that is the process starting, not a check, so the
+        # stage's clock and deadline start after it, at the first cache read or probe.
+        groups = self.group(plan.targets, results)
+        started = time.perf_counter()
+        self.deadline = asyncio.get_running_loop().time() + self.settings.deadline_s
+        groups = [g for g in groups if not self.cached(g, results)]
         outcomes = await asyncio.gather(*(self.probe(g) for g in groups))
         for group, outcome in zip(groups, outcomes, strict=True):
             self.judge(group, outcome, results)
