@@ -13,7 +13,7 @@
    5 requests/s limit: the unlimited model's requests/s beside the limited one's load,
    against its requests/s alone.
 
-    python benchmarks/rate_limited.py [--only limit|sporadic|per-model]
+    python benchmarks/rate_limited.py [--only limit|sporadic|per-model] [--sporadic-rows 1500 6000]
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ async def run_rows(url: str, rows: int, provider_extra: dict[str, Any]) -> tuple
         return result.rows_per_s, result.rows_failed, {**usage, "pauses": pauses}
 
 
-async def sporadic() -> None:
+async def sporadic(sizes: list[int]) -> None:
     stray = FakeResponse(429, headers={"Retry-After": "1"})
     print("\nllm-text rows, 10 ms latency, max_concurrency 32; 2 % of answers a random 429 + Retry-After: 1")
     print(
@@ -98,7 +98,7 @@ async def sporadic() -> None:
     )
     with FakeOpenAIServer(latency=0.01) as server:
         await run_rows(server.url, 200, {})  # warm-up: imports, first connections
-        for rows in (1500, 6000):
+        for rows in sizes:
             clean, _, _ = await run_rows(server.url, rows, {})
             ceiling = (rows / clean) / (rows / clean + 1.0)
             baseline = "clean (no 429s): the baseline"
@@ -185,11 +185,12 @@ async def at_the_limit() -> None:
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", choices=["limit", "sporadic", "per-model"])
+    parser.add_argument("--sporadic-rows", type=int, nargs="+", default=[1500, 6000], help="rows of the sporadic runs")
     args = parser.parse_args()
     if args.only in (None, "limit"):
         await at_the_limit()
     if args.only in (None, "sporadic"):
-        await sporadic()
+        await sporadic(args.sporadic_rows)
     if args.only in (None, "per-model"):
         await per_model()
 
