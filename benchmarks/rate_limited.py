@@ -137,7 +137,7 @@ async def per_model() -> None:
         f"\ntwo models on one provider (max_concurrency 32, 10 ms latency); 'limited' admits {limited_rate:g} "
         "requests/s (429 + Retry-After: 1 beyond)"
     )
-    print(f"{'case':<40} {'free requests/s':>16} {'of solo':>8} {'limited requests/s':>19}")
+    print(f"{'case':<40} {'free requests/s':>16} {'of solo':>8} {'limited answered':>19}")
     models = {name: {"provider": "srv", "model": name, "kind": "chat"} for name in ("free", "limited")}
     with FakeOpenAIServer(latency=0.01) as server:
         server.rate_limit(limited_rate, model="limited")

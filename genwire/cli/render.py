@@ -125,7 +125,8 @@ def run_summary(result: RunResult) -> Table:
     )
     table.add_row("time", f"{result.duration_s:.2f}s ({result.rows_per_s:.1f} rows/s)")
     for alias, u in sorted(result.usage.items()):
-        cached = f"; {u.cached:,} answers from the cache ({u.saved_tokens:,} tokens saved)" if u.cached else ""
+        answers = "answer" if u.cached == 1 else "answers"
+        cached = f"; {u.cached:,} {answers} from the cache ({u.saved_tokens:,} tokens saved)" if u.cached else ""
         table.add_row(
             escape(f"model {alias}"),
             f"{u.requests:,} requests ({u.retries:,} retries, {u.rate_limited:,} rate-limited), "
