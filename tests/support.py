@@ -2,6 +2,30 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import BaseModel
+
+from genwire.generators import Generator, GeneratorMetadata, ResourceKind
+
+
+class RegistryParams(BaseModel):
+    use: str
+
+
+class RegistryUser(Generator[RegistryParams]):
+    """Test generator: calls the alias named in params through its registry (no request
+    shape can be known for such a use)."""
+
+    metadata = GeneratorMetadata(
+        name="registry-user", description="uses a registry", required_resources={"models": ResourceKind.MODEL_REGISTRY}
+    )
+    params_model = RegistryParams
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        model = self.resources.models.get(self.params.use)
+        return [await model.complete("hi") for _ in rows]
+
 
 class StopAfter:
     """A progress hook that stops the run after ``batches`` batches: an exception

@@ -5,28 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from support import RegistryUser
 
 import genwire
 from genwire.generators import Generator, GeneratorMetadata, ResourceKind
 from genwire.testing import FakeChatModel, FakeEmbeddingModel, FakeOpenAIServer
-
-
-class RegistryParams(BaseModel):
-    use: str
-
-
-class RegistryUser(Generator[RegistryParams]):
-    """Test generator: asks its registry for the alias named in params."""
-
-    metadata = GeneratorMetadata(
-        name="registry-user", description="uses a registry", required_resources={"models": ResourceKind.MODEL_REGISTRY}
-    )
-    params_model = RegistryParams
-
-    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
-        model = self.resources.models.get(self.params.use)
-        return [await model.complete("hi") for _ in rows]
 
 
 class Sneaky(Generator[Any]):

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 from click.testing import CliRunner
-from pydantic import BaseModel
+from support import RegistryUser
 
 import genwire
 from genwire.cli.main import cli
@@ -20,23 +20,6 @@ from genwire.providers.probes import CHAT_PROBE_PROMPT
 from genwire.testing import FakeOpenAIServer
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
-
-
-class RegistryParams(BaseModel):
-    use: str
-
-
-class RegistryUser(Generator[RegistryParams]):
-    """Calls the alias named in params through a registry: no request shape can be known."""
-
-    metadata = GeneratorMetadata(
-        name="registry-user", description="uses a registry", required_resources={"models": ResourceKind.MODEL_REGISTRY}
-    )
-    params_model = RegistryParams
-
-    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
-        model = self.resources.models.get(self.params.use)
-        return [await model.complete("hi") for _ in rows]
 
 
 class Shapeless(Generator[Any]):

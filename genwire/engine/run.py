@@ -8,7 +8,6 @@ generates only the rows it does not hold (see ``engine.checkpoint``).
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -216,9 +215,6 @@ class LocalBatches:
     def usage(self) -> dict[str, ModelUsage]:
         return {}  # the container's own clients made every request: counted by the caller
 
-    def _one_more(self, grown: int, running: dict[asyncio.Task[BatchResult], int]) -> bool:
-        return len(running) < grown and self._idle_slots()
-
     def _idle_slots(self) -> bool:
         """Some provider will soon have idle slots: less than one round of requests is
         queued for them (a braked or paced model's queue is long, so it never grows)."""
@@ -233,9 +229,15 @@ class LocalBatches:
         exhausted = False
         ahead = max(2 * BATCHES_IN_FLIGHT, ROWS_AHEAD // batch_size)
 
-        def start(wanted: Callable[[], bool]) -> None:
+        def start(up_to: int, *, only_if_idle: bool = False) -> None:
+            """Start batches until ``up_to`` run (while slots sit idle, with ``only_if_idle``)."""
             nonlocal exhausted
-            while not exhausted and len(running) + len(finished) < ahead and wanted():
+            while (
+                not exhausted
+                and len(running) < up_to
+                and len(running) + len(finished) < ahead
+                and (not only_if_idle or self._idle_slots())
+            ):
                 item = next(todo, None)
                 if item is None:
                     exhausted = True
@@ -247,7 +249,7 @@ class LocalBatches:
                 # A new batch starts whenever any batch finishes, not only the oldest: a
                 # slow batch at the head would otherwise leave the provider's slots idle.
                 # Finished batches wait for their turn; the two together stay bounded.
-                start(lambda: len(running) < BATCHES_IN_FLIGHT)
+                start(BATCHES_IN_FLIGHT)
                 if not running and not finished:
                     return
                 if next_out not in finished:
@@ -257,7 +259,7 @@ class LocalBatches:
                     for task in done:
                         finished[running.pop(task)] = task
                     if not done:  # a tick: one more batch if slots sit idle
-                        start(functools.partial(self._one_more, len(running) + 1, running))
+                        start(len(running) + 1, only_if_idle=True)
                 while next_out in finished:
                     yield finished.pop(next_out).result()
                     next_out += 1

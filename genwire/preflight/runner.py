@@ -110,7 +110,7 @@ class _Preflight:
         self.semaphore = asyncio.Semaphore(self.settings.concurrency)
         self.deadline = 0.0
 
-    def uses(self) -> tuple[dict[str, list[tuple[str, Shape]]], set[str]]:
+    def uses(self, targets: list[TargetPlan]) -> tuple[dict[str, list[tuple[str, Shape]]], set[str]]:
         """Per chat alias, (column, shape) of every column use that adds something to the
         model's requests; and the targets some use reaches without a shape, which get the
         plain probe. A column that reaches a target through no shaped chat slot (a
@@ -119,7 +119,7 @@ class _Preflight:
         shaped: dict[str, list[tuple[str, Shape]]] = {}
         plain: set[str] = set()
         reached: dict[str, list[str]] = {}  # column -> the targets its provider reaches
-        for target in self.container.plan().targets:
+        for target in targets:
             for name in target.used_by:
                 reached.setdefault(name, []).append(target.name)
         for column in self.container.columns:
@@ -147,7 +147,7 @@ class _Preflight:
 
     def group(self, targets: list[TargetPlan], results: dict[Key, CheckResult]) -> list[_Group]:
         groups: dict[Hashable, _Group] = {}
-        shapes, plain = self.uses()
+        shapes, plain = self.uses(targets)
         for t in targets:
             if not t.health_check:
                 results[t.name, None] = _result(t, [t.name], "skipped", None, "health_check: false in its model config")

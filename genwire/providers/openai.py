@@ -181,11 +181,9 @@ class OpenAIProvider:
             try:
                 data = await self._attempt(usage, url, body)
             except _Failure as failure:
-                adaptive_429 = failure.error_class is ErrorClass.RATE_LIMITED and cfg.adapt_to_rate_limits
-                if not (failure.retry and adaptive_429):
-                    self.gate.release(reservation, tokens=None, ok=False)
-                if failure.retry and adaptive_429:
+                if failure.retry and failure.error_class is ErrorClass.RATE_LIMITED and cfg.adapt_to_rate_limits:
                     server_wait = self._retry_wait(0, failure.retry_after)
+                    self.gate.rate_limited(reservation, server_wait)  # evidence for the model's brake
                     # Its own wait grows when the same request is refused again and again
                     # (a server answering "Retry-After: 0" forever is not retried in a hot loop).
                     wait = max(server_wait, self._retry_wait(limited, None)) if limited else server_wait
@@ -194,17 +192,17 @@ class OpenAIProvider:
                     if waited + wait <= cfg.rate_limit_wait_s:
                         note_rate_limited(self._scrub(failure.message))
                         usage.retries += 1
-                        self.gate.rate_limited(reservation, server_wait)
                         await asyncio.sleep(wait)  # a braked model's line waits out the rest
                         continue
-                    self.gate.rate_limited(reservation, server_wait)
                     failure.message += f"; still rate-limited after {waited:.0f} s (rate_limit_wait_s)"
-                elif failure.retry and retries < cfg.retries:
-                    wait = self._retry_wait(retries, failure.retry_after)
-                    retries += 1
-                    usage.retries += 1
-                    await asyncio.sleep(wait)
-                    continue
+                else:
+                    self.gate.release(reservation, tokens=None, ok=False)
+                    if failure.retry and retries < cfg.retries:
+                        wait = self._retry_wait(retries, failure.retry_after)
+                        retries += 1
+                        usage.retries += 1
+                        await asyncio.sleep(wait)
+                        continue
                 raise ModelError(
                     failure.error_class,
                     self._scrub(failure.message),
