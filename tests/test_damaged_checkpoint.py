@@ -170,3 +170,23 @@ async def test_a_damaged_line_is_warned_about_once_then_cut(tmp_path: Path) -> N
                 await container.run(progress=StopAfter(1), response_cache=False)
         assert len(segment.read_bytes().splitlines()) == 2 * BATCH - 1
         assert b"\0" not in segment.read_bytes()
+
+
+async def test_rows_without_their_fingerprint_are_refused_and_fresh_clears_a_stray_folder(tmp_path: Path) -> None:
+    """meta.json is written before any row: rows without it come from an unknown config."""
+    with FakeOpenAIServer() as server:
+        out = tmp_path / "out.jsonl"
+        cfg = pipeline(server, out)
+        async with genwire.boot(cfg) as container:
+            with pytest.raises(StopAfter.Stop):
+                await container.run(progress=StopAfter(1), response_cache=False)
+        directory = checkpoint_dir(out)
+        (directory / "meta.json").unlink()
+        (directory / "notes").mkdir()
+        config = write(cfg, tmp_path / "genwire.yaml")
+        refused = cli("run", config)
+        assert refused.returncode == 2, refused.stderr
+        assert "no meta.json" in refused.stderr and "--fresh" in refused.stderr
+        fresh = cli("run", config, "--fresh")
+        assert fresh.returncode == 0, fresh.stderr
+        assert len(out.read_text(encoding="utf-8").splitlines()) == N

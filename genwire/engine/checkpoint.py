@@ -195,9 +195,19 @@ class Checkpoint:
         meta_path = directory / _META
         if fresh:
             for path in directory.iterdir():
-                if path.name != _LOCK:
+                if path.name == _LOCK:
+                    continue
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
                     path.unlink()
         meta = cls._read_meta(meta_path, fresh_hint) if meta_path.exists() else None
+        if meta is None and _segments(directory, _ROWS):
+            # meta.json is written before any row: rows without it come from an unknown config.
+            raise RunSetupError(
+                f"the checkpoint {directory} holds rows but no {_META} (its fingerprint), so nothing says "
+                f"which configuration made them; {fresh_hint} discards it"
+            )
         if meta is not None:
             problems = changes(meta["fingerprint"], fingerprint)
             if n < meta["num_records"]:
