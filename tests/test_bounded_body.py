@@ -143,3 +143,21 @@ def test_pad_answers_streams_without_holding_the_body(tmp_path: Path) -> None:
             assert response.headers.get("Content-Length") is None
             read = sum(len(response.read(MIB)) for _ in range(20))
         assert read == 20 * MIB
+
+
+async def test_a_compressed_body_is_counted_as_it_inflates() -> None:
+    """A 100 KiB gzip body that inflates to 64 MiB: the limit is on what it becomes."""
+    import gzip
+
+    body = gzip.compress(b" " * (64 * MIB) + b'{"choices": []}', compresslevel=9)
+    assert len(body) < MIB
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    with FakeOpenAIServer() as server:
+        server.script("writer", [FakeResponse(body=body, headers=headers)])
+        p = provider(server, max_response_mb=2)
+        try:
+            with pytest.raises(ModelError, match=r"larger than 2 MB \(max_response_mb\)") as caught:
+                await chat(p).complete("hi")
+            assert caught.value.error_class is ErrorClass.BAD_RESPONSE
+        finally:
+            await p.aclose()
