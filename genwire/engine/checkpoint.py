@@ -227,7 +227,13 @@ class Checkpoint:
                 path,
             )
         segments = _segments(directory, _ROWS)
-        done = _read_rows(segments, n)
+        try:
+            done = _read_rows(segments, n)
+        except OSError as exc:  # unreadable or read-only: fixing that keeps every row
+            raise RunSetupError(
+                f"cannot read or repair the checkpoint file {exc.filename or directory}: {exc.strerror or exc}; "
+                f"fix its permissions to resume, or {fresh_hint} to discard it"
+            ) from None
         failed = _segments(directory, _FAILED)
         last = max((_segment_number(p) for p in [*segments, *failed]), default=0)
         return cls(directory, lock, n, done, last + 1)
