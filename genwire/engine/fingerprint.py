@@ -44,7 +44,7 @@ def _flatten(prefix: str, value: Any) -> Iterator[tuple[str, Any]]:
 def _content_hash(path: Path) -> str:
     """SHA-256 of a regular file, streamed (flat memory). Always read, never cached by
     size, mtime or inode: ``cp -p`` over a file keeps all three and changes the content.
-    About 1 s per GB on a 2-core machine with the file in the page cache (SHA-256 uses the
+    About 0.7-1.4 s per GB on a 2-core machine, file in the page cache (SHA-256 uses the
     CPU's SHA instructions and beats BLAKE2b there); see benchmarks/dataset_fingerprint.py."""
     digest = hashlib.sha256()
     buffer = bytearray(_CHUNK)
