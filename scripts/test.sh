@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the tests need (the package with its test, parquet and local extras,
 # plus the chat weights with --no-deps) and runs lint, types and the whole suite.
-# This is the README's test command; .ci/run calls exactly this.
+# This is the README's second quick-start command; .ci/run runs it after the first one
+# (install the offline models, run the example), in the same tree, as a newcomer does.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON="${PYTHON:-python}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import shutil
 from pathlib import Path
@@ -12,7 +13,8 @@ from click.testing import CliRunner
 import genwire
 from genwire.cli.main import cli
 
-EXAMPLE = Path(__file__).parent.parent / "examples" / "retrieval"
+REPO = Path(__file__).parent.parent
+EXAMPLE = REPO / "examples" / "retrieval"
 
 
 def local_config(dimensions: int) -> dict[str, Any]:
@@ -64,7 +66,7 @@ async def test_local_preflight_checks_dimensions_for_real() -> None:
 
 def test_main_job_on_the_embedded_models(tmp_path: Path) -> None:
     project = tmp_path / "retrieval"
-    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("out"))
+    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("out", ".genwire"))
     result = CliRunner().invoke(cli, ["run", str(project / "genwire.yaml"), "-n", "3"])
     assert result.exit_code == 0, result.output
     out = project / "out" / "retrieval.jsonl"
@@ -79,8 +81,42 @@ def test_main_job_on_the_embedded_models(tmp_path: Path) -> None:
         assert negatives == sorted(negatives, key=lambda n: -n["score"])
 
 
+def git_ignored(relative: Path) -> bool:
+    """Whether the repository's .gitignore ignores this path: its patterns are names or
+    globs (no slash inside), a trailing slash meaning a directory, matched against any
+    part of the path, as git does for such patterns."""
+    patterns = [
+        line.strip()
+        for line in (REPO / ".gitignore").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert not any("/" in p.rstrip("/") or p.startswith("!") for p in patterns), "extend git_ignored()"
+    parts = relative.parts
+    for pattern in patterns:
+        name = pattern.rstrip("/")
+        # A directory pattern matches a parent directory; a plain one any part, the file too.
+        candidates = parts[:-1] if pattern.endswith("/") else parts
+        if any(fnmatch.fnmatchcase(part, name) for part in candidates):
+            return True
+    return False
+
+
 def files_under(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+    """A folder's files as git would commit them: what .gitignore ignores (a run's out/,
+    the response cache in .genwire/) is not part of the comparison."""
+    return {
+        str(p.relative_to(root)): p.read_text()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not git_ignored(p.relative_to(root))
+    }
+
+
+def test_git_ignored_follows_the_gitignore() -> None:
+    assert git_ignored(Path("out/retrieval.jsonl"))
+    assert git_ignored(Path(".genwire/cache/responses.sqlite3"))
+    assert git_ignored(Path("docs/__pycache__/x.pyc"))
+    assert not git_ignored(Path("genwire.yaml")) and not git_ignored(Path("docs/genwire.md"))
+    assert not git_ignored(Path("out"))  # a file named like an ignored directory is kept
 
 
 def test_the_example_is_what_init_writes(tmp_path: Path) -> None:
@@ -91,9 +127,9 @@ def test_the_example_is_what_init_writes(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["init", str(tmp_path / "new")])
     assert result.exit_code == 0
     written = files_under(tmp_path / "new")
-    example = {rel: text for rel, text in files_under(EXAMPLE).items() if not rel.startswith("out/")}
+    example = files_under(EXAMPLE)
     assert written == example, "examples/retrieval differs from genwire init: copy genwire/cli/starter there"
-    shipped = {rel: text for rel, text in files_under(starter).items() if not rel.startswith("out/")}
+    shipped = files_under(starter)
     assert written == shipped
     assert CliRunner().invoke(cli, ["validate", str(tmp_path / "new" / "genwire.yaml")]).exit_code == 0
     again = CliRunner().invoke(cli, ["init", str(tmp_path / "new")])

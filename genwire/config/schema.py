@@ -117,6 +117,12 @@ class OpenAIProviderConfig(StrictModel):
     # values are secrets: never printed, cached or repr'd.
     headers: Annotated[dict[str, SecretStr], AfterValidator(check_headers)] = Field(default_factory=dict)
     timeout_s: PositiveFloat = 60.0
+    # A response body larger than this fails its request as bad_response (memory stays
+    # bounded whatever a broken server or proxy sends). The largest legitimate answer:
+    # 2,048 inputs (OpenAI's maximum) of 3,072-dim vectors as JSON text, each float up to
+    # ~30 bytes with the separators and indentation some servers add: ~190 MB (base64:
+    # 34 MB); the longest chat answers are a few MB.
+    max_response_mb: PositiveFloat = 256.0
     max_concurrency: PositiveInt = 16
     retries: Annotated[int, Field(ge=0, le=20)] = 3
     backoff_s: Annotated[float, Field(ge=0)] = 0.5

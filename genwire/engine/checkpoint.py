@@ -14,7 +14,10 @@ the indices no ``rows-*`` file holds. The final errors file is the last session'
 failures: that session retried every row that had failed before.
 
 A kill can tear the last line of a file; opening the checkpoint cuts it off (that row is
-simply generated again).
+simply generated again). Any other line that cannot be used (bad bytes, not JSON, no row,
+a missing, impossible, repeated or out-of-order row index) is one warning naming the file
+and line, and is cut out of its file the same way: its row is generated again and every
+other row is kept. A file that does not belong here is named and ignored.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ import errno
 import fcntl
 import heapq
 import json
+import logging
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +41,7 @@ from genwire.errors import RunSetupError
 FORMAT_VERSION = 1
 _META = "meta.json"
 _LOCK = "lock"
+log = logging.getLogger("genwire.checkpoint")
 
 
 def checkpoint_dir(output: Path) -> Path:
@@ -51,8 +57,35 @@ def kept_rows(directory: Path) -> int:
     return count
 
 
+_ROWS = re.compile(r"rows-(\d+)\.jsonl")
+_FAILED = re.compile(r"failed-(\d+)\.jsonl")
+# What else a run keeps here (batch mode's journal); anything not listed is a stray file.
+_OTHER_FILES = frozenset({_META, _LOCK, "batch-journal.jsonl"})
+
+
 def _segment_number(path: Path) -> int:
-    return int(path.stem.rsplit("-", 1)[1])
+    match = _ROWS.fullmatch(path.name) or _FAILED.fullmatch(path.name)
+    assert match is not None, path  # only ever called on paths _segments() matched
+    return int(match.group(1))
+
+
+def _segments(directory: Path, pattern: re.Pattern[str]) -> list[Path]:
+    """The session files of one kind, oldest first (a ``rows-abc.jsonl`` is not one)."""
+    paths = [p for p in directory.iterdir() if pattern.fullmatch(p.name) and p.is_file()]
+    return sorted(paths, key=_segment_number)
+
+
+def _stray_files(directory: Path) -> list[Path]:
+    """Entries a run never writes here: ignored, and named once so the user can look."""
+    stray = []
+    for path in sorted(directory.iterdir()):
+        name = path.name
+        if name.endswith(".tmp"):  # an atomic write a kill caught: harmless
+            name = name[: -len(".tmp")]
+        own = name in _OTHER_FILES or _ROWS.fullmatch(name) or _FAILED.fullmatch(name)
+        if not own or not path.is_file():
+            stray.append(path)
+    return stray
 
 
 def _repair(path: Path) -> None:
@@ -68,6 +101,40 @@ def _lines(path: Path) -> Iterator[Any]:
     with path.open("rb") as handle:
         for line in handle:
             yield json.loads(line)
+
+
+class _Damaged(ValueError):
+    """A rows line that cannot be used; the message says why."""
+
+
+def _record(line: bytes, num_records: int) -> tuple[int, dict[str, Any]]:
+    """The (index, row) of one rows line, or ``_Damaged`` saying what is wrong with it."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _Damaged(f"bytes that are not UTF-8 text (at byte {exc.start})") from None
+    if "\x00" in text:
+        raise _Damaged("NUL bytes (the disk lost what was written there)")
+    try:
+        record = json.loads(text)
+    except ValueError as exc:
+        raise _Damaged(f"not JSON ({exc})") from None
+    if not isinstance(record, dict) or "i" not in record:
+        raise _Damaged("no row index")
+    index = record["i"]
+    if type(index) is not int:
+        raise _Damaged(f"a row index that is not a whole number ({readable(index)})")
+    if not 0 <= index < num_records:
+        raise _Damaged(f"row index {index}, outside the run's rows 0-{num_records - 1}")
+    row = record.get("row")
+    if not isinstance(row, dict):
+        raise _Damaged(f"no row object for row index {index}")
+    return index, row
+
+
+def readable(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 class Checkpoint:
@@ -128,9 +195,19 @@ class Checkpoint:
         meta_path = directory / _META
         if fresh:
             for path in directory.iterdir():
-                if path.name != _LOCK:
+                if path.name == _LOCK:
+                    continue
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
                     path.unlink()
         meta = cls._read_meta(meta_path, fresh_hint) if meta_path.exists() else None
+        if meta is None and _segments(directory, _ROWS):
+            # meta.json is written before any row: rows without it come from an unknown config.
+            raise RunSetupError(
+                f"the checkpoint {directory} holds rows but no {_META} (its fingerprint), so nothing says "
+                f"which configuration made them; {fresh_hint} discards it"
+            )
         if meta is not None:
             problems = changes(meta["fingerprint"], fingerprint)
             if n < meta["num_records"]:
@@ -144,13 +221,20 @@ class Checkpoint:
                     + f"\nrerun with the earlier configuration to resume it, or {fresh_hint} to discard it"
                 )
         _write_json_atomically(meta_path, {"version": FORMAT_VERSION, "fingerprint": fingerprint, "num_records": n})
-        done = bytearray(n)
-        segments = sorted(directory.glob("rows-*.jsonl"), key=_segment_number)
-        for segment in segments:
-            _repair(segment)
-            for record in _lines(segment):
-                done[record["i"]] = 1
-        failed = sorted(directory.glob("failed-*.jsonl"), key=_segment_number)
+        for path in _stray_files(directory):
+            log.warning(
+                "ignoring %s in the checkpoint: genwire does not write such a file there (the run does not read it)",
+                path,
+            )
+        segments = _segments(directory, _ROWS)
+        try:
+            done = _read_rows(segments, n)
+        except OSError as exc:  # unreadable or read-only: fixing that keeps every row
+            raise RunSetupError(
+                f"cannot read or repair the checkpoint file {exc.filename or directory}: {exc.strerror or exc}; "
+                f"fix its permissions to resume, or {fresh_hint} to discard it"
+            ) from None
+        failed = _segments(directory, _FAILED)
         last = max((_segment_number(p) for p in [*segments, *failed]), default=0)
         return cls(directory, lock, n, done, last + 1)
 
@@ -193,10 +277,7 @@ class Checkpoint:
     def rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
         """Every done row, in index order, streamed from all sessions' files."""
         self._flush()
-        streams = [
-            ((r["i"], r["row"]) for r in _lines(p))
-            for p in sorted(self.directory.glob("rows-*.jsonl"), key=_segment_number)
-        ]
+        streams = [((r["i"], r["row"]) for r in _lines(p)) for p in _segments(self.directory, _ROWS)]
         last = -1
         for index, row in heapq.merge(*streams, key=lambda item: item[0]):
             if index != last:  # defensive: a row in two files is written once
@@ -229,6 +310,59 @@ class Checkpoint:
         """After the output is in place: the checkpoint has served its purpose."""
         self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _read_rows(segments: list[Path], n: int) -> bytearray:
+    """Which rows the segments hold (one byte per row). A line that cannot be used is one
+    warning naming its file and line, and is cut out of its file, so its row is generated
+    again, every other row is kept, and the merge at the end reads only good lines."""
+    done = bytearray(n)
+    bad: dict[Path, set[int]] = {}  # line numbers (from 1) to cut, per file
+    repeated: set[int] = set()  # row indices two lines claim: which one is right is unknown
+    for segment in segments:
+        _repair(segment)
+        last = -1
+        with segment.open("rb") as handle:
+            for number, line in enumerate(handle, 1):
+                try:
+                    index, _ = _record(line, n)
+                    if done[index] or index in repeated:
+                        repeated.add(index)
+                        raise _Damaged(f"row index {index}, which an earlier line holds too (both lines are set aside)")
+                    if index < last:
+                        raise _Damaged(f"row index {index} after row index {last} (rows are written in order)")
+                except _Damaged as exc:
+                    log.warning(
+                        "checkpoint %s line %d cannot be used: %s; that row is generated again", segment, number, exc
+                    )
+                    bad.setdefault(segment, set()).add(number)
+                    continue
+                done[index] = 1
+                last = index
+    for index in repeated:
+        done[index] = 0
+    for segment in segments:
+        if segment in bad or repeated:
+            _rewrite_without(segment, bad.get(segment, set()), repeated, n)
+    return done
+
+
+def _rewrite_without(segment: Path, numbers: set[int], indices: set[int], n: int) -> None:
+    """Atomically drop the given line numbers and the lines of the given row indices."""
+    tmp = segment.with_name(segment.name + ".tmp")
+    changed = False
+    with segment.open("rb") as source, tmp.open("wb") as target:
+        for number, line in enumerate(source, 1):
+            if number not in numbers and (not indices or _record(line, n)[0] not in indices):
+                target.write(line)
+            else:
+                changed = True
+        target.flush()
+        os.fsync(target.fileno())
+    if changed:
+        os.replace(tmp, segment)
+    else:
+        tmp.unlink()
 
 
 def _write_json_atomically(path: Path, value: Any) -> None:

@@ -42,6 +42,8 @@ MAX_RETRY_WAIT_S = 30.0
 # nothing; scrubbing them would mangle every message ("HTTP 40*** from http://***27.0...").
 # Real keys (OpenAI, NVIDIA, Anthropic...) are 20+ characters.
 MIN_SECRET_CHARS = 8
+_MIB = 1 << 20
+_READ_CHUNK = 1 << 16  # bytes taken from the socket at a time while reading a body
 # Response-body snippets in error messages are cut to this many characters.
 SNIPPET_CHARS = 200
 # Phrases with which servers say "this model does not exist" in a 400 body
@@ -256,7 +258,7 @@ class OpenAIProvider:
         try:
             async with session.post(url, data=body) as resp:
                 status = resp.status
-                raw = await resp.read()
+                raw = await self._read_body(resp, url)
                 headers = resp.headers
         except TimeoutError:  # aiohttp's timeouts subclass TimeoutError
             raise _Failure(
@@ -294,6 +296,32 @@ class OpenAIProvider:
         if status == 429:
             usage.rate_limited += 1
         self._raise_for_status(url, status, raw, headers)
+
+    async def _read_body(self, resp: aiohttp.ClientResponse, url: str) -> bytes:
+        """The body, read in chunks up to ``max_response_mb``: past it (or with a larger
+        Content-Length) the request fails and the connection is dropped unread, so what a
+        broken server sends never costs more memory than the limit."""
+        limit = int(self.config.max_response_mb * _MIB)
+        declared = resp.content_length
+        if declared is None or declared <= limit:
+            body = bytearray()
+            # aiohttp pauses the socket while its own buffer is full, so only the chunk in
+            # hand and ``body`` hold memory; a gzip body is counted as it is inflated.
+            async for chunk in resp.content.iter_chunked(_READ_CHUNK):
+                body += chunk
+                if len(body) > limit:
+                    break
+            else:
+                return bytes(body)
+        resp.close()  # not released to the pool: the rest of the body is never read
+        raise _Failure(
+            ErrorClass.BAD_RESPONSE,
+            f"HTTP {resp.status} from POST {self._where(url)} with a body larger than "
+            f"{self.config.max_response_mb:g} MB (max_response_mb); raise the provider's max_response_mb "
+            "if such an answer is legitimate",
+            retry=False,
+            retry_after=None,
+        )
 
     def _raise_for_status(self, url: str, status: int, raw: bytes, headers: Mapping[str, str]) -> NoReturn:
         detail = self._snippet(raw)

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import math
 import random
 import socket
 import threading
@@ -46,6 +47,7 @@ Symbol = Literal[
     "empty_text",
     "echo_auth",
     "not_json",
+    "endless_body",
 ]
 SYMBOLS: frozenset[str] = frozenset(get_args(Symbol))
 
@@ -129,6 +131,7 @@ class FakeOpenAIServer:
         self._buckets: dict[str | None, _TokenBucket] = {}  # per model; None: every other model
         self._no_response_format: set[str] = set()
         self._varied: set[str] = set()
+        self._padding_mb: dict[str, float] = {}  # per model ("*": all): whitespace before answers
         self._answers_varied = 0
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -262,6 +265,16 @@ class FakeOpenAIServer:
                 self._varied.add(model)
             else:
                 self._varied.discard(model)
+
+    def pad_answers(self, model: str = "*", mb: float = 0.0) -> None:
+        """Send ``mb`` MiB of JSON whitespace before each normal answer of ``model`` ("*":
+        every model), streamed without a Content-Length: a valid but huge body. ``math.inf``
+        streams whitespace until the client goes away (a broken proxy); 0 turns it off."""
+        with self._lock:
+            if mb > 0:
+                self._padding_mb[model] = mb
+            else:
+                self._padding_mb.pop(model, None)
 
     def require_api_key(self, key: str | None) -> None:
         """Requests without ``Authorization: Bearer <key>`` get 401 (None: no check)."""
@@ -429,8 +442,32 @@ class FakeOpenAIServer:
         if "response_format" in body and model in rejects_format:
             return _raw(400, _error_body(400, "response_format is not supported by this model"))
         if item is None:
-            return self._normal(endpoint, model, body, texts)
+            with self._lock:
+                padding = self._padding_mb.get(model, self._padding_mb.get("*", 0.0))
+            answer = self._normal(endpoint, model, body, texts)
+            return await self._padded(request, answer, padding) if padding else answer
         return await self._scripted(request, endpoint, model, body, texts, item)
+
+    async def _padded(self, request: web.Request, answer: web.Response, mb: float) -> web.StreamResponse:
+        """``answer`` after ``mb`` MiB of spaces (endless for ``math.inf``), streamed in
+        1 MiB writes that wait for the client (the server's memory stays flat)."""
+        response = web.StreamResponse(status=answer.status, headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        left = mb * _MIB
+        stopping = self._stopping
+        try:
+            while left > 0:
+                if stopping is not None and stopping.is_set():
+                    return response
+                step = int(min(left, _MIB))
+                await response.write(_SPACES[:step])
+                left -= step
+            assert isinstance(answer.body, bytes)
+            await response.write(answer.body)
+            await response.write_eof()
+        except (ConnectionError, RuntimeError):  # the client went away mid-body
+            pass
+        return response
 
     def _bucket_of(self, model: str) -> _TokenBucket | None:
         # Caller holds the lock. A model without a limit of its own shares the default one.
@@ -522,6 +559,8 @@ class FakeOpenAIServer:
             raise asyncio.CancelledError
         if item == "malformed":
             return web.Response(status=200, body=b"<html>upstream proxy error", content_type="text/html")
+        if item == "endless_body":
+            return await self._padded(request, _raw(200, b"{}"), math.inf)
         if item == "echo_auth":
             echoed = request.headers.get("Authorization", "")
             message = f"invalid credentials in request header Authorization: {echoed}"
@@ -557,6 +596,9 @@ class FakeOpenAIServer:
 
 
 # --- helpers -----------------------------------------------------------------------------
+
+_MIB = 1 << 20
+_SPACES = b" " * _MIB  # padding is valid JSON whitespace
 
 
 class _TokenBucket:

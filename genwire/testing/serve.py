@@ -17,9 +17,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per request")
     parser.add_argument("--dimensions", type=int, default=384, help="embedding size")
     parser.add_argument("--api-key", default=None, help="require this bearer token")
+    parser.add_argument(
+        "--pad-mb", type=float, default=0.0, help="MiB of whitespace before every answer (inf: endless)"
+    )
     args = parser.parse_args(argv)
     with FakeOpenAIServer(latency=args.latency, dimensions=args.dimensions) as server:
         server.require_api_key(args.api_key)
+        server.pad_answers("*", args.pad_mb)
         print(server.url, flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()
