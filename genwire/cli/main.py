@@ -247,6 +247,9 @@ def _output_suffix(ctx: click.Context, param: click.Parameter, value: Path | Non
     is_flag=True,
     help="Ask the models for every answer; neither read nor write the response cache.",
 )
+@click.option(
+    "--batch", is_flag=True, help="Send model calls through the Batch API (half price, hours); openai providers only."
+)
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--address", help="Ray cluster address (with --engine ray).")
 @click.option(
@@ -262,6 +265,7 @@ def run(
     as_json: bool,
     no_cache: bool,
     no_response_cache: bool,
+    batch: bool,
     engine: Literal["local", "ray"],
     address: str | None,
     workers: int | None,
@@ -289,8 +293,9 @@ def run(
                 ray_address=address,
                 ray_workers=workers,
                 on_preflight=lambda report: console.print(preflight_table(report)),
-                use_cache=not no_cache,
+                probe_cache=not no_cache,
                 response_cache=not no_response_cache,
+                batch=batch,
             )
 
     try:
