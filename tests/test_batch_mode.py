@@ -104,3 +104,59 @@ def test_two_dependent_columns_run_in_two_rounds_with_no_online_generation_and_t
         server.reset_stats()
         assert batch_out == online_output(server, cfg, tmp_path)
         assert server.requests["writer"] == 1 + 2 * N and server.batches.created == 0
+
+
+def start_cli(*args: str | Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "genwire.cli.main", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_until(what: str, check: Any, proc: subprocess.Popen[str] | None = None, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert proc is None or proc.poll() is None, f"the run ended early: {proc.communicate()}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def journal_events(directory: Path) -> list[str]:
+    path = directory / JOURNAL_NAME
+    if not path.exists():
+        return []
+    return [json.loads(line)["event"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_a_kill_9_while_a_batch_is_open_then_a_rerun_reattaches_and_pays_nothing_twice(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        cfg = pipeline(server, tmp_path)
+        config = write(cfg, tmp_path / "genwire.yaml")
+        directory = checkpoint_dir(tmp_path / "out.jsonl")
+        server.batches.hold()
+        proc = start_cli("run", config, "--batch")
+        # The batch is in the journal before the run waits on it.
+        wait_until("the first batch in the journal", lambda: "batch" in journal_events(directory), proc)
+        wait_until("the run to poll its batch", lambda: server.batches.retrievals >= 2, proc)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=10)
+        assert server.batches.uploads == server.batches.created == 1
+
+        polls = server.batches.retrievals
+        again = start_cli("run", config, "--batch", "--json")
+        wait_until("the rerun to poll the open batch", lambda: server.batches.retrievals >= polls + 3, again)
+        assert server.batches.uploads == server.batches.created == 1  # re-attached: nothing new submitted
+        server.batches.hold(False)
+        server.batches.release()
+        out, err = again.communicate(timeout=120)
+        assert again.returncode == 0, err
+        summary = json.loads(out)
+        assert summary["rows_written"] == N
+        assert server.batches.created == 2  # the second round's batch only
+        assert server.batches.lines["writer"] == 2 * N  # every request answered once
+        assert summary["models"]["writer"]["batched"] == N  # the rerun submitted round 2 only
+        assert not directory.exists()
+        batch_out = (tmp_path / "out.jsonl").read_text(encoding="utf-8")
+        assert batch_out == online_output(server, cfg, tmp_path)
