@@ -160,3 +160,155 @@ def test_a_kill_9_while_a_batch_is_open_then_a_rerun_reattaches_and_pays_nothing
         assert not directory.exists()
         batch_out = (tmp_path / "out.jsonl").read_text(encoding="utf-8")
         assert batch_out == online_output(server, cfg, tmp_path)
+
+
+def test_an_expired_batch_keeps_its_done_lines_and_resubmits_the_rest_once(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        cfg = pipeline(server, tmp_path)
+        config = write(cfg, tmp_path / "genwire.yaml")
+        server.batches.expire_next(0.5)  # round 1's batch: 20 lines done, 20 never run
+        summary = run_json(config, "--batch")
+        assert summary["rows_written"] == N
+        assert summary["batches"][0]["status"] == "expired"
+        assert summary["batches"][0]["completed"] == N // 2
+        assert server.batches.lines["writer"] == 2 * N  # the done half was not asked again
+        submitted = server.batches.custom_ids
+        assert len(submitted) == 2 * N + N // 2  # the expired half was submitted exactly twice
+        assert sorted(submitted[N // 2 : N]) == sorted(
+            set(submitted) - set(submitted[: N // 2]) & set(submitted[N // 2 : N])
+        )
+        assert len(set(submitted)) == 2 * N
+        server.reset_stats()
+        assert (tmp_path / "out.jsonl").read_text(encoding="utf-8") == online_output(server, cfg, tmp_path)
+
+
+def test_error_file_lines_follow_the_online_retry_rules(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        cfg = pipeline(server, tmp_path)
+        config = write(cfg, tmp_path / "genwire.yaml")
+        server.script("writer", [503, 503])  # transient: retried in a later round (retries: 1)
+        server.fail_when("writer", "Write about c", 400)  # bad_response: those rows fail, not retried
+        summary = run_json(config, "--batch", "--skip-preflight")  # the probe would take a 503
+        failed_rows = summary["rows_failed"]
+        errors = [json.loads(line) for line in (tmp_path / "out.jsonl.errors.jsonl").read_text().splitlines()]
+        assert failed_rows == len(errors) > 0
+        assert {e["error_class"] for e in errors} == {"bad_response"}
+        assert {e["column"] for e in errors} == {"first"}
+        assert all(e["data"]["topic"] == "c" for e in errors)
+        assert summary["rows_written"] == N - failed_rows
+        assert summary["models"]["writer"]["retries"] == 2
+        assert server.batches.created >= 3  # the retried lines went out in a later round
+
+        server.reset_stats()
+        where = tmp_path / "online"
+        server.script("writer", [503, 503])
+        proc = cli("run", write(cfg, where / "genwire.yaml"), "--skip-preflight", "-o", where / "out.jsonl")
+        assert proc.returncode == 0, proc.stderr
+        assert server.requests["writer"] == 2 * (N - failed_rows) + failed_rows + 2
+        assert (tmp_path / "out.jsonl").read_text() == (where / "out.jsonl").read_text()
+        online_errors = [json.loads(line) for line in (where / "out.jsonl.errors.jsonl").read_text().splitlines()]
+        assert [(e["row"], e["error_class"]) for e in errors] == [(e["row"], e["error_class"]) for e in online_errors]
+        assert all(e["error"].endswith("(a batch line)") for e in errors)
+
+
+def test_files_are_split_at_max_requests(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        cfg = pipeline(server, tmp_path, max_requests=15)
+        summary = run_json(write(cfg, tmp_path / "genwire.yaml"), "--batch")
+        assert summary["rows_written"] == N
+        sizes = [b["requests"] for b in summary["batches"]]
+        assert max(sizes) == 15 and sum(sizes) == 2 * N and len(sizes) >= 6
+        assert server.batches.uploads == server.batches.created == len(sizes)
+        assert server.batches.lines["writer"] == 2 * N
+
+
+def test_a_batch_run_then_a_fresh_online_run_sends_no_generation_request_and_back(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        server.vary_answers()  # a new request would show in the output
+        cfg = pipeline(server, tmp_path)
+        config = write(cfg, tmp_path / "genwire.yaml")
+        run_json(config, "--batch")
+        first = (tmp_path / "out.jsonl").read_text(encoding="utf-8")
+        server.reset_stats()
+        summary = run_json(config, "--fresh")
+        assert server.requests["writer"] == 1  # the probe only: every answer from the response cache
+        assert summary["models"]["writer"]["cached"] == 2 * N
+        assert (tmp_path / "out.jsonl").read_text(encoding="utf-8") == first
+
+        # And the other way round: an online run's answers serve a batch run.
+        cfg["pipeline"]["columns"][2]["params"]["prompt"] = "Tell me about {{ topic }} {{ uid }}"
+        write(cfg, config)
+        run_json(config, "--fresh")
+        online = (tmp_path / "out.jsonl").read_text(encoding="utf-8")
+        server.reset_stats()
+        summary = run_json(config, "--fresh", "--batch")
+        assert server.batches.uploads == server.batches.created == 0
+        assert summary["models"]["writer"]["batched"] == 0
+        assert (tmp_path / "out.jsonl").read_text(encoding="utf-8") == online
+
+
+@pytest.mark.parametrize(
+    ("enabled", "key", "error_class"), [(False, KEY, "not_found"), (True, "sk-wrong-key-000000", "auth")]
+)
+def test_a_provider_without_the_batch_api_fails_the_preflight_naming_batch_mode(
+    tmp_path: Path, enabled: bool, key: str, error_class: str
+) -> None:
+    with FakeOpenAIServer() as server:
+        server.batches.enabled = enabled
+        cfg = pipeline(server, tmp_path)
+        config = write(cfg, tmp_path / "genwire.yaml")
+        if not enabled:
+            proc = cli("run", config, "--batch", "--json")
+        else:  # the key works for chat (the probe passes) but not for the batch API
+            server.require_api_key(KEY)
+            server.batches._api_key = lambda: key
+            proc = cli("run", config, "--batch", "--json")
+        assert proc.returncode == 1
+        report = json.loads(proc.stdout)["preflight"]
+        check = next(c for c in report["checks"] if c["kind"] == "batch_api")
+        assert check["status"] == "failed" and check["error_class"] == error_class
+        assert "batch mode" in check["message"] and "--batch" in check["message"]
+        assert "batch mode" in proc.stderr
+        assert KEY not in proc.stdout + proc.stderr
+        assert server.batches.uploads == server.batches.created == 0
+        assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_embeddings_go_through_batches_too(tmp_path: Path) -> None:
+    with FakeOpenAIServer(dimensions=8) as server:
+        cfg = pipeline(server, tmp_path, n=12)
+        cfg["models"]["embedder"] = {"provider": "srv", "model": "embedder", "kind": "embedding", "dimensions": 8}
+        cfg["pipeline"]["columns"].append(
+            {
+                "name": "vec",
+                "generator": "embedding",
+                "resources": {"model": "embedder"},
+                "params": {"column": "second"},
+            }
+        )
+        config = write(cfg, tmp_path / "genwire.yaml")
+        summary = run_json(config, "--batch")
+        assert summary["rows_written"] == 12
+        assert server.requests["embedder"] == 1  # its probe
+        assert server.batches.lines["embedder"] >= 1
+        assert summary["models"]["embedder"]["batched"] == server.batches.lines["embedder"]
+        server.reset_stats()
+        assert (tmp_path / "out.jsonl").read_text(encoding="utf-8") == online_output(server, cfg, tmp_path)
+
+
+async def test_the_api_takes_batch_mode_through_run_options(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        container = genwire.boot(pipeline(server, tmp_path, n=10))
+        async with container:
+            options = genwire.RunOptions(output=tmp_path / "api.jsonl", batch=True, probe_cache=False)
+            result = await container.run(options)
+        assert result.rows_written == 10
+        assert server.requests["writer"] == 1
+        assert [b.status for b in result.batches] == ["completed", "completed"]
+        assert result.usage["writer"].batched == 20
+        # The older keywords still work and mean the same options.
+        assert genwire.RunOptions.of(None, use_cache=False, cache_dir=tmp_path) == genwire.RunOptions(
+            probe_cache=False, probe_cache_dir=tmp_path
+        )
+        with pytest.raises(TypeError, match="use_cahce"):
+            genwire.RunOptions.of(None, use_cahce=False)
