@@ -312,3 +312,39 @@ async def test_the_api_takes_batch_mode_through_run_options(tmp_path: Path) -> N
         )
         with pytest.raises(TypeError, match="use_cahce"):
             genwire.RunOptions.of(None, use_cahce=False)
+
+
+def test_ctrl_c_leaves_the_batch_running_and_batches_list_and_cancel_manage_it(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        cfg = pipeline(server, tmp_path)
+        config = write(cfg, tmp_path / "genwire.yaml")
+        directory = checkpoint_dir(tmp_path / "out.jsonl")
+        server.batches.hold()
+        proc = start_cli("run", config, "--batch")
+        wait_until("the first batch in the journal", lambda: "batch" in journal_events(directory), proc)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert "1 batches are still running" in err and f"genwire batches cancel {config}" in err
+        assert server.batches.open_batches() and server.batches.cancels == 0  # left running
+        assert (directory / JOURNAL_NAME).exists()  # kept, though no row is done
+
+        listed = cli("batches", "list", config, "--json")
+        assert listed.returncode == 0, listed.stderr
+        [batch] = json.loads(listed.stdout)["batches"]
+        assert batch["status"] == "in_progress" and batch["requests"] == N and batch["provider"] == "srv"
+        assert KEY not in listed.stdout + listed.stderr
+
+        cancelled = cli("batches", "cancel", config)
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert "cancel asked" in cancelled.stdout
+        assert server.batches.cancels == 1 and not server.batches.open_batches()
+
+        # The rerun finds the batch cancelled: its requests go out again, once.
+        server.batches.hold(False)
+        summary = run_json(config, "--batch")
+        assert summary["rows_written"] == N
+        assert server.batches.lines["writer"] == 2 * N
+        assert not directory.exists()
+        server.reset_stats()
+        assert (tmp_path / "out.jsonl").read_text(encoding="utf-8") == online_output(server, cfg, tmp_path)

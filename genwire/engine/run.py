@@ -35,6 +35,7 @@ BATCHES_IN_FLIGHT = 4  # at least: keeps providers saturated across the barrier 
 ROWS_AHEAD = 8192  # at most, in batches running or finished-but-not-yet-written: bounds memory
 # Batch mode: every batch of this many rows starts at once, so a round holds them all.
 BATCH_MODE_ROWS_AHEAD = 10_000
+STATUS_TICK_S = 1.0  # batch mode: how often the progress line shows the batches' state
 GROW_TICK_S = 0.01  # how often the engine looks for idle slots to start one more batch
 FRESH_HINT = "run with --fresh (resume=False in Python)"
 
@@ -165,10 +166,13 @@ async def run_pipeline(
             status=lambda: batch_mode.status() if batch_mode is not None else in_flight_text(container.concurrency()),
         )
         batches = source.batches(checkpoint.pending(), cfg.batch_size)
+        ticker = asyncio.create_task(_tick(sink)) if batch_mode is not None else None
         try:
             async for result in batches:
                 sink.add(result)
         finally:
+            if ticker is not None:
+                ticker.cancel()
             await batches.aclose()
         sink.finish()
     except BaseException:
@@ -199,6 +203,12 @@ async def run_pipeline(
         preflight=report,
         batches=batch_mode.infos() if batch_mode is not None else [],
     )
+
+
+async def _tick(sink: OutputSink) -> None:
+    while True:
+        await asyncio.sleep(STATUS_TICK_S)
+        sink.refresh()
 
 
 def in_flight_text(concurrency: dict[str, Concurrency]) -> str:
