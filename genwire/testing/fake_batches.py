@@ -128,6 +128,12 @@ class FakeBatches:
         with self._lock:
             self._expire.extend([done_fraction] * count)
 
+    def clear(self) -> None:
+        """Drop queued expiries and stop holding new batches."""
+        with self._lock:
+            self._expire.clear()
+            self._hold = False
+
     def reset_stats(self) -> None:
         with self._lock:
             self.uploads = 0  # files uploaded with purpose batch
