@@ -90,7 +90,9 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.001, help="online answer latency (s)")
     args = parser.parse_args()
 
-    print(f"{'case':<34} {'rows':>8} {'wall s':>8} {'peak MB':>8} {'online':>8} {'batched':>8} {'batches':>8}", flush=True)
+    print(
+        f"{'case':<34} {'rows':>8} {'wall s':>8} {'peak MB':>8} {'online':>8} {'batched':>8} {'batches':>8}", flush=True
+    )
     with FakeOpenAIServer(latency=args.latency) as server, tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         peaks: dict[str, float] = {}

@@ -348,3 +348,23 @@ def test_ctrl_c_leaves_the_batch_running_and_batches_list_and_cancel_manage_it(t
         assert not directory.exists()
         server.reset_stats()
         assert (tmp_path / "out.jsonl").read_text(encoding="utf-8") == online_output(server, cfg, tmp_path)
+
+
+def test_a_rerun_after_a_failure_rate_stop_asks_failed_lines_again(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        cfg = pipeline(server, tmp_path)
+        cfg["pipeline"]["max_failure_rate"] = 0.1
+        config = write(cfg, tmp_path / "genwire.yaml")
+        server.fail_when("writer", "Write about c", 400)
+        stopped = cli("run", config, "--batch")
+        assert stopped.returncode == 1 and "max_failure_rate" in stopped.stderr
+        directory = checkpoint_dir(tmp_path / "out.jsonl")
+        assert "ended" in journal_events(directory)  # the journal stays with the checkpoint
+
+        server.clear()  # the cause is fixed: the rerun sends the failed requests again
+        server.reset_stats()
+        summary = run_json(config, "--batch")
+        assert summary["rows_written"] == N and summary["rows_failed"] == 0
+        assert server.batches.lines["writer"] > 0
+        server.reset_stats()
+        assert (tmp_path / "out.jsonl").read_text(encoding="utf-8") == online_output(server, cfg, tmp_path)

@@ -78,6 +78,7 @@ class _Waiter:
     submissions: int = 0  # batches it was sent in (its "attempts")
     retries: int = 0  # error lines retried
     resubmits: int = 0  # batches that never ran it
+    earlier: bool = False  # attached to a batch an earlier session submitted
 
 
 @dataclass(eq=False)
@@ -128,11 +129,11 @@ class BatchCollector:
         waiter = _Waiter(custom_id, alias, path, body, asyncio.get_running_loop().create_future())
         left = self._leftovers.pop(custom_id, None)
         batch = self._ledger.batch_of(self.name, custom_id) if left is None else None
-        if left is not None:
-            waiter.submissions = 1
+        if left is not None:  # read from a batch an earlier session submitted
+            waiter.submissions, waiter.earlier = 1, True
             self._settle(waiter, left)
         elif batch is not None and batch not in self._finished:
-            waiter.submissions = 1
+            waiter.submissions, waiter.earlier = 1, True
             self._attached.setdefault(batch, {})[custom_id] = waiter
             self._follow(batch)
         else:
@@ -304,6 +305,12 @@ class BatchCollector:
             usage.count_tokens(line.body)
             if not waiter.future.done():
                 waiter.future.set_result((line.body, waiter.submissions))
+            return
+        if line.status is not None and waiter.earlier:
+            # An error an earlier session already counted (its row failed): a rerun asks
+            # again, as an online rerun would.
+            waiter.earlier = False
+            self._enqueue(waiter)
             return
         if line.status is not None:
             raw = json.dumps(line.body).encode() if not isinstance(line.body, str) else line.body.encode()
