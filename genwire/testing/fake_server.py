@@ -208,7 +208,7 @@ class FakeOpenAIServer:
 
     async def _main(self, ready: threading.Event) -> None:
         self._stopping = asyncio.Event()
-        app = web.Application()
+        app = web.Application(client_max_size=256 * 1024 * 1024)  # batch files are big (OpenAI: 200 MB)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_get("/v1/models", self._models)
