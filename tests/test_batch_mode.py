@@ -312,6 +312,10 @@ async def test_the_api_takes_batch_mode_through_run_options(tmp_path: Path) -> N
         )
         with pytest.raises(TypeError, match="use_cahce"):
             genwire.RunOptions.of(None, use_cahce=False)
+        async with container:
+            with pytest.raises(genwire.RunError, match="batch mode runs on the local engine"):
+                await container.run(options, engine="ray")
+        assert server.batches.uploads == 2  # the refused run sent nothing
 
 
 def test_ctrl_c_leaves_the_batch_running_and_batches_list_and_cancel_manage_it(tmp_path: Path) -> None:
