@@ -221,6 +221,8 @@ async def test_failed_requests_are_never_cached_and_hits_take_no_slot(
 # --- composition with the checkpoint ----------------------------------------------------------
 
 
+
+
 async def test_a_resumed_run_takes_the_checkpoint_first_then_the_cache_then_the_model(
     fake_openai_server: FakeOpenAIServer, tmp_path: Path
 ) -> None:
