@@ -261,7 +261,7 @@ def test_a_provider_without_the_batch_api_fails_the_preflight_naming_batch_mode(
             proc = cli("run", config, "--batch", "--json")
         else:  # the key works for chat (the probe passes) but not for the batch API
             server.require_api_key(KEY)
-            server.batches._api_key = lambda: key
+            server.batches.require_api_key(key)
             proc = cli("run", config, "--batch", "--json")
         assert proc.returncode == 1
         report = json.loads(proc.stdout)["preflight"]
@@ -372,3 +372,62 @@ def test_a_rerun_after_a_failure_rate_stop_asks_failed_lines_again(tmp_path: Pat
         assert server.batches.lines["writer"] > 0
         server.reset_stats()
         assert (tmp_path / "out.jsonl").read_text(encoding="utf-8") == online_output(server, cfg, tmp_path)
+
+
+def test_a_structured_reply_that_fails_its_schema_is_asked_again_in_a_later_round_and_never_cached(
+    tmp_path: Path,
+) -> None:
+    with FakeOpenAIServer() as server:
+        cfg = pipeline(server, tmp_path, n=6)
+        cfg["pipeline"]["columns"][3] = {
+            "name": "second",
+            "generator": "llm-structured",
+            "params": {
+                "prompt": "Facts about {{ first }}",
+                "schema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+            },
+        }
+        config = write(cfg, tmp_path / "genwire.yaml")
+        run_json(config, "--batch")  # fills the response cache with the first column's answers
+        cfg["pipeline"]["columns"][3]["params"]["prompt"] = "Numbers about {{ first }}"
+        write(cfg, config)
+        server.reset_stats()
+        server.script("writer", ["not_json"])  # the first structured line: prose, not JSON
+        summary = run_json(config, "--batch", "--fresh", "--skip-preflight")  # a probe would take the script
+        assert summary["rows_written"] == 6 and summary["rows_failed"] == 0
+        assert server.batches.lines["writer"] == 6 + 1  # one re-ask, in a round of its own
+        assert server.batches.created == 2
+        rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+        assert all(row["second"] == {"n": 1} for row in rows)
+
+        # The rejected reply was never cached: an online --fresh rerun asks that one prompt
+        # again (its re-ask's answer is cached but no longer needed) and nothing else.
+        server.reset_stats()
+        summary = run_json(config, "--fresh")
+        asked = [b["messages"][-1]["content"] for _, b in server.bodies]
+        assert len(asked) == 3  # the two probes (plain, and the structured shape) and that prompt
+        assert asked[2].startswith("Numbers about") and "rejected" not in asked[2]
+        assert summary["models"]["writer"]["cached"] == 11
+
+
+def test_batch_settings_are_checked_and_located() -> None:
+    bad = {
+        "providers": {
+            "srv": {
+                "kind": "openai",
+                "base_url": "http://127.0.0.1:9/v1",
+                "batch": {"poll_interval_s": 0, "max_file_mb": 500, "completion_window": "1d"},
+            }
+        },
+        "models": {"writer": {"provider": "srv", "model": "writer", "kind": "chat"}},
+        "pipeline": {
+            "columns": [
+                {"name": "a", "generator": "llm-text", "resources": {"model": "writer"}, "params": {"prompt": "hi"}}
+            ]
+        },
+    }
+    with pytest.raises(genwire.ConfigError) as caught:
+        genwire.boot(bad)
+    text = str(caught.value)
+    for where in ("batch.poll_interval_s", "batch.max_file_mb", "batch.completion_window"):
+        assert f"providers.srv.{where}" in text

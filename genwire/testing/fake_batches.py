@@ -97,7 +97,8 @@ class FakeBatches:
 
     def __init__(self, answer: Answer, api_key: Callable[[], str | None]) -> None:
         self._answer = answer
-        self._api_key = api_key
+        self._server_key = api_key
+        self._own_key: str | None = None
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self.enabled = True
@@ -127,6 +128,17 @@ class FakeBatches:
         ``done_fraction`` of lines answered; the rest go to the error file."""
         with self._lock:
             self._expire.extend([done_fraction] * count)
+
+    def require_api_key(self, key: str | None) -> None:
+        """The Files and Batches endpoints want this key (None: the server's own rule),
+        as an account whose key may chat but not batch."""
+        with self._lock:
+            self._own_key = key
+
+    def _api_key(self) -> str | None:
+        with self._lock:
+            own = self._own_key
+        return own if own is not None else self._server_key()
 
     def clear(self) -> None:
         """Drop queued expiries and stop holding new batches."""
