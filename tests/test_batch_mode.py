@@ -304,7 +304,7 @@ async def test_the_api_takes_batch_mode_through_run_options(tmp_path: Path) -> N
             result = await container.run(options)
         assert result.rows_written == 10
         assert server.requests["writer"] == 1
-        assert [b.status for b in result.batches] == ["completed", "completed"]
+        assert result.batches is not None and [b.status for b in result.batches] == ["completed", "completed"]
         assert result.usage["writer"].batched == 20
         # The older keywords still work and mean the same options.
         assert genwire.RunOptions.of(None, use_cache=False, cache_dir=tmp_path) == genwire.RunOptions(

@@ -57,7 +57,7 @@ class RunResult:
     # its 429 pauses (this process's providers: Ray workers' are not included).
     concurrency: dict[str, Concurrency] = field(default_factory=dict)
     preflight: PreflightReport | None = None
-    batches: list[BatchInfo] = field(default_factory=list)  # batch mode: every batch it used
+    batches: list[BatchInfo] | None = None  # batch mode: every batch it used (None: online)
 
     @property
     def requests(self) -> dict[str, int]:
@@ -79,7 +79,7 @@ class RunResult:
             "output": str(self.output),
             "errors_file": str(self.errors_file) if self.errors_file else None,
             "models": {alias: u.as_dict() for alias, u in self.usage.items()},
-            "batches": [b.as_dict() for b in self.batches],
+            **({"batches": [b.as_dict() for b in self.batches]} if self.batches is not None else {}),
         }
 
 
@@ -201,7 +201,7 @@ async def run_pipeline(
         usage=merge_usage([container.usage_by_model(), source.usage()]),
         concurrency=container.concurrency(),
         preflight=report,
-        batches=batch_mode.infos() if batch_mode is not None else [],
+        batches=batch_mode.infos() if batch_mode is not None else None,
     )
 
 
