@@ -431,3 +431,27 @@ def test_batch_settings_are_checked_and_located() -> None:
     text = str(caught.value)
     for where in ("batch.poll_interval_s", "batch.max_file_mb", "batch.completion_window"):
         assert f"providers.srv.{where}" in text
+
+
+def test_a_batch_created_but_not_yet_journaled_at_the_kill_is_found_by_its_file(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        cfg = pipeline(server, tmp_path)
+        config = write(cfg, tmp_path / "genwire.yaml")
+        directory = checkpoint_dir(tmp_path / "out.jsonl")
+        server.batches.hold()
+        proc = start_cli("run", config, "--batch")
+        wait_until("the first batch in the journal", lambda: "batch" in journal_events(directory), proc)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=10)
+        # As if the kill came between POST /batches and the journal's line for it.
+        journal = directory / JOURNAL_NAME
+        lines = journal.read_text(encoding="utf-8").splitlines(keepends=True)
+        journal.write_text("".join(line for line in lines if '"event":"batch"' not in line), encoding="utf-8")
+        assert journal_events(directory) == ["file"]
+
+        server.batches.hold(False)
+        server.batches.release()
+        summary = run_json(config, "--batch")
+        assert summary["rows_written"] == N
+        assert server.batches.created == 2 and server.batches.uploads == 2  # round 2 only: round 1 was found
+        assert server.batches.lines["writer"] == 2 * N
