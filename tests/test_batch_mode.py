@@ -455,3 +455,26 @@ def test_a_batch_created_but_not_yet_journaled_at_the_kill_is_found_by_its_file(
         assert summary["rows_written"] == N
         assert server.batches.created == 2 and server.batches.uploads == 2  # round 2 only: round 1 was found
         assert server.batches.lines["writer"] == 2 * N
+
+
+def test_a_failed_batch_is_resubmitted_whole(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        cfg = pipeline(server, tmp_path)
+        server.batches.fail_next("line 3: bad json")
+        summary = run_json(write(cfg, tmp_path / "genwire.yaml"), "--batch")
+        assert summary["rows_written"] == N
+        assert [b["status"] for b in summary["batches"]] == ["failed", "completed", "completed"]
+        assert server.batches.lines["writer"] == 2 * N
+
+
+def test_an_auth_error_line_fails_its_row_as_auth_and_never_shows_the_key(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        cfg = pipeline(server, tmp_path)
+        server.fail_when("writer", "Write about c", "echo_auth")  # a 401 quoting the Authorization header
+        summary = run_json(write(cfg, tmp_path / "genwire.yaml"), "--batch")
+        errors_file = (tmp_path / "out.jsonl.errors.jsonl").read_text(encoding="utf-8")
+        errors = [json.loads(line) for line in errors_file.splitlines()]
+        assert summary["rows_failed"] == len(errors) > 0
+        assert {e["error_class"] for e in errors} == {"auth"}
+        assert server.batches.created == 2  # not retried: auth is not transient
+        assert KEY not in errors_file and "***" in errors_file

@@ -6,7 +6,8 @@ Each line of a batch is answered by the same logic as an online request (scripts
 run's, but it is not counted in ``server.requests``: ``batches.lines`` counts it.
 
 Modes: complete at once (default), after ``delay_s``, only when released (``hold``), with
-the next batches ``expired`` after a fraction of their lines (``expire_next``); and
+the next batches ``expired`` after a fraction of their lines (``expire_next``) or
+``failed`` before any (``fail_next``); and
 ``enabled = False`` answers 404 on every endpoint (a provider without batches)::
 
     server.batches.hold()            # new batches stay in_progress...
@@ -65,6 +66,7 @@ class _Batch:
     held: bool
     expire_fraction: float | None
     metadata: dict[str, Any] | None
+    failure: str | None = None  # scripted: ends failed with this message
     status: str = "validating"
     total: int = 0
     completed: int = 0
@@ -105,6 +107,7 @@ class FakeBatches:
         self.delay_s = 0.0
         self._hold = False
         self._expire: list[float] = []
+        self._fail: list[str] = []
         self.files: dict[str, _File] = {}
         self.batches: dict[str, _Batch] = {}
         self.reset_stats()
@@ -129,6 +132,11 @@ class FakeBatches:
         with self._lock:
             self._expire.extend([done_fraction] * count)
 
+    def fail_next(self, message: str = "the input file could not be validated", count: int = 1) -> None:
+        """The next ``count`` batches end ``failed`` with ``message``, no line run."""
+        with self._lock:
+            self._fail.extend([message] * count)
+
     def require_api_key(self, key: str | None) -> None:
         """The Files and Batches endpoints want this key (None: the server's own rule),
         as an account whose key may chat but not batch."""
@@ -144,6 +152,7 @@ class FakeBatches:
         """Drop queued expiries and stop holding new batches."""
         with self._lock:
             self._expire.clear()
+            self._fail.clear()
             self._hold = False
 
     def reset_stats(self) -> None:
@@ -234,6 +243,7 @@ class FakeBatches:
             if file_id not in self.files:
                 return _error(404, f"No such file: {file_id}")
             fraction = self._expire.pop(0) if self._expire else None
+            failure = self._fail.pop(0) if self._fail else None
             batch = _Batch(
                 self._new_id("batch"),
                 endpoint,
@@ -244,6 +254,7 @@ class FakeBatches:
                 self._hold,
                 fraction,
                 body.get("metadata"),
+                failure,
             )
             batch.total = self.files[file_id].content.count(b"\n")
             self.batches[batch.id] = batch
@@ -309,7 +320,11 @@ class FakeBatches:
             batch.status = "in_progress"
             batch.timestamps.setdefault("in_progress_at", int(time.time()))
             return
-        if batch.expire_fraction is not None:
+        if batch.failure is not None:
+            batch.status = "failed"
+            batch.errors = {"object": "list", "data": [{"code": "invalid_file", "message": batch.failure}]}
+            batch.timestamps["failed_at"] = int(time.time())
+        elif batch.expire_fraction is not None:
             await self._finish(batch, "expired", done_fraction=batch.expire_fraction)
         else:
             await self._finish(batch, "completed", done_fraction=1.0)
