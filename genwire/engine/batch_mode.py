@@ -3,13 +3,14 @@ after the pre-flight with the run's journal, what the progress line says of them
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from genwire.config.schema import OpenAIProviderConfig
 from genwire.container.core import WiredPipeline
 from genwire.engine.batch_journal import BatchJournal
+from genwire.providers.batch.collector import RoundSignal
 from genwire.providers.batch.format import TERMINAL, BatchInfo
 
 __all__ = ["BatchMode", "batch_providers"]
@@ -35,8 +36,13 @@ def batch_providers(container: WiredPipeline, forced: bool) -> list[str]:
 class BatchMode:
     """The collectors of one run and its journal in the checkpoint directory."""
 
-    def __init__(self, container: WiredPipeline, providers: Sequence[str], directory: Path) -> None:
+    def __init__(
+        self, container: WiredPipeline, providers: Sequence[str], directory: Path, live_rows: Callable[[], int]
+    ) -> None:
         self.container = container
+        # The engine's live rows against the calls waiting in every collector: a round
+        # goes when they are equal (every live row waits on a model).
+        self.signal = RoundSignal(live_rows)
         self.providers = list(providers)
         self.directory = directory
         self.journal = BatchJournal(directory)
@@ -48,7 +54,7 @@ class BatchMode:
             client = self.container.client(name)
             config = self.container.config.providers[name]
             assert isinstance(config, OpenAIProviderConfig)
-            await client.start_batching(config.batch, self.journal, self.directory)
+            await client.start_batching(config.batch, self.journal, self.directory, self.signal)
             self._clients.append(client)
 
     async def stop(self) -> None:

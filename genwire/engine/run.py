@@ -144,7 +144,8 @@ async def run_pipeline(
     else:
         source = LocalBatches(container, responses, batch_mode=bool(batching))
     sink: OutputSink | None = None
-    batch_mode = BatchMode(container, batching, directory) if batching else None
+    live_rows = source.live_rows if isinstance(source, LocalBatches) else (lambda: 0)
+    batch_mode = BatchMode(container, batching, directory, live_rows) if batching else None
     try:
         report = None
         if not options.skip_preflight:
@@ -238,6 +239,11 @@ class LocalBatches:
         self._cache = cache
         # Batch mode: the whole window at once (a round holds every row of it), nothing to grow.
         self._batch_mode = batch_mode
+        self._runner: BatchRunner | None = None
+
+    def live_rows(self) -> int:
+        """Rows in the batches running now, not yet failed (batch mode's rounds count them)."""
+        return self._runner.live if self._runner is not None else 0
 
     def usage(self) -> dict[str, ModelUsage]:
         return {}  # the container's own clients made every request: counted by the caller
@@ -248,7 +254,7 @@ class LocalBatches:
         return any(c.waiting < c.limit for c in self._container.concurrency().values())
 
     async def batches(self, indices: Iterator[int], batch_size: int) -> AsyncGenerator[BatchResult, None]:
-        runner = BatchRunner(self._container, self._cache)
+        runner = self._runner = BatchRunner(self._container, self._cache)
         todo = enumerate(batched(indices, batch_size))
         running: dict[asyncio.Task[BatchResult], int] = {}
         finished: dict[int, asyncio.Task[BatchResult]] = {}  # an error is raised in row order too

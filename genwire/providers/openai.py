@@ -35,7 +35,7 @@ from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, re
 
 if TYPE_CHECKING:  # batch mode is loaded only when a run turns it on
     from genwire.config.schema import BatchConfig
-    from genwire.providers.batch.collector import BatchCollector
+    from genwire.providers.batch.collector import BatchCollector, RoundSignal
     from genwire.providers.batch.ledger import Ledger
 
 __all__ = ["OpenAIChatModel", "OpenAIEmbeddingModel", "OpenAIProvider"]
@@ -169,11 +169,13 @@ class OpenAIProvider:
 
     # --- batch mode ----------------------------------------------------------------------
 
-    async def start_batching(self, config: BatchConfig, ledger: Ledger, spool_dir: Path) -> BatchCollector:
+    async def start_batching(
+        self, config: BatchConfig, ledger: Ledger, spool_dir: Path, signal: RoundSignal | None = None
+    ) -> BatchCollector:
         """From now on model calls go out in Batch API files (the pre-flight ran online)."""
         from genwire.providers.batch.collector import BatchCollector
 
-        self.batcher = BatchCollector(self, config, ledger, spool_dir)
+        self.batcher = BatchCollector(self, config, ledger, spool_dir, signal)
         await self.batcher.recover()
         return self.batcher
 

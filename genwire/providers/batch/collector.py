@@ -1,10 +1,12 @@
 """``BatchCollector``: one provider's model calls gathered into Batch API files.
 
 A call (``ask``) writes its request line to a spool file on disk and waits. A round is
-submitted when the calls settle: no new call reached the collector for ``settle_s``
-(the engine starts every row of its window at once, so the rows of one column ask within
-moments of each other; a row that still works, a template or a cache write, asks within
-that time). A spool that reaches ``max_requests`` or ``max_file_mb`` is submitted at once
+submitted when every live row is waiting on a model call: the engine says how many rows
+it has live (``RoundSignal.live_rows``) and the collectors of the run count their waiting
+calls; the call that makes them equal submits the round at once, in every collector.
+Where that count cannot tell (one call for several rows, a row waiting on an online
+provider, a row that ended without a call), the round goes when the calls settle: no new
+call for ``settle_s``. A spool that reaches ``max_requests`` or ``max_file_mb`` is submitted at once
 (a split). Each spool is uploaded (``POST /files``, streamed from disk), recorded in the
 ledger, made a batch (``POST /batches``), recorded again, then polled until it ends; its
 output and error files are streamed to disk and each line resolves its call.
@@ -23,7 +25,7 @@ import itertools
 import json
 import os
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -44,12 +46,29 @@ from genwire.providers.usage import ModelUsage
 
 __all__ = ["SPOOL_PREFIX", "BatchCollector", "check_batch_api", "control_request"]
 
-SETTLE_MIN_S = 0.2  # a round waits at least this long for the last calls of its rows
+SETTLE_MIN_S = 0.5  # without the count: a round waits this long after the last call
 SETTLE_MAX_S = 5.0
 MAX_RESUBMITS = 3  # a request no batch ran (expired, cancelled) this many times fails
 OCCURRENCES_KEPT = 65_536  # recent request ids counted for re-asks; more rows than a window
 LIST_PAGES = 20  # of 100 batches, searched for a batch an earlier session created unrecorded
 SPOOL_PREFIX = "batch-spool-"  # files in the checkpoint directory while being built or read
+
+
+class RoundSignal:
+    """Shared by the collectors of one run: the engine's live rows against the calls
+    waiting in all of them."""
+
+    def __init__(self, live_rows: Callable[[], int]) -> None:
+        self.live_rows = live_rows
+        self.collectors: list[BatchCollector] = []
+
+    def all_waiting(self) -> bool:
+        live = self.live_rows()
+        return live > 0 and sum(c.waiting for c in self.collectors) >= live
+
+    def submit_round(self) -> None:
+        for collector in self.collectors:
+            collector.submit_round()
 
 
 class BatchHost(Protocol):
@@ -92,8 +111,15 @@ class _Spool:
 
 
 class BatchCollector:
-    def __init__(self, host: BatchHost, config: BatchConfig, ledger: Ledger, spool_dir: Path) -> None:
+    def __init__(
+        self, host: BatchHost, config: BatchConfig, ledger: Ledger, spool_dir: Path, signal: RoundSignal | None = None
+    ) -> None:
         self._host = host
+        self._signal = signal
+        if signal is not None:
+            signal.collectors.append(self)
+        self.waiting = 0  # calls not yet answered
+        self._distributing = False
         self.name = host.name
         self.config = config
         self._ledger = ledger
@@ -127,6 +153,8 @@ class BatchCollector:
     async def ask(self, alias: str, path: str, body: dict[str, Any], custom_id: str) -> tuple[Any, int]:
         """The response body of ``body`` sent through a batch, and the batches it took."""
         waiter = _Waiter(custom_id, alias, path, body, asyncio.get_running_loop().create_future())
+        self.waiting += 1
+        waiter.future.add_done_callback(self._answered)
         left = self._leftovers.pop(custom_id, None)
         batch = self._ledger.batch_of(self.name, custom_id) if left is None else None
         if left is not None:  # read from a batch an earlier session submitted
@@ -139,6 +167,32 @@ class BatchCollector:
         else:
             self._enqueue(waiter)
         return await waiter.future
+
+    def _round_if_all_waiting(self) -> bool:
+        """Submit the round now if every live row waits on a model (not while a batch's
+        lines are being handed out: they may send more calls back)."""
+        if self._distributing or self._signal is None or not self._queue or not self._signal.all_waiting():
+            return False
+        self._signal.submit_round()
+        return True
+
+    def _answered(self, future: asyncio.Future[tuple[Any, int]]) -> None:
+        if future.cancelled():  # its row was cancelled; answered calls were counted in _resolve
+            self.waiting -= 1
+
+    def _resolve(self, waiter: _Waiter, result: tuple[Any, int] | None, error: ModelError | None = None) -> None:
+        """Answer a call; it stops counting as waiting now (not when its callbacks run)."""
+        if waiter.future.done():
+            return
+        self.waiting -= 1
+        if error is not None:
+            waiter.future.set_exception(error)
+        else:
+            waiter.future.set_result(result)  # type: ignore[arg-type]
+
+    def _fail(self, waiter: _Waiter, error_class: ErrorClass, message: str) -> None:
+        error = ModelError(error_class, message, target=waiter.alias, attempts=max(waiter.submissions, 1))
+        self._resolve(waiter, None, error)
 
     def _enqueue(self, waiter: _Waiter) -> None:
         key = (waiter.path, str(waiter.body.get("model")))
@@ -157,6 +211,8 @@ class BatchCollector:
         spool.size += len(line)
         spool.waiters.append(waiter)
         self._arrivals += 1
+        if self._round_if_all_waiting():
+            return
         if self._wake is None:
             self._wake = asyncio.Event()
         if self._pump is None or self._pump.done():
@@ -174,10 +230,17 @@ class BatchCollector:
                 await asyncio.sleep(self._settle_s)
                 if self._arrivals == seen:
                     break
-            if self._queue:
-                self.round += 1
-                for key in list(self._queue):
-                    self._seal(key, self.round)
+            if self._signal is not None:
+                self._signal.submit_round()
+            else:
+                self.submit_round()
+
+    def submit_round(self) -> None:
+        """Submit every spool being built: one round."""
+        if self._queue:
+            self.round += 1
+            for key in list(self._queue):
+                self._seal(key, self.round)
 
     def _seal(self, key: tuple[str, str], round_number: int) -> None:
         spool = self._queue.pop(key)
@@ -213,7 +276,7 @@ class BatchCollector:
         except Exception as exc:
             error_class, message = _error_of(exc)
             for waiter in spool.waiters:
-                _fail(waiter, error_class, message)
+                self._fail(waiter, error_class, message)
             return
         finally:
             spool.path.unlink(missing_ok=True)
@@ -251,29 +314,37 @@ class BatchCollector:
                 if status in TERMINAL:
                     break
                 await asyncio.sleep(self.config.poll_interval_s)
-            seen: set[str] = set()
+            lines: list[ResultLine] = []
             for key in ("output_file_id", "error_file_id"):
                 file_id = batch.get(key)
                 if isinstance(file_id, str):
-                    for line in await self._results(file_id):
-                        seen.add(line.custom_id)
-                        waiter = self._attached.get(batch_id, {}).pop(line.custom_id, None)
-                        if waiter is None:
-                            self._leftovers[line.custom_id] = line  # its row has not asked yet
-                        else:
-                            self._settle(waiter, line)
+                    lines += await self._results(file_id)
         except Exception as exc:
             error_class, message = _error_of(exc)
             for waiter in self._attached.pop(batch_id, {}).values():
-                _fail(waiter, error_class, f"{message} (following batch {batch_id})")
+                self._fail(waiter, error_class, f"{message} (following batch {batch_id})")
             return
         finally:
             self._following.discard(batch_id)
         self._finished.add(batch_id)
         self._ledger.ended(self.name, batch_id, status)
         why = _batch_errors(batch) or f"the batch ended {status}"
-        for waiter in self._attached.pop(batch_id, {}).values():
-            self._settle(waiter, ResultLine(waiter.custom_id, None, None, "batch_" + status, why))
+        # All of the batch's lines at once, then one look at the round: calls sent back
+        # (retries, lines never run) go out together, not one round each.
+        self._distributing = True
+        try:
+            waiters: dict[str, _Waiter] = self._attached.pop(batch_id, {})
+            for line in lines:
+                found = waiters.pop(line.custom_id, None)
+                if found is None:
+                    self._leftovers[line.custom_id] = line  # its row has not asked yet
+                else:
+                    self._settle(found, line)
+            for waiter in waiters.values():
+                self._settle(waiter, ResultLine(waiter.custom_id, None, None, "batch_" + status, why))
+        finally:
+            self._distributing = False
+        self._round_if_all_waiting()
 
     def _note(self, batch_id: str, batch: Any) -> str:
         if not isinstance(batch, dict):
@@ -303,8 +374,7 @@ class BatchCollector:
         usage = self._host._usage(waiter.alias)
         if line.status is not None and 200 <= line.status < 300:
             usage.count_tokens(line.body)
-            if not waiter.future.done():
-                waiter.future.set_result((line.body, waiter.submissions))
+            self._resolve(waiter, (line.body, waiter.submissions))
             return
         if line.status is not None and waiter.earlier:
             # An error an earlier session already counted (its row failed): a rerun asks
@@ -322,21 +392,21 @@ class BatchCollector:
                 usage.retries += 1
                 self._enqueue(waiter)
                 return
-            _fail(waiter, error_class, f"{message} (a batch line)")
+            self._fail(waiter, error_class, f"{message} (a batch line)")
             return
         if line.error_code in NOT_RUN or (line.error_code or "").startswith("batch_"):
             if waiter.resubmits < MAX_RESUBMITS:
                 waiter.resubmits += 1
                 self._enqueue(waiter)
                 return
-            _fail(
+            self._fail(
                 waiter,
                 ErrorClass.TIMEOUT,
                 f"batch mode: no batch ran this request in {waiter.resubmits + 1} tries ({line.error_message})",
             )
             return
         detail = self._host._scrub(line.error_message)
-        _fail(waiter, ErrorClass.BAD_RESPONSE, f"batch mode: {line.error_code}: {detail}")
+        self._fail(waiter, ErrorClass.BAD_RESPONSE, f"batch mode: {line.error_code}: {detail}")
 
     # --- HTTP ----------------------------------------------------------------------------
 
@@ -462,13 +532,6 @@ async def check_batch_api(host: BatchHost) -> None:
     listing call with this key (raises ``ModelError``, nothing is uploaded)."""
     await control_request(host, "GET", "/files?purpose=batch&limit=1")
     await control_request(host, "GET", "/batches?limit=1")
-
-
-def _fail(waiter: _Waiter, error_class: ErrorClass, message: str) -> None:
-    if not waiter.future.done():
-        waiter.future.set_exception(
-            ModelError(error_class, message, target=waiter.alias, attempts=max(waiter.submissions, 1))
-        )
 
 
 def _error_of(exc: Exception) -> tuple[ErrorClass, str]:
