@@ -2,6 +2,7 @@
 model and dataset checked before generation starts."""
 
 from genwire.app import Container, boot
+from genwire.engine.options import RunOptions
 from genwire.engine.run import RunResult
 from genwire.errors import (
     ConfigError,
@@ -32,6 +33,7 @@ __all__ = [
     "PreflightError",
     "PreflightReport",
     "RunError",
+    "RunOptions",
     "RunResult",
     "RunSetupError",
     "RunStopped",

@@ -8,7 +8,8 @@ from typing import Any
 
 from genwire.container.boot import Source, boot_container
 from genwire.container.core import WiredPipeline
-from genwire.engine.run import Engine, RunResult, run_pipeline
+from genwire.engine.options import RunOptions
+from genwire.engine.run import RunResult, run_pipeline
 from genwire.engine.sink import Progress
 from genwire.generators.base import Generator
 from genwire.preflight.report import PreflightReport
@@ -26,45 +27,31 @@ class Container(WiredPipeline):
 
     async def run(
         self,
-        num_records: int | None = None,
+        options: RunOptions | int | None = None,
         *,
-        output: str | Path | None = None,
-        skip_preflight: bool = False,
         progress: Progress | None = None,
-        engine: Engine = "local",
-        resume: bool = True,
-        ray_address: str | None = None,
-        ray_workers: int | None = None,
         on_preflight: Callable[[PreflightReport], None] | None = None,
-        use_cache: bool = True,
-        cache_dir: Path | None = None,
-        response_cache: bool = True,
+        **keywords: Any,
     ) -> RunResult:
         """Pre-flight (unless skipped), then generate, checkpointing every batch, and
         write the dataset atomically.
 
+        ``options`` is a ``RunOptions`` (a bare int is ``num_records``); its fields may
+        also be given as keywords (``run(output=..., batch=True)``; the older names
+        ``use_cache`` and ``cache_dir`` mean ``probe_cache`` and ``probe_cache_dir``).
         ``resume`` (the default) continues a checkpoint of the same configuration beside
-        the output; ``resume=False`` discards it. ``on_preflight`` receives the report
-        before the run starts (or stops). Raises ``PreflightError`` (with the report)
-        if the pre-flight fails, ``RunStopped`` above ``max_failure_rate`` (rows kept),
-        ``RunSetupError`` when the run cannot start as asked. ``response_cache=False``
-        neither reads nor writes the response cache (``cache:``; SPEC §12).
+        the output. ``on_preflight`` receives the report before the run starts (or
+        stops). Raises ``PreflightError`` (with the report) if the pre-flight fails,
+        ``RunStopped`` above ``max_failure_rate`` (rows kept), ``RunSetupError`` when the
+        run cannot start as asked.
         """
-        return await run_pipeline(
-            self,
-            num_records=num_records,
-            output=output,
-            skip_preflight=skip_preflight,
-            progress=progress,
-            engine=engine,
-            resume=resume,
-            ray_address=ray_address,
-            ray_workers=ray_workers,
-            on_preflight=on_preflight,
-            use_cache=use_cache,
-            cache_dir=cache_dir,
-            response_cache=response_cache,
-        )
+        if isinstance(options, int) and not isinstance(options, bool):
+            options = RunOptions.of(None, num_records=options, **keywords)
+        elif options is None or isinstance(options, RunOptions):
+            options = RunOptions.of(options, **keywords) if keywords or options is None else options
+        else:
+            raise TypeError(f"run() takes RunOptions or a number of records, not {type(options).__name__}")
+        return await run_pipeline(self, options, progress=progress, on_preflight=on_preflight)
 
 
 def boot(

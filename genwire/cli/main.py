@@ -247,6 +247,9 @@ def _output_suffix(ctx: click.Context, param: click.Parameter, value: Path | Non
     is_flag=True,
     help="Ask the models for every answer; neither read nor write the response cache.",
 )
+@click.option(
+    "--batch", is_flag=True, help="Send model calls through the Batch API (half price, hours); openai providers only."
+)
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--address", help="Ray cluster address (with --engine ray).")
 @click.option(
@@ -262,6 +265,7 @@ def run(
     as_json: bool,
     no_cache: bool,
     no_response_cache: bool,
+    batch: bool,
     engine: Literal["local", "ray"],
     address: str | None,
     workers: int | None,
@@ -276,6 +280,11 @@ def run(
 
     container = _boot_or_report(file, as_json, {})
     console = err if as_json else out  # --json: stdout holds the summary only
+    if batch:
+        from genwire.cli.batch_commands import local_provider_notes
+
+        for note in local_provider_notes(container):
+            console.print(note, markup=False)
 
     async def go() -> Any:
         async with container:
@@ -289,8 +298,9 @@ def run(
                 ray_address=address,
                 ray_workers=workers,
                 on_preflight=lambda report: console.print(preflight_table(report)),
-                use_cache=not no_cache,
+                probe_cache=not no_cache,
                 response_cache=not no_response_cache,
+                batch=batch,
             )
 
     try:
@@ -307,6 +317,11 @@ def run(
             message = f"interrupted: {kept:,} of {total:,} rows kept in {directory}; rerun the same command to resume"
         else:
             message = "interrupted before any row was done; nothing to resume"
+        from genwire.cli.batch_commands import interrupted_hint
+
+        hint = interrupted_hint(file, directory)  # batch mode: batches left running
+        if hint:
+            message = message.replace("; nothing to resume", "") + "\n" + hint
         err.print(message, markup=False)
         sys.exit(exc.exit_code)
     except GenwireError as exc:
@@ -388,6 +403,15 @@ def init(directory: Path, force: bool) -> None:
     for path in write_starter(directory, force=force):
         out.print(f"wrote {path}", markup=False)
     out.print(f"next: genwire run {directory / 'genwire.yaml'}", markup=False)
+
+
+def _register_batches() -> None:
+    from genwire.cli.batch_commands import batches  # click only at import: costs nothing
+
+    cli.add_command(batches)
+
+
+_register_batches()
 
 
 def main() -> None:

@@ -127,11 +127,17 @@ def run_summary(result: RunResult) -> Table:
     for alias, u in sorted(result.usage.items()):
         answers = "answer" if u.cached == 1 else "answers"
         cached = f"; {u.cached:,} {answers} from the cache ({u.saved_tokens:,} tokens saved)" if u.cached else ""
+        batched = f"{u.batched:,} in batches + " if u.batched else ""
         table.add_row(
             escape(f"model {alias}"),
-            f"{u.requests:,} requests ({u.retries:,} retries, {u.rate_limited:,} rate-limited), "
+            f"{batched}{u.requests:,} requests ({u.retries:,} retries, {u.rate_limited:,} rate-limited), "
             f"{u.prompt_tokens:,} prompt + {u.completion_tokens:,} completion tokens{cached}",
         )
+    if result.batches:
+        statuses: dict[str, int] = {}
+        for b in result.batches:
+            statuses[b.status] = statuses.get(b.status, 0) + 1
+        table.add_row("batches", ", ".join(f"{n} {status}" for status, n in statuses.items()))
     for name, c in sorted(result.concurrency.items()):
         paused = f", paused {c.pauses:,} times by 429s" if c.pauses else ""
         table.add_row(

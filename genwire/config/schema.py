@@ -107,6 +107,16 @@ def _retry_statuses(value: list[int]) -> list[int]:
     return value
 
 
+class BatchConfig(StrictModel):
+    """Batch-API mode (SPEC §14): requests go out as OpenAI Batch files at half price."""
+
+    enabled: bool = False
+    completion_window: Annotated[str, Field(pattern=r"^[1-9][0-9]*h$")] = "24h"
+    poll_interval_s: PositiveFloat = 30.0
+    max_requests: Annotated[int, Field(gt=0, le=50_000)] = 50_000
+    max_file_mb: Annotated[float, Field(gt=0, le=200)] = 190.0
+
+
 class OpenAIProviderConfig(StrictModel):
     """Any OpenAI-compatible endpoint (NIM, vLLM, OpenAI, Ollama...)."""
 
@@ -137,6 +147,7 @@ class OpenAIProviderConfig(StrictModel):
     # false: no per-model brake or adaptive concurrency; each request retries a 429
     # on its own, bounded by ``retries`` (the behaviour before 0.2; a benchmark baseline).
     adapt_to_rate_limits: bool = True
+    batch: BatchConfig = Field(default_factory=BatchConfig)
 
 
 class LocalProviderConfig(StrictModel):

@@ -102,6 +102,11 @@ class WiredPipeline:
         override (an override is an object of this process, with no stable identity)."""
         return name in self.config.models and not self._target(name).provider.overridden
 
+    def client(self, provider: str) -> Any:
+        """The client of provider ``provider`` (built on first use): the run's batch mode
+        switches it over after the pre-flight."""
+        return self._graph.clients[provider]()
+
     def reset_generators(self) -> None:
         """Fresh generator instances for the next run (generators may keep per-run state)."""
         self._graph.reset_singletons()

@@ -51,6 +51,7 @@ class BatchRunner:
         self.generators: list[Generator[Any]] = [container.generator(c.name) for c in container.columns]
         self.columns = [c.name for c in container.columns]
         self.cache = cache
+        self.live = 0  # rows of the running batches that have not failed nor finished
 
     async def run(self, indices: list[int]) -> BatchResult:
         """Rows ``indices`` (global positions; any set, e.g. the rows a resumed run still
@@ -69,6 +70,14 @@ class BatchRunner:
 
     async def _run(self, indices: list[int], scope: BatchScope | None) -> BatchResult:
         live: list[dict[str, Any]] = [{} for _ in indices]
+        self.live += len(live)
+        try:
+            return await self._columns(indices, live, scope)
+        finally:
+            self.live -= len(live)
+
+    async def _columns(self, indices: list[int], live: list[dict[str, Any]], scope: BatchScope | None) -> BatchResult:
+        """Each column over the rows still live; ``live`` shrinks in place as rows fail."""
         failures: list[dict[str, Any]] = []
         for gen in self.generators:
             if not live:
@@ -88,7 +97,8 @@ class BatchRunner:
                     row[gen.column] = value
                     kept.append(row)
                     kept_indices.append(index)
-            live, indices = kept, kept_indices
+            self.live -= len(live) - len(kept)
+            live[:], indices = kept, kept_indices
         failures.sort(key=lambda f: int(f["row"]))
         return BatchResult(indices, live, failures)
 

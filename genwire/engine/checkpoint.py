@@ -59,8 +59,10 @@ def kept_rows(directory: Path) -> int:
 
 _ROWS = re.compile(r"rows-(\d+)\.jsonl")
 _FAILED = re.compile(r"failed-(\d+)\.jsonl")
-# What else a run keeps here (batch mode's journal); anything not listed is a stray file.
+# What else a run keeps here (batch mode's journal, and its spool files while a batch file is
+# built or read: providers.batch.collector.SPOOL_PREFIX); anything else is a stray file.
 _OTHER_FILES = frozenset({_META, _LOCK, "batch-journal.jsonl"})
+_SPOOL = re.compile(r"batch-spool-[\w.-]+\.jsonl")
 
 
 def _segment_number(path: Path) -> int:
@@ -82,7 +84,7 @@ def _stray_files(directory: Path) -> list[Path]:
         name = path.name
         if name.endswith(".tmp"):  # an atomic write a kill caught: harmless
             name = name[: -len(".tmp")]
-        own = name in _OTHER_FILES or _ROWS.fullmatch(name) or _FAILED.fullmatch(name)
+        own = name in _OTHER_FILES or any(p.fullmatch(name) for p in (_ROWS, _FAILED, _SPOOL))
         if not own or not path.is_file():
             stray.append(path)
     return stray

@@ -12,23 +12,30 @@ import time
 from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from genwire.container.core import WiredPipeline
+from genwire.engine.batch_mode import BatchMode, batch_providers
 from genwire.engine.batches import BatchResult, BatchRunner, batched
 from genwire.engine.checkpoint import Checkpoint, checkpoint_dir
 from genwire.engine.fingerprint import fingerprint
+from genwire.engine.options import Engine, RunOptions
 from genwire.engine.sink import OutputSink, Progress
 from genwire.engine.writers import check_output, errors_path
 from genwire.errors import RunError
 from genwire.preflight.report import PreflightError, PreflightReport
 from genwire.preflight.runner import run_preflight
+from genwire.providers.batch.format import BatchInfo
 from genwire.providers.response_cache import ResponseCache, cache_dir
 from genwire.providers.usage import Concurrency, ModelUsage, merge_usage, requests_of
 
-Engine = Literal["local", "ray"]
+__all__ = ["Engine", "RunOptions", "RunResult", "run_pipeline"]
+
 BATCHES_IN_FLIGHT = 4  # at least: keeps providers saturated across the barrier between columns
 ROWS_AHEAD = 8192  # at most, in batches running or finished-but-not-yet-written: bounds memory
+# Batch mode: every batch of this many rows starts at once, so a round holds them all.
+BATCH_MODE_ROWS_AHEAD = 10_000
+STATUS_TICK_S = 1.0  # batch mode: how often the progress line shows the batches' state
 GROW_TICK_S = 0.01  # how often the engine looks for idle slots to start one more batch
 FRESH_HINT = "run with --fresh (resume=False in Python)"
 
@@ -50,6 +57,7 @@ class RunResult:
     # its 429 pauses (this process's providers: Ray workers' are not included).
     concurrency: dict[str, Concurrency] = field(default_factory=dict)
     preflight: PreflightReport | None = None
+    batches: list[BatchInfo] | None = None  # batch mode: every batch it used (None: online)
 
     @property
     def requests(self) -> dict[str, int]:
@@ -71,6 +79,7 @@ class RunResult:
             "output": str(self.output),
             "errors_file": str(self.errors_file) if self.errors_file else None,
             "models": {alias: u.as_dict() for alias, u in self.usage.items()},
+            **({"batches": [b.as_dict() for b in self.batches]} if self.batches is not None else {}),
         }
 
 
@@ -100,20 +109,12 @@ def dataset_files(container: WiredPipeline) -> list[Path]:
 
 async def run_pipeline(
     container: WiredPipeline,
+    options: RunOptions,
     *,
-    num_records: int | None,
-    output: str | Path | None,
-    skip_preflight: bool,
-    progress: Progress | None,
-    engine: Engine,
-    resume: bool,
-    ray_address: str | None,
-    ray_workers: int | None,
-    on_preflight: Callable[[PreflightReport], None] | None,
-    use_cache: bool = True,
-    cache_dir: Path | None = None,
-    response_cache: bool = True,
+    progress: Progress | None = None,
+    on_preflight: Callable[[PreflightReport], None] | None = None,
 ) -> RunResult:
+    num_records, engine, ray_workers = options.num_records, options.engine, options.ray_workers
     cfg = container.config.pipeline
     n = cfg.num_records if num_records is None else num_records
     if n <= 0:
@@ -122,56 +123,72 @@ async def run_pipeline(
         raise RunError(f"unknown engine {engine!r}; use 'local' or 'ray'")
     if ray_workers is not None and ray_workers < 1:
         raise RunError(f"ray_workers must be a positive number of workers, got {ray_workers}")
-    target = output_path(container, output)
+    batching = batch_providers(container, options.batch)
+    if batching and engine != "local":
+        raise RunError("batch mode runs on the local engine; drop --engine ray (or --batch)")
+    target = output_path(container, options.output)
     directory = checkpoint_dir(target)
     # Before anything is paid for: the output must be writable and must not be an input.
     check_output(target, protected=dataset_files(container), extra=[errors_path(target), directory])
     checkpoint = Checkpoint.open(
-        directory, fingerprint(container.loaded, container.columns), n, fresh=not resume, fresh_hint=FRESH_HINT
+        directory, fingerprint(container.loaded, container.columns), n, fresh=not options.resume, fresh_hint=FRESH_HINT
     )
     started = time.perf_counter()
-    responses_at = response_cache_dir(container, response_cache)
+    responses_at = response_cache_dir(container, options.response_cache)
     responses = ResponseCache(responses_at) if responses_at is not None else None
     source: BatchSource
     if engine == "ray":
         from genwire.engine.ray_engine import RayBatches
 
-        source = RayBatches(container, ray_address, ray_workers, responses_at)
+        source = RayBatches(container, options.ray_address, ray_workers, responses_at)
     else:
-        source = LocalBatches(container, responses)
+        source = LocalBatches(container, responses, batch_mode=bool(batching))
     sink: OutputSink | None = None
+    live_rows = source.live_rows if isinstance(source, LocalBatches) else (lambda: 0)
+    batch_mode = BatchMode(container, batching, directory, live_rows) if batching else None
     try:
         report = None
-        if not skip_preflight:
-            report = await run_preflight(container, use_cache=use_cache, cache_dir=cache_dir)
+        if not options.skip_preflight:
+            report = await run_preflight(
+                container, use_cache=options.probe_cache, cache_dir=options.probe_cache_dir, batch_providers=batching
+            )
             if on_preflight is not None:
                 on_preflight(report)
             if not report.ok:
                 raise PreflightError(report)
+        if batch_mode is not None:
+            await batch_mode.start()  # after the probes: they stay online
         sink = OutputSink(
             target,
             [c.name for c in container.columns],
             checkpoint,
             max_failure_rate=cfg.max_failure_rate,
             progress=progress,
-            status=lambda: in_flight_text(container.concurrency()),
+            status=lambda: batch_mode.status() if batch_mode is not None else in_flight_text(container.concurrency()),
         )
         batches = source.batches(checkpoint.pending(), cfg.batch_size)
+        ticker = asyncio.create_task(_tick(sink)) if batch_mode is not None else None
         try:
             async for result in batches:
                 sink.add(result)
         finally:
+            if ticker is not None:
+                ticker.cancel()
             await batches.aclose()
         sink.finish()
     except BaseException:
+        if batch_mode is not None:
+            await batch_mode.stop()
         if sink is not None:
             sink.suspend()
-        if checkpoint.kept == 0:
+        if checkpoint.kept == 0 and (batch_mode is None or not batch_mode.holds_batches):
             checkpoint.remove()  # nothing was paid for: leave no empty checkpoint behind
         else:
             checkpoint.close()
         raise
     finally:
+        if batch_mode is not None:
+            await batch_mode.stop()  # idempotent
         if responses is not None:
             responses.close()
     return RunResult(
@@ -185,7 +202,14 @@ async def run_pipeline(
         usage=merge_usage([container.usage_by_model(), source.usage()]),
         concurrency=container.concurrency(),
         preflight=report,
+        batches=batch_mode.infos() if batch_mode is not None else None,
     )
+
+
+async def _tick(sink: OutputSink) -> None:
+    while True:
+        await asyncio.sleep(STATUS_TICK_S)
+        sink.refresh()
 
 
 def in_flight_text(concurrency: dict[str, Concurrency]) -> str:
@@ -208,9 +232,18 @@ class LocalBatches:
     idle slots, up to ``ROWS_AHEAD`` rows.
     """
 
-    def __init__(self, container: WiredPipeline, cache: ResponseCache | None = None) -> None:
+    def __init__(
+        self, container: WiredPipeline, cache: ResponseCache | None = None, *, batch_mode: bool = False
+    ) -> None:
         self._container = container
         self._cache = cache
+        # Batch mode: the whole window at once (a round holds every row of it), nothing to grow.
+        self._batch_mode = batch_mode
+        self._runner: BatchRunner | None = None
+
+    def live_rows(self) -> int:
+        """Rows in the batches running now, not yet failed (batch mode's rounds count them)."""
+        return self._runner.live if self._runner is not None else 0
 
     def usage(self) -> dict[str, ModelUsage]:
         return {}  # the container's own clients made every request: counted by the caller
@@ -221,13 +254,14 @@ class LocalBatches:
         return any(c.waiting < c.limit for c in self._container.concurrency().values())
 
     async def batches(self, indices: Iterator[int], batch_size: int) -> AsyncGenerator[BatchResult, None]:
-        runner = BatchRunner(self._container, self._cache)
+        runner = self._runner = BatchRunner(self._container, self._cache)
         todo = enumerate(batched(indices, batch_size))
         running: dict[asyncio.Task[BatchResult], int] = {}
         finished: dict[int, asyncio.Task[BatchResult]] = {}  # an error is raised in row order too
         next_out = 0
         exhausted = False
-        ahead = max(2 * BATCHES_IN_FLIGHT, ROWS_AHEAD // batch_size)
+        ahead = max(2 * BATCHES_IN_FLIGHT, (BATCH_MODE_ROWS_AHEAD if self._batch_mode else ROWS_AHEAD) // batch_size)
+        in_flight = ahead if self._batch_mode else BATCHES_IN_FLIGHT
 
         def start(up_to: int, *, only_if_idle: bool = False) -> None:
             """Start batches until ``up_to`` run (while slots sit idle, with ``only_if_idle``)."""
@@ -249,7 +283,7 @@ class LocalBatches:
                 # A new batch starts whenever any batch finishes, not only the oldest: a
                 # slow batch at the head would otherwise leave the provider's slots idle.
                 # Finished batches wait for their turn; the two together stay bounded.
-                start(BATCHES_IN_FLIGHT)
+                start(in_flight)
                 if not running and not finished:
                     return
                 if next_out not in finished:

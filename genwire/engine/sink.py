@@ -73,6 +73,11 @@ class OutputSink:
         if processed >= MIN_ROWS_FOR_RATE and self.failed / processed > self.max_failure_rate:
             self._stop(f"stopped after {processed} rows: {self.failed} failed ({self.failed / processed:.0%})")
 
+    def refresh(self) -> None:
+        """Redraw the status alone (batch mode: batches move while no row finishes)."""
+        if self.progress is not None:
+            self.progress.advance(0, 0, self._status_text())
+
     def _status_text(self) -> str:
         parts = [self.status() if self.status else "", f"{self.cached:,} cached" if self.cached else ""]
         return ", ".join(p for p in parts if p)

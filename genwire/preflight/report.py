@@ -10,9 +10,9 @@ from genwire.errors import ErrorClass, GenwireError
 from genwire.generators.metadata import ResourceKind
 
 Status = Literal["ok", "failed", "skipped"]
-# What a check is of: a resource kind, or a model kind genwire reports but never probes
-# (a Data Designer image model).
-CheckKind = ResourceKind | Literal["image_model"]
+# What a check is of: a resource kind, a model kind genwire reports but never probes
+# (a Data Designer image model), or a provider's Files and Batches API (batch mode).
+CheckKind = ResourceKind | Literal["image_model", "batch_api"]
 
 
 class CheckResult(BaseModel):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -286,14 +286,24 @@ class _Preflight:
 
 
 async def run_preflight(
-    container: WiredPipeline, *, use_cache: bool = True, cache_dir: Path | None = None
+    container: WiredPipeline,
+    *,
+    use_cache: bool = True,
+    cache_dir: Path | None = None,
+    batch_providers: Sequence[str] = (),
 ) -> PreflightReport:
     """Check every target some wired generator can reach. Never raises for an unhealthy
     target: each gets a result, and ``report.ok`` says whether all passed.
 
     With ``preflight.cache_ttl_s`` set, ok model probes are read from and written to the
     probe cache (``cache_dir``, default the user cache directory) unless ``use_cache``
-    is False."""
+    is False. ``batch_providers`` (batch mode) also get a check of their Files and
+    Batches API (``preflight.batch_check``)."""
     ttl = container.config.preflight.cache_ttl_s
     cache = ProbeCache(cache_dir or default_cache_dir(), ttl) if use_cache and ttl > 0 else None
-    return await _Preflight(container, cache).run()
+    report = await _Preflight(container, cache).run()
+    if batch_providers:
+        from genwire.preflight.batch_check import with_batch_checks
+
+        report = await with_batch_checks(container, report, batch_providers)
+    return report

@@ -16,8 +16,9 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from email.utils import parsedate_to_datetime
+from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import aiohttp
 from multidict import CIMultiDict
@@ -26,10 +27,16 @@ from yarl import URL
 from genwire.config.schema import ModelConfig, OpenAIProviderConfig
 from genwire.errors import ErrorClass, ModelError, exception_text
 from genwire.providers.base import chat_messages, count_attempt, note_rate_limited
+from genwire.providers.batch.format import uncached_base
 from genwire.providers.pacing import ProviderGate, estimate_tokens
-from genwire.providers.request_context import are_vectors, cache_slot, endpoint_id
+from genwire.providers.request_context import are_vectors, cache_slot, current_column, endpoint_id
 from genwire.providers.routes import Route, open_route, resolve_route
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
+
+if TYPE_CHECKING:  # batch mode is loaded only when a run turns it on
+    from genwire.config.schema import BatchConfig
+    from genwire.providers.batch.collector import BatchCollector, RoundSignal
+    from genwire.providers.batch.ledger import Ledger
 
 __all__ = ["OpenAIChatModel", "OpenAIEmbeddingModel", "OpenAIProvider"]
 
@@ -96,6 +103,8 @@ class OpenAIProvider:
         self.cache_endpoint = endpoint_id(
             "openai", self.base_url, config.api_key.get_secret_value() if config.api_key is not None else None
         )
+        # Batch mode (SPEC §14): set by the run after its pre-flight; calls then go to it.
+        self.batcher: BatchCollector | None = None
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(name={self.name!r}, base_url={self._display_url!r})"
@@ -157,7 +166,33 @@ class OpenAIProvider:
 
     async def aclose(self) -> None:
         """Close the shared session. Idempotent; a later request opens a new one."""
+        await self.stop_batching()
         await self._discard_session()
+
+    # --- batch mode ----------------------------------------------------------------------
+
+    async def start_batching(
+        self, config: BatchConfig, ledger: Ledger, spool_dir: Path, signal: RoundSignal | None = None
+    ) -> BatchCollector:
+        """From now on model calls go out in Batch API files (the pre-flight ran online)."""
+        from genwire.providers.batch.collector import BatchCollector
+
+        self.batcher = BatchCollector(self, config, ledger, spool_dir, signal)
+        await self.batcher.recover()
+        return self.batcher
+
+    async def stop_batching(self) -> None:
+        """Back to online calls; batches already submitted keep running at the provider."""
+        batcher, self.batcher = self.batcher, None
+        if batcher is not None:
+            await batcher.aclose()
+
+    def failure_of(self, url: str, status: int, raw: bytes) -> tuple[ErrorClass, str, bool]:
+        """An HTTP error answer classified as online (class, key-free message, retried?)."""
+        try:
+            self._raise_for_status(url, status, raw, {})
+        except _Failure as failure:
+            return failure.error_class, self._scrub(failure.message), failure.retry
 
     # --- requests ----------------------------------------------------------------------
 
@@ -435,7 +470,13 @@ class _Handle:
             if found is not None:
                 cached: T = found.answer
                 return cached
-        data, attempts = await provider.post(route.alias, path, body)
+        batcher = provider.batcher
+        if batcher is not None:  # batch mode: the call waits for its line of a batch
+            column = current_column()
+            base = slot.key if slot is not None else uncached_base(provider.cache_endpoint, path, body, column)
+            data, attempts = await batcher.ask(route.alias, path, body, batcher.request_id(base))
+        else:
+            data, attempts = await provider.post(route.alias, path, body)
         answer = answer_of(data, attempts)
         if slot is not None:
             slot.keep(answer, reported_tokens(data) or (0, 0))

@@ -155,6 +155,12 @@ def cache_slot(endpoint: str, body: Any) -> CacheSlot | None:
     return CacheSlot(batch, row, column, entry_key(endpoint, body, column, row.rows))
 
 
+def current_column() -> str | None:
+    """The column whose generator is running (None outside one): part of the identity of
+    a request no row was said for (batch mode's request ids)."""
+    return _column.get()
+
+
 def endpoint_id(kind: str, base_url: str, api_key: str | None) -> str:
     """An endpoint's identity for the cache key: kind, URL and a sha256 of the key."""
     key_hash = hashlib.sha256((api_key or "").encode()).hexdigest()

@@ -12,7 +12,8 @@ class ModelUsage:
     """Counts for one model alias. Tokens come from the responses' ``usage`` (0 where a
     server reports none); ``requests`` counts every attempt, retries included. ``cached``
     counts answers served by the response cache (no request sent) and ``saved_tokens``
-    the prompt and completion tokens those answers were paid with when they were stored."""
+    the prompt and completion tokens those answers were paid with when they were stored.
+    ``batched`` counts requests sent in batches (each submission of a line)."""
 
     requests: int = 0
     retries: int = 0
@@ -21,6 +22,7 @@ class ModelUsage:
     completion_tokens: int = 0
     cached: int = 0
     saved_tokens: int = 0
+    batched: int = 0  # requests sent in Batch API files (SPEC §14), not online
 
     def add(self, other: ModelUsage) -> None:
         self.requests += other.requests
@@ -30,6 +32,7 @@ class ModelUsage:
         self.completion_tokens += other.completion_tokens
         self.cached += other.cached
         self.saved_tokens += other.saved_tokens
+        self.batched += other.batched
 
     def count_tokens(self, body: Any) -> int | None:
         """Add the tokens an OpenAI-style response reports in ``usage``, and return their

@@ -33,6 +33,7 @@ from typing import Any, Literal, get_args
 from aiohttp import web
 
 from genwire.providers.structured import requested_schema
+from genwire.testing.fake_batches import FakeBatches
 from genwire.testing.vectors import fake_vector
 
 __all__ = ["SYMBOLS", "FakeOpenAIServer", "FakeResponse", "Scripted", "fake_answer", "fake_vector"]
@@ -138,6 +139,8 @@ class FakeOpenAIServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._stopping: asyncio.Event | None = None
+        # The Files and Batches API; its lines are answered like online requests.
+        self.batches = FakeBatches(self._answer_line, lambda: self._api_key)
         self.reset_stats()
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -208,10 +211,11 @@ class FakeOpenAIServer:
 
     async def _main(self, ready: threading.Event) -> None:
         self._stopping = asyncio.Event()
-        app = web.Application()
+        app = web.Application(client_max_size=256 * 1024 * 1024)  # batch files are big (OpenAI: 200 MB)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_get("/v1/models", self._models)
+        self.batches.mount(app)
         # handler_cancellation: a client that timed out and hung up ends its handler, so
         # in_flight reflects what clients wait for. access_log off: tests stay quiet.
         runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5)
@@ -345,6 +349,9 @@ class FakeOpenAIServer:
                     rules.pop(model, None)
 
     def reset_stats(self) -> None:
+        """Zero every counter, the batch API's too."""
+        if hasattr(self, "batches"):
+            self.batches.reset_stats()
         with self._lock:
             self.requests: dict[str, int] = defaultdict(int)
             self.total_requests = 0
@@ -468,6 +475,15 @@ class FakeOpenAIServer:
         except (ConnectionError, RuntimeError):  # the client went away mid-body
             pass
         return response
+
+    async def _answer_line(
+        self, endpoint: str, model: str, body: dict[str, Any], headers: Mapping[str, str]
+    ) -> tuple[int, bytes]:
+        """A batch line's answer: what an online request would get (not counted in
+        ``requests``), as (status, body)."""
+        response = await self._answer(_LineRequest(headers), endpoint, model, body)  # type: ignore[arg-type]
+        raw = response.body if isinstance(response, web.Response) else b""
+        return response.status, raw if isinstance(raw, bytes) else b""
 
     def _bucket_of(self, model: str) -> _TokenBucket | None:
         # Caller holds the lock. A model without a limit of its own shares the default one.
@@ -599,6 +615,15 @@ class FakeOpenAIServer:
 
 _MIB = 1 << 20
 _SPACES = b" " * _MIB  # padding is valid JSON whitespace
+
+
+class _LineRequest:
+    """What ``_answer`` reads of a request, for a batch line: the batch's headers and no
+    connection (a "hang" script ends at once)."""
+
+    def __init__(self, headers: Mapping[str, str]) -> None:
+        self.headers = headers
+        self.transport = None
 
 
 class _TokenBucket:
