@@ -1,104 +1,23 @@
-"""The console script's entry point, kept tiny (standard library only): it takes Ctrl-C
-and SIGTERM over from Python's defaults before click or any of genwire's machinery is
-imported, so an interrupt at any moment exits 130/143 with one line, never a traceback,
-and under ``--json`` (``run``, ``preflight``) stdout still holds exactly one JSON object.
-
-Two phases. Until a command's body starts (imports, argument parsing) there is nothing to
-clean up, so a signal ends the process on the spot. Inside a command the signal is
-raised as ``KeyboardInterrupt`` (``Terminated`` for SIGTERM) where the command is, so
-its ``finally`` blocks and clients close; the command line turns it into the exit.
-"""
+"""The console script's entry point, kept tiny: it takes Ctrl-C and SIGTERM over from
+Python's defaults as its first act, before click or any of genwire's machinery is
+imported (exits.py says what a signal does then). Import it only to run the command line."""
 
 from __future__ import annotations
 
-import os
-import signal
-import sys
-from collections.abc import Sequence
-from types import FrameType
-from typing import Any
+from genwire.cli.exits import exit_on_signals
 
-JSON_COMMANDS = ("run", "preflight")  # the commands whose --json promises one object on every exit
+exit_on_signals()
 
+import sys  # noqa: E402  (after the handlers: nothing before them but the package itself)
+from collections.abc import Sequence  # noqa: E402
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM inside a command, raised like Ctrl-C so one path handles both."""
-
-    signum = signal.SIGTERM
-
-
-class _Json:
-    """Whether this process owes stdout one JSON object, and whether it has printed it."""
-
-    wanted = False
-    printed = False
-
-
-def wants_json(argv: Sequence[str]) -> bool:
-    """``run``/``preflight`` with ``--json``, read from the raw arguments: a usage error or
-    an interrupt may come before click has parsed them."""
-    command = next((a for a in argv if not a.startswith("-")), None)
-    return command in JSON_COMMANDS and "--json" in argv
-
-
-def start_command() -> None:
-    """A command starts: it has printed no JSON yet (several may run in one process under
-    click's test runner)."""
-    _Json.printed = False
-
-
-def emit_json(obj: dict[str, Any], indent: int | None = None) -> None:
-    """Print the command's one JSON object (a second one is never printed)."""
-    import json
-
-    if _Json.printed:
-        return
-    _Json.printed = True
-    sys.stdout.write(json.dumps(obj, indent=indent) + "\n")
-    sys.stdout.flush()
-
-
-def emit_json_failure(message: str, **known: Any) -> None:
-    """Under ``--json``, the object of an exit that printed none yet: ``ok: false``, the
-    error, and whatever is known (``known``)."""
-    if _Json.wanted and not _Json.printed:
-        emit_json({"ok": False, "error": message, "errors": [message], **known})
-
-
-def signal_exit_code(signum: int) -> int:
-    return 128 + signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
-
-
-def _exit_at_once(signum: int, frame: FrameType | None) -> None:
-    # Nothing to clean up yet: write with os.write (a signal handler must not re-enter a
-    # buffered stream that the interrupted code may be writing) and leave.
-    if _Json.wanted and not _Json.printed:
-        _Json.printed = True
-        os.write(1, b'{"ok": false, "error": "interrupted", "errors": ["interrupted"]}\n')
-    os.write(2, b"interrupted\n")
-    os._exit(signal_exit_code(signum))
-
-
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
-
-
-def exit_on_signals() -> None:
-    """Start-up: a signal ends the process at once."""
-    signal.signal(signal.SIGINT, _exit_at_once)
-    signal.signal(signal.SIGTERM, _exit_at_once)
-
-
-def raise_on_signals() -> None:
-    """Inside a command: a signal is raised where the command is (see the module note)."""
-    signal.signal(signal.SIGINT, _raise_interrupt)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+from genwire.cli.exits import want_json  # noqa: E402
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    exit_on_signals()
+    exit_on_signals()  # again: ``python -m genwire.cli.main`` imported this module earlier
     args = list(sys.argv[1:] if argv is None else argv)
-    _Json.wanted = wants_json(args)
+    want_json(args)
     from genwire.cli.main import cli, run_cli
 
     run_cli(cli, args)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar, cast
 import click
 
 from genwire import __version__
-from genwire.cli.entry import (
+from genwire.cli.exits import (
     emit_json,
     emit_json_failure,
     exit_on_signals,

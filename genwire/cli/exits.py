@@ -1,0 +1,99 @@
+"""How the command line exits (standard library only, loaded first by entry.py): Ctrl-C
+and SIGTERM exit 130/143 with one line, never a traceback, and under ``--json`` (``run``,
+``preflight``) stdout holds exactly one JSON object on every exit.
+
+Two phases. Until a command's body starts (imports, argument parsing) there is nothing to
+clean up, so a signal ends the process on the spot. Inside a command the signal is
+raised as ``KeyboardInterrupt`` (``Terminated`` for SIGTERM) where the command is, so
+its ``finally`` blocks and clients close; the command line turns it into the exit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any
+
+JSON_COMMANDS = ("run", "preflight")  # the commands whose --json promises one object on every exit
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM inside a command, raised like Ctrl-C so one path handles both."""
+
+    signum = signal.SIGTERM
+
+
+class _Json:
+    """Whether this process owes stdout one JSON object, and whether it has printed it."""
+
+    wanted = False
+    printed = False
+
+
+def wants_json(argv: Sequence[str]) -> bool:
+    """``run``/``preflight`` with ``--json``, read from the raw arguments: a usage error or
+    an interrupt may come before click has parsed them."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    return command in JSON_COMMANDS and "--json" in argv
+
+
+def want_json(argv: Sequence[str]) -> None:
+    """Record, from the raw arguments, whether this process owes stdout a JSON object."""
+    _Json.wanted = wants_json(argv)
+
+
+def start_command() -> None:
+    """A command starts: it has printed no JSON yet (several may run in one process under
+    click's test runner)."""
+    _Json.printed = False
+
+
+def emit_json(obj: dict[str, Any], indent: int | None = None) -> None:
+    """Print the command's one JSON object (a second one is never printed)."""
+    import json
+
+    if _Json.printed:
+        return
+    _Json.printed = True
+    sys.stdout.write(json.dumps(obj, indent=indent) + "\n")
+    sys.stdout.flush()
+
+
+def emit_json_failure(message: str, **known: Any) -> None:
+    """Under ``--json``, the object of an exit that printed none yet: ``ok: false``, the
+    error, and whatever is known (``known``)."""
+    if _Json.wanted and not _Json.printed:
+        emit_json({"ok": False, "error": message, "errors": [message], **known})
+
+
+def signal_exit_code(signum: int) -> int:
+    return 128 + signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
+
+
+def _exit_at_once(signum: int, frame: FrameType | None) -> None:
+    # Nothing to clean up yet: write with os.write (a signal handler must not re-enter a
+    # buffered stream that the interrupted code may be writing) and leave.
+    if _Json.wanted and not _Json.printed:
+        _Json.printed = True
+        os.write(1, b'{"ok": false, "error": "interrupted", "errors": ["interrupted"]}\n')
+    os.write(2, b"interrupted\n")
+    os._exit(signal_exit_code(signum))
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def exit_on_signals() -> None:
+    """Start-up: a signal ends the process at once."""
+    signal.signal(signal.SIGINT, _exit_at_once)
+    signal.signal(signal.SIGTERM, _exit_at_once)
+
+
+def raise_on_signals() -> None:
+    """Inside a command: a signal is raised where the command is (see the module note)."""
+    signal.signal(signal.SIGINT, _raise_interrupt)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
