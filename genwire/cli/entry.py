@@ -4,9 +4,9 @@ imported (exits.py says what a signal does then). Import it only to run the comm
 
 from __future__ import annotations
 
-from genwire.cli.exits import exit_on_signals
+from genwire.cli.exits import take_signals
 
-exit_on_signals()
+take_signals()
 
 import sys  # noqa: E402  (after the handlers: nothing before them but the package itself)
 from collections.abc import Sequence  # noqa: E402
@@ -15,7 +15,7 @@ from genwire.cli.exits import want_json  # noqa: E402
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    exit_on_signals()  # again: ``python -m genwire.cli.main`` imported this module earlier
+    take_signals()  # again: the handlers may have been changed since this module was imported
     args = list(sys.argv[1:] if argv is None else argv)
     want_json(args)
     from genwire.cli.main import cli, run_cli

@@ -87,13 +87,27 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
+class _Signals:
+    # Only a process started as the command line has its signals changed: click's test
+    # runner invokes commands inside a test process, whose handlers stay its own.
+    owned = False
+
+
+def take_signals() -> None:
+    """The console script starts: from now on this module decides what a signal does."""
+    _Signals.owned = True
+    exit_on_signals()
+
+
 def exit_on_signals() -> None:
     """Start-up: a signal ends the process at once."""
-    signal.signal(signal.SIGINT, _exit_at_once)
-    signal.signal(signal.SIGTERM, _exit_at_once)
+    if _Signals.owned:
+        signal.signal(signal.SIGINT, _exit_at_once)
+        signal.signal(signal.SIGTERM, _exit_at_once)
 
 
 def raise_on_signals() -> None:
     """Inside a command: a signal is raised where the command is (see the module note)."""
-    signal.signal(signal.SIGINT, _raise_interrupt)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    if _Signals.owned:
+        signal.signal(signal.SIGINT, _raise_interrupt)
+        signal.signal(signal.SIGTERM, _raise_interrupt)
