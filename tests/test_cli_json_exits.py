@@ -178,8 +178,9 @@ def test_a_signal_during_start_up_exits_with_one_line(tmp_path: Path, module: st
         assert proc.stdout == ""
 
 
-def test_ctrl_c_at_any_moment_of_a_json_run(tmp_path: Path) -> None:
-    """SIGINT after a spread of delays from the moment Python runs code: start-up, boot,
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_at_any_moment_of_a_json_run(tmp_path: Path, signum: int) -> None:
+    """A signal after a spread of delays from the moment Python runs code: start-up, boot,
     pre-flight, generation, the end. (The first ~2 ms, loading genwire/__init__ and the
     entry module before its first line installs the handlers, stay Python's own.)"""
     with FakeOpenAIServer(latency=0.05) as server:
@@ -195,9 +196,9 @@ def test_ctrl_c_at_any_moment_of_a_json_run(tmp_path: Path) -> None:
             )
             assert proc.stderr is not None and proc.stderr.readline() == "started\n"
             time.sleep(delay)
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signum)
             stdout, stderr = proc.communicate(timeout=30)
-            assert proc.returncode in (0, 130), (delay, stderr)
+            assert proc.returncode in (0, 128 + signum), (delay, stderr)
             assert "Traceback" not in stderr, (delay, stderr)
             summary = one_object(stdout)
             assert summary["ok"] is (proc.returncode == 0), (delay, summary)

@@ -10,6 +10,7 @@ its ``finally`` blocks and clients close; the command line turns it into the exi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -95,8 +96,35 @@ class _Signals:
 
 def take_signals() -> None:
     """The console script starts: from now on this module decides what a signal does."""
+    if not _Signals.owned:
+        # Registered first, so it runs last of the exit callbacks (after Ray's shutdown and
+        # the like): the interpreter's own teardown then puts Python's default handlers
+        # back, and a signal in that last instant would kill the finished process (-15).
+        import atexit
+
+        atexit.register(_hold_signals)
     _Signals.owned = True
     exit_on_signals()
+
+
+def _hold_signals() -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+def finishing(code: int) -> None:
+    """The command has finished with exit ``code``: a signal now only cuts the teardown
+    short (threads joining, exit callbacks); it does not change what the command did."""
+    if not _Signals.owned:
+        return
+
+    def leave(signum: int, frame: FrameType | None) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # the stream may be mid-write: leave anyway
+                stream.flush()
+        os._exit(code)
+
+    signal.signal(signal.SIGINT, leave)
+    signal.signal(signal.SIGTERM, leave)
 
 
 def exit_on_signals() -> None:

@@ -23,6 +23,7 @@ from genwire.cli.exits import (
     emit_json,
     emit_json_failure,
     exit_on_signals,
+    finishing,
     raise_on_signals,
     signal_exit_code,
     start_command,
@@ -483,20 +484,23 @@ def run_cli(group: click.Group, args: Sequence[str]) -> NoReturn:
     """Run the command line and exit. Click's usage errors (exit 2) are shown as click
     shows them, and under ``--json`` also as the one JSON object on stdout."""
     try:
-        code = group.main(list(args), prog_name="genwire", standalone_mode=False)
-    except click.ClickException as exc:
-        emit_json_failure(exc.format_message())
-        exc.show()
-        sys.exit(exc.exit_code)
-    except click.Abort as exc:  # an interrupt that reached click (its prompts, its teardown)
-        _interrupted(exc.__cause__)
-    except KeyboardInterrupt as exc:
-        _interrupted(exc)
+        try:
+            result = group.main(list(args), prog_name="genwire", standalone_mode=False)
+        except click.ClickException as exc:
+            emit_json_failure(exc.format_message())
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort as exc:  # an interrupt that reached click (its prompts, its teardown)
+            _interrupted(exc.__cause__)
+        except KeyboardInterrupt as exc:
+            _interrupted(exc)
+        sys.exit(result if isinstance(result, int) else 0)
     except SystemExit as exc:
-        if exc.code not in (0, None):
-            emit_json_failure(f"exit status {exc.code}")
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if code != 0:
+            emit_json_failure(f"exit status {code}")
+        finishing(code)
         raise
-    sys.exit(code if isinstance(code, int) else 0)
 
 
 def main() -> None:
