@@ -39,7 +39,7 @@ from typing import Any
 
 ROOT = Path(__file__).parent.parent
 RETRIEVAL = ROOT / "examples" / "retrieval" / "genwire.yaml"
-VALIDATE_LIBS = "pydantic, dependency_injector.providers, yaml, jinja2"
+VALIDATE_LIBS = "pydantic, dependency_injector.providers, yaml, jinja2"  # the providers module: what genwire uses
 PREFLIGHT_LIBS = VALIDATE_LIBS + ", aiohttp"
 
 
@@ -99,7 +99,7 @@ def preflight_config(url: str, n: int, *, silent: str | None = None) -> dict[str
 def row(name: str, took: float, base_name: str, base: float, target: float | None = None) -> None:
     share = took - base
     verdict = "" if target is None else ("  ok" if share <= target else f"  OVER (target {target:.2f} s)")
-    print(f"| {name:<38} | {took:7.3f} | {base_name:<44} | {base:7.3f} | {share:+7.3f}{verdict} |")
+    print(f"| {name:<40} | {took:7.3f} | {base_name:<44} | {base:7.3f} | {share:+7.3f}{verdict} |")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -128,11 +128,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         validate = median_wall(genwire_cmd("validate", RETRIEVAL), r)
         preflight_libs = median_wall([*py, "-c", f"import {PREFLIGHT_LIBS}"], r)
         preflight = median_wall(genwire_cmd("preflight", happy, "--no-cache"), r)
+        preflight_json = median_wall(genwire_cmd("preflight", happy, "--no-cache", "--json"), r)
         preflight_late = median_wall(genwire_cmd("preflight", late, "--no-cache"), r, ok_codes=(1,))
 
     print(f"start-up medians over {r} runs (s); python {sys.version.split()[0]}; {n} models at {lat * 1000:.0f} ms")
-    print(f"| {'command':<38} | {'median':>7} | {'baseline':<44} | {'median':>7} | {'share':>7} |")
-    print(f"|{'-' * 40}|{'-' * 9}|{'-' * 46}|{'-' * 9}|{'-' * 9}|")
+    print(f"| {'command':<40} | {'median':>7} | {'baseline':<44} | {'median':>7} | {'share':>7} |")
+    print(f"|{'-' * 42}|{'-' * 9}|{'-' * 46}|{'-' * 9}|{'-' * 9}|")
     row("python -c 'import click'", click_only, "python -c pass", bare)
     row("genwire --version", version, "python -c pass", bare, 0.12)
     row("genwire --help", helps, "python -c pass", bare, 0.12)
@@ -145,7 +146,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         0.25,
     )
     row(
-        f"preflight, 1 of {n} silent (timeout 0.5 s)",
+        "  the same with --json (no table)",
+        preflight_json,
+        f"import ...+aiohttp, + {lat:.1f} s probe",
+        preflight_libs + lat,
+        0.25,
+    )
+    row(
+        f"preflight, 1 of {n} silent (0.5 s timeout)",
         preflight_late,
         "import ...+aiohttp, + 0.5 s timeout",
         preflight_libs + 0.5,
