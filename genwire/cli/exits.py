@@ -70,6 +70,11 @@ def emit_json_failure(message: str, **known: Any) -> None:
         emit_json({"ok": False, "error": message, "errors": [message], **known})
 
 
+def exit_status(exc: SystemExit) -> int:
+    """The status ``sys.exit(code)`` leaves with: None is 0, a message is 1."""
+    return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+
+
 def signal_exit_code(signum: int) -> int:
     return 128 + signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
 

@@ -23,6 +23,7 @@ from genwire.cli.exits import (
     emit_json,
     emit_json_failure,
     exit_on_signals,
+    exit_status,
     finishing,
     raise_on_signals,
     signal_exit_code,
@@ -91,23 +92,30 @@ def handle_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         debug = click.get_current_context().find_root().params.get("debug", False)
         start_command()
-        raise_on_signals()  # from here a signal unwinds the command (clients close), see entry.py
+        raise_on_signals()  # from here a signal unwinds the command (clients close), see exits.py
         try:
-            return fn(*args, **kwargs)
-        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM as entry.Terminated
-            if debug:
-                raise
-            _interrupted(exc)
-        except _INVALID as exc:
-            if debug:
-                raise
-            _fail(str(exc), 2)
-        except GenwireError as exc:
-            if debug:
-                raise
-            _fail(str(exc), 1)
-        finally:
+            try:
+                result = fn(*args, **kwargs)
+            except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM as exits.Terminated
+                if debug:
+                    raise
+                _interrupted(exc)
+            except _INVALID as exc:
+                if debug:
+                    raise
+                _fail(str(exc), 2)
+            except GenwireError as exc:
+                if debug:
+                    raise
+                _fail(str(exc), 1)
+        except SystemExit as exc:
+            finishing(exit_status(exc))  # the outcome is decided: a late signal keeps it
+            raise
+        except BaseException:
             exit_on_signals()
+            raise
+        finishing(0)
+        return result
 
     return cast(F, wrapper)
 
@@ -494,9 +502,12 @@ def run_cli(group: click.Group, args: Sequence[str]) -> NoReturn:
             _interrupted(exc.__cause__)
         except KeyboardInterrupt as exc:
             _interrupted(exc)
+        except Exception as exc:  # a bug: its traceback follows, and --json still gets its object
+            emit_json_failure(f"internal error: {type(exc).__name__}: {exc}")
+            raise
         sys.exit(result if isinstance(result, int) else 0)
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        code = exit_status(exc)
         if code != 0:
             emit_json_failure(f"exit status {code}")
         finishing(code)
