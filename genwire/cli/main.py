@@ -28,6 +28,7 @@ from genwire.cli.exits import (
     raise_on_signals,
     signal_exit_code,
     start_command,
+    steady_gc,
 )
 from genwire.errors import ConfigError, GenwireError, PluginError, ProblemsError, RunSetupError, WiringError
 
@@ -393,6 +394,7 @@ def run(
                 response_cache=not no_response_cache,
             )
 
+    steady_gc()  # generation makes garbage all along: the collector's usual pace
     try:
         result = run_interruptibly(go())
     except Interrupted as exc:
