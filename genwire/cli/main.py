@@ -42,7 +42,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
-class _LazyConsole:
+class LazyConsole:
     """A rich console made on first use: importing rich costs ~0.1 s that ``--help`` and
     ``validate`` do not need."""
 
@@ -65,8 +65,8 @@ class _LazyConsole:
         self.get().print(*objects, **options)
 
 
-out = _LazyConsole(highlight=False, soft_wrap=False, wide_when_piped=True)
-err = _LazyConsole(stderr=True, highlight=False, soft_wrap=True)
+out = LazyConsole(highlight=False, soft_wrap=False, wide_when_piped=True)
+err = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
 
 _INVALID = (ConfigError, WiringError, PluginError, RunSetupError)
 
@@ -84,6 +84,32 @@ def _interrupted(exc: BaseException | None) -> NoReturn:
     emit_json_failure("interrupted")
     sys.stderr.write("interrupted\n")
     sys.exit(signal_exit_code(signum))
+
+
+def run_cli(group: click.Group, args: Sequence[str]) -> NoReturn:
+    """Run the command line and exit. Click's usage errors (exit 2) are shown as click
+    shows them, and under ``--json`` also as the one JSON object on stdout."""
+    try:
+        try:
+            result = group.main(list(args), prog_name="genwire", standalone_mode=False)
+        except click.ClickException as exc:
+            emit_json_failure(exc.format_message())
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort as exc:  # an interrupt that reached click (its prompts, its teardown)
+            _interrupted(exc.__cause__)
+        except KeyboardInterrupt as exc:
+            _interrupted(exc)
+        except Exception as exc:  # a bug: its traceback follows, and --json still gets its object
+            emit_json_failure(f"internal error: {type(exc).__name__}: {exc}")
+            raise
+        sys.exit(result if isinstance(result, int) else 0)
+    except SystemExit as exc:
+        code = exit_status(exc)
+        if code != 0:
+            emit_json_failure(f"exit status {code}")
+        finishing(code)
+        raise
 
 
 def handle_errors(fn: F) -> F:
@@ -157,8 +183,12 @@ def _failure_text(message: str) -> dict[str, Any]:
     return {"ok": False, "error": message, "errors": [message]}
 
 
-def _boot_or_report(file: Path, as_json: bool, report: dict[str, Any], boot: Callable[[Path], T]) -> T:
-    return _or_report(lambda: boot(file), as_json, report)
+def _boot_or_report(file: Path, as_json: bool, report: dict[str, Any]) -> Any:
+    return _or_report(lambda: _boot(file), as_json, report)
+
+
+def _wire_or_report(file: Path, as_json: bool, report: dict[str, Any]) -> WiredPipeline:
+    return _or_report(lambda: _wire(file), as_json, report)
 
 
 def _or_report(make: Callable[[], T], as_json: bool, report: dict[str, Any]) -> T:
@@ -275,7 +305,7 @@ def preflight(
                 raise click.UsageError(
                     "--config and --cache-ttl go with --data-designer (genwire.yaml has preflight.cache_ttl_s)"
                 )
-            container = _boot_or_report(file, as_json, empty, _wire)
+            container = _wire_or_report(file, as_json, empty)
             from genwire.preflight.runner import run_preflight
 
             async def go() -> Any:
@@ -375,8 +405,8 @@ def run(
     from genwire.errors import RunStopped
     from genwire.preflight.report import PreflightError
 
-    container = _boot_or_report(file, as_json, {}, _boot)
-    console = (err if as_json else out).get()  # --json: stdout holds the summary only
+    container = _boot_or_report(file, as_json, {})
+    console = err if as_json else out  # --json: stdout holds the summary only
 
     async def go() -> Any:
         async with container:
@@ -488,32 +518,6 @@ def init(directory: Path, force: bool) -> None:
     for path in write_starter(directory, force=force):
         out.print(f"wrote {path}", markup=False)
     out.print(f"next: genwire run {directory / 'genwire.yaml'}", markup=False)
-
-
-def run_cli(group: click.Group, args: Sequence[str]) -> NoReturn:
-    """Run the command line and exit. Click's usage errors (exit 2) are shown as click
-    shows them, and under ``--json`` also as the one JSON object on stdout."""
-    try:
-        try:
-            result = group.main(list(args), prog_name="genwire", standalone_mode=False)
-        except click.ClickException as exc:
-            emit_json_failure(exc.format_message())
-            exc.show()
-            sys.exit(exc.exit_code)
-        except click.Abort as exc:  # an interrupt that reached click (its prompts, its teardown)
-            _interrupted(exc.__cause__)
-        except KeyboardInterrupt as exc:
-            _interrupted(exc)
-        except Exception as exc:  # a bug: its traceback follows, and --json still gets its object
-            emit_json_failure(f"internal error: {type(exc).__name__}: {exc}")
-            raise
-        sys.exit(result if isinstance(result, int) else 0)
-    except SystemExit as exc:
-        code = exit_status(exc)
-        if code != 0:
-            emit_json_failure(f"exit status {code}")
-        finishing(code)
-        raise
 
 
 def main() -> None:

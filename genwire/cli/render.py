@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 # Types only: `plan` must not load the engine, nor anything rich's live display.
 if TYPE_CHECKING:
-    from rich.console import Console
-
+    from genwire.cli.main import LazyConsole
     from genwire.container.plan import WiringPlan
     from genwire.engine.run import RunResult
     from genwire.preflight.report import PreflightReport
@@ -170,7 +170,7 @@ def cache_table(info: CacheInfo) -> Table:
 class RichProgress:
     """The run's progress bar: rows done, rows/s, ETA, failures."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console | LazyConsole) -> None:
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -190,7 +190,7 @@ class RichProgress:
             TimeElapsedColumn(),
             TextColumn("ETA"),
             TimeRemainingColumn(),
-            console=console,
+            console=console if isinstance(console, Console) else console.get(),
         )
         self._task: Any = None
         self._failed = 0

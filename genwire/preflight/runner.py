@@ -18,10 +18,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from genwire.container.core import WiredPipeline
 from genwire.container.plan import TargetPlan
@@ -32,6 +32,9 @@ from genwire.preflight.cache import CachedResult, ProbeCache, cache_key, default
 from genwire.preflight.report import CheckResult, PreflightReport, Status
 from genwire.providers.base import Attempts, EmbeddingModel, attempt_log
 from genwire.providers.probes import Probe, ProbeFailure, ProbeRequest, ProbeResult, check_dimensions
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 Shape = dict[str, Any]
 
