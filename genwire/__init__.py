@@ -1,23 +1,29 @@
 """genwire: each generator wired with exactly the resources it declares, and every wired
 model and dataset checked before generation starts."""
 
-from genwire.app import Container, boot
-from genwire.engine.options import RunOptions
-from genwire.engine.run import RunResult
-from genwire.errors import (
-    ConfigError,
-    DatasetError,
-    GenwireError,
-    ModelError,
-    PluginError,
-    RunError,
-    RunSetupError,
-    RunStopped,
-    UndeclaredResourceError,
-    WiringError,
-)
-from genwire.preflight.report import CheckResult, PreflightError, PreflightReport
-from genwire.providers.usage import ModelUsage
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from genwire.app import Container, boot
+    from genwire.engine.options import RunOptions
+    from genwire.engine.run import RunResult
+    from genwire.errors import (
+        ConfigError,
+        DatasetError,
+        GenwireError,
+        ModelError,
+        PluginError,
+        RunError,
+        RunSetupError,
+        RunStopped,
+        UndeclaredResourceError,
+        WiringError,
+    )
+    from genwire.preflight.report import CheckResult, PreflightError, PreflightReport
+    from genwire.providers.usage import ModelUsage
 
 __version__ = "0.1.0"
 
@@ -42,3 +48,44 @@ __all__ = [
     "__version__",
     "boot",
 ]
+
+# Each public name -> the module that defines it. Imported on first use (PEP 562), so
+# `import genwire` (and the command line's start-up) costs nothing until a name is used.
+_WHERE = {
+    "Container": "genwire.app",
+    "boot": "genwire.app",
+    "RunOptions": "genwire.engine.options",
+    "RunResult": "genwire.engine.run",
+    "CheckResult": "genwire.preflight.report",
+    "PreflightError": "genwire.preflight.report",
+    "PreflightReport": "genwire.preflight.report",
+    "ModelUsage": "genwire.providers.usage",
+    **dict.fromkeys(
+        [
+            "ConfigError",
+            "DatasetError",
+            "GenwireError",
+            "ModelError",
+            "PluginError",
+            "RunError",
+            "RunSetupError",
+            "RunStopped",
+            "UndeclaredResourceError",
+            "WiringError",
+        ],
+        "genwire.errors",
+    ),
+}
+
+
+def __getattr__(name: str) -> object:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'genwire' has no attribute {name!r}")
+    value = getattr(import_module(where), name)
+    globals()[name] = value  # the next lookup is a plain module attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -5,7 +5,6 @@ the functions: registering these commands costs nothing."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -113,6 +112,8 @@ def _show(rows: list[dict[str, Any]], directory: Path, as_json: bool, verb: str)
 
 
 def _command(file: Path, output: Path | None, as_json: bool, cancel: bool) -> None:
+    import asyncio
+
     from genwire.app import boot
     from genwire.errors import ConfigError, GenwireError, PluginError, RunSetupError, WiringError
 

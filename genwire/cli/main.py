@@ -1,34 +1,115 @@
 """The genwire command line. Errors are one clear message (exit 2 invalid input, 1 failed
-check or run); ``--debug`` shows the traceback."""
+check or run); ``--debug`` shows the traceback.
+
+Start-up is part of the product: this module imports click and the standard library
+only; each command imports what it needs when it runs (``validate`` and ``plan`` never
+load the engine, aiohttp or rich's live display; ``--version`` and ``--help`` load none
+of genwire's machinery). tests/test_startup_imports.py keeps it so."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, NoReturn, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar, cast
 
 import click
-from rich.console import Console
 
+from genwire import __version__
+from genwire.cli.exits import (
+    emit_json,
+    emit_json_failure,
+    exit_on_signals,
+    exit_status,
+    finishing,
+    raise_on_signals,
+    signal_exit_code,
+    start_command,
+    steady_gc,
+)
 from genwire.errors import ConfigError, GenwireError, PluginError, ProblemsError, RunSetupError, WiringError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from genwire.container.core import WiredPipeline
+    from genwire.preflight.report import CheckResult
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
-# Piped output (CI logs, `| less`) gets a wide table instead of rich's 80-column default.
-out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+class LazyConsole:
+    """A rich console made on first use: importing rich costs ~0.1 s that ``--help`` and
+    ``validate`` do not need."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    def get(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            options = dict(self._options)
+            if options.pop("wide_when_piped", False):
+                # Piped output (CI logs, `| less`) gets a wide table instead of rich's 80 columns.
+                options["width"] = None if sys.stdout.isatty() else 160
+            self._console = Console(**options)
+        return self._console
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        self.get().print(*objects, **options)
+
+
+out = LazyConsole(highlight=False, soft_wrap=False, wide_when_piped=True)
+err = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
 
 _INVALID = (ConfigError, WiringError, PluginError, RunSetupError)
 
 
 def _fail(message: str, code: int) -> NoReturn:
+    emit_json_failure(message)  # --json: stdout holds one object whatever happened
     err.print("error: " + message, markup=False)
     sys.exit(code)
+
+
+def _interrupted(exc: BaseException | None) -> NoReturn:
+    """Ctrl-C (130) or SIGTERM (143): one line, and under --json the object saying so."""
+    exit_on_signals()  # a second signal while leaving ends the process at once
+    signum = getattr(exc, "signum", signal.SIGINT)
+    emit_json_failure("interrupted")
+    sys.stderr.write("interrupted\n")
+    sys.exit(signal_exit_code(signum))
+
+
+def run_cli(group: click.Group, args: Sequence[str]) -> NoReturn:
+    """Run the command line and exit. Click's usage errors (exit 2) are shown as click
+    shows them, and under ``--json`` also as the one JSON object on stdout."""
+    try:
+        try:
+            result = group.main(list(args), prog_name="genwire", standalone_mode=False)
+        except click.ClickException as exc:
+            emit_json_failure(exc.format_message())
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort as exc:  # an interrupt that reached click (its prompts, its teardown)
+            _interrupted(exc.__cause__)
+        except KeyboardInterrupt as exc:
+            _interrupted(exc)
+        except Exception as exc:  # a bug: its traceback follows, and --json still gets its object
+            emit_json_failure(f"internal error: {type(exc).__name__}: {exc}")
+            raise
+        sys.exit(result if isinstance(result, int) else 0)
+    except SystemExit as exc:
+        code = exit_status(exc)
+        if code != 0:
+            emit_json_failure(f"exit status {code}")
+        finishing(code)
+        raise
 
 
 def handle_errors(fn: F) -> F:
@@ -37,27 +118,38 @@ def handle_errors(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         debug = click.get_current_context().find_root().params.get("debug", False)
+        start_command()
+        raise_on_signals()  # from here a signal unwinds the command (clients close), see exits.py
         try:
-            return fn(*args, **kwargs)
-        except KeyboardInterrupt:
-            if debug:
-                raise
-            _fail("interrupted", 130)
-        except _INVALID as exc:
-            if debug:
-                raise
-            _fail(str(exc), 2)
-        except GenwireError as exc:
-            if debug:
-                raise
-            _fail(str(exc), 1)
+            try:
+                result = fn(*args, **kwargs)
+            except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM as exits.Terminated
+                if debug:
+                    raise
+                _interrupted(exc)
+            except _INVALID as exc:
+                if debug:
+                    raise
+                _fail(str(exc), 2)
+            except GenwireError as exc:
+                if debug:
+                    raise
+                _fail(str(exc), 1)
+        except SystemExit as exc:
+            finishing(exit_status(exc))  # the outcome is decided: a late signal keeps it
+            raise
+        except BaseException:
+            exit_on_signals()
+            raise
+        finishing(0)
+        return result
 
     return cast(F, wrapper)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
-@click.version_option(package_name="genwire")
+@click.version_option(__version__, prog_name="genwire")  # not package_name: importlib.metadata costs
 def cli(debug: bool) -> None:
     """genwire: each generator wired with exactly the resources it declares, and every
     wired model and dataset checked before generation starts."""
@@ -67,9 +159,18 @@ _FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 
 
 def _boot(file: Path) -> Any:
+    """The full container (``run``): its ``run`` brings in the engine."""
     from genwire.app import boot
 
     return boot(file)
+
+
+def _wire(file: Path) -> WiredPipeline:
+    """The wired pipeline without the engine: what validate, plan and preflight need."""
+    from genwire.container.boot import boot_container
+    from genwire.container.core import WiredPipeline
+
+    return boot_container(file, WiredPipeline)
 
 
 def _failure(exc: GenwireError) -> dict[str, Any]:
@@ -78,8 +179,16 @@ def _failure(exc: GenwireError) -> dict[str, Any]:
     return {"ok": False, "error": str(exc), "errors": problems}
 
 
+def _failure_text(message: str) -> dict[str, Any]:
+    return {"ok": False, "error": message, "errors": [message]}
+
+
 def _boot_or_report(file: Path, as_json: bool, report: dict[str, Any]) -> Any:
     return _or_report(lambda: _boot(file), as_json, report)
+
+
+def _wire_or_report(file: Path, as_json: bool, report: dict[str, Any]) -> WiredPipeline:
+    return _or_report(lambda: _wire(file), as_json, report)
 
 
 def _or_report(make: Callable[[], T], as_json: bool, report: dict[str, Any]) -> T:
@@ -89,7 +198,7 @@ def _or_report(make: Callable[[], T], as_json: bool, report: dict[str, Any]) -> 
         return make()
     except GenwireError as exc:
         if as_json:
-            click.echo(json.dumps({**report, **_failure(exc)}))
+            emit_json({**report, **_failure(exc)})
         raise
 
 
@@ -98,7 +207,7 @@ def _or_report(make: Callable[[], T], as_json: bool, report: dict[str, Any]) -> 
 @handle_errors
 def validate(file: Path) -> None:
     """Check config, plugins and wiring. No network."""
-    container = _boot(file)
+    container = _wire(file)
     plan = container.plan()
     click.echo(
         f"{file}: valid — {len(plan.columns)} columns, {len(plan.targets)} pre-flight targets"
@@ -114,7 +223,7 @@ def plan(file: Path, fmt: str) -> None:
     """Show each column's generator and slot bindings, and the pre-flight targets."""
     from genwire.cli.render import plan_mermaid, plan_table
 
-    wiring = _boot(file).plan()
+    wiring = _wire(file).plan()
     if fmt == "json":
         click.echo(wiring.model_dump_json(indent=2))
     elif fmt == "mermaid":
@@ -173,34 +282,54 @@ def preflight(
 ) -> None:
     """Check every model and dataset a wired generator can reach, concurrently (or, with
     --data-designer, every model alias of a Data Designer setup)."""
-    from genwire.cli.render import preflight_table
+    import time
+
+    from genwire.cli.signals import Interrupted, run_interruptibly
 
     empty = {"ok": False, "duration_s": 0.0, "checks": []}  # the report's keys: no check ran
-    if data_designer is not None:
-        if file is not None:
-            raise click.UsageError("give FILE or --data-designer, not both")
-        report = _or_report(
-            lambda: _data_designer_preflight(data_designer, pipeline, cache_ttl or 0.0, use_cache=not no_cache),
-            as_json,
-            empty,
-        )
-    else:
-        if file is None:
-            raise click.UsageError("missing FILE (or --data-designer [DIR] to check a Data Designer setup)")
-        if pipeline is not None or cache_ttl is not None:
-            raise click.UsageError(
-                "--config and --cache-ttl go with --data-designer (genwire.yaml has preflight.cache_ttl_s)"
+    finished: list[CheckResult] = []  # checks as they finish: what an interrupt can still report
+    started = time.perf_counter()
+    try:
+        if data_designer is not None:
+            if file is not None:
+                raise click.UsageError("give FILE or --data-designer, not both")
+            report = _or_report(
+                lambda: _data_designer_preflight(data_designer, pipeline, cache_ttl or 0.0, use_cache=not no_cache),
+                as_json,
+                empty,
             )
-        container = _boot_or_report(file, as_json, empty)
+        else:
+            if file is None:
+                raise click.UsageError("missing FILE (or --data-designer [DIR] to check a Data Designer setup)")
+            if pipeline is not None or cache_ttl is not None:
+                raise click.UsageError(
+                    "--config and --cache-ttl go with --data-designer (genwire.yaml has preflight.cache_ttl_s)"
+                )
+            container = _wire_or_report(file, as_json, empty)
+            from genwire.preflight.runner import run_preflight
 
-        async def go() -> Any:
-            async with container:
-                return await container.preflight(use_cache=not no_cache)
+            async def go() -> Any:
+                async with container:
+                    return await run_preflight(container, use_cache=not no_cache, on_check=finished.append)
 
-        report = asyncio.run(go())
+            report = run_interruptibly(go())
+    except (Interrupted, KeyboardInterrupt) as exc:
+        exit_on_signals()
+        if as_json:
+            emit_json(
+                {
+                    **_failure_text("interrupted"),
+                    "duration_s": round(time.perf_counter() - started, 4),
+                    "checks": [c.model_dump(mode="json") for c in finished],
+                }
+            )
+        sys.stderr.write(f"interrupted: {len(finished)} checks had finished\n")
+        sys.exit(exc.exit_code if isinstance(exc, Interrupted) else signal_exit_code(getattr(exc, "signum", 2)))
     if as_json:
-        click.echo(report.model_dump_json(indent=2))
+        emit_json(report.model_dump(mode="json"), indent=2)
     else:
+        from genwire.cli.render import preflight_table
+
         out.print(preflight_table(report))
     if not report.ok:
         sys.exit(1)
@@ -216,7 +345,9 @@ def _data_designer_preflight(directory: str, pipeline: Path | None, cache_ttl_s:
 
     where = data_designer_dir(Path(directory) if directory else None, env=os.environ, home=Path.home())
     setup = load_data_designer(where, env=os.environ, pipeline=pipeline, cache_ttl_s=cache_ttl_s)
-    return asyncio.run(preflight_data_designer(setup, use_cache=use_cache))
+    from genwire.cli.signals import run_interruptibly
+
+    return run_interruptibly(preflight_data_designer(setup, use_cache=use_cache))
 
 
 def _output_suffix(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
@@ -303,6 +434,7 @@ def run(
                 batch=batch,
             )
 
+    steady_gc()  # generation makes garbage all along: the collector's usual pace
     try:
         result = run_interruptibly(go())
     except Interrupted as exc:
@@ -310,9 +442,7 @@ def run(
         directory = checkpoint_dir(output_path(container, output))
         kept = kept_rows(directory)
         if as_json:
-            click.echo(
-                json.dumps({"ok": False, "error": "interrupted", "rows_kept": kept, "checkpoint": str(directory)})
-            )
+            emit_json({**_failure_text("interrupted"), "rows_kept": kept, "checkpoint": str(directory)})
         if kept:
             message = f"interrupted: {kept:,} of {total:,} rows kept in {directory}; rerun the same command to resume"
         else:
@@ -331,10 +461,10 @@ def run(
                 summary.update(rows_kept=exc.kept, checkpoint=str(exc.checkpoint))
             if isinstance(exc, PreflightError):
                 summary["preflight"] = exc.report.model_dump(mode="json")
-            click.echo(json.dumps(summary))
+            emit_json(summary)
         raise
     if as_json:
-        click.echo(json.dumps(result.summary()))
+        emit_json(result.summary())
         return
     out.print(run_summary(result))
     click.echo(f"dataset written to {result.output}")
@@ -415,7 +545,11 @@ _register_batches()
 
 
 def main() -> None:
-    cli(prog_name="genwire")
+    """``python -m genwire.cli.main`` and older console scripts: the same start-up as the
+    console script's tiny entry module."""
+    from genwire.cli.entry import main as entry_main
+
+    entry_main()
 
 
 if __name__ == "__main__":

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from genwire.container.plan import WiringPlan
-from genwire.engine.run import RunResult
-from genwire.preflight.report import PreflightReport
-from genwire.providers.response_cache import CacheInfo
+# Types only: `plan` must not load the engine, nor anything rich's live display.
+if TYPE_CHECKING:
+    from genwire.cli.main import LazyConsole
+    from genwire.container.plan import WiringPlan
+    from genwire.engine.run import RunResult
+    from genwire.preflight.report import PreflightReport
+    from genwire.providers.response_cache import CacheInfo
 
 _STATUS_STYLE = {"ok": "green", "failed": "bold red", "skipped": "yellow"}
 
@@ -174,7 +176,16 @@ def cache_table(info: CacheInfo) -> Table:
 class RichProgress:
     """The run's progress bar: rows done, rows/s, ETA, failures."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console | LazyConsole) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
         self._progress = Progress(
             TextColumn("generating"),
             BarColumn(),
@@ -185,7 +196,7 @@ class RichProgress:
             TimeElapsedColumn(),
             TextColumn("ETA"),
             TimeRemainingColumn(),
-            console=console,
+            console=console if isinstance(console, Console) else console.get(),
         )
         self._task: Any = None
         self._failed = 0

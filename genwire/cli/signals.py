@@ -33,6 +33,7 @@ def run_interruptibly(main: Coroutine[Any, Any, T]) -> T:
         task.cancel()
 
     signums = (signal.SIGINT, signal.SIGTERM)
+    before = {signum: signal.getsignal(signum) for signum in signums}
     for signum in signums:
         loop.add_signal_handler(signum, on_signal, signum)
     try:
@@ -44,6 +45,11 @@ def run_interruptibly(main: Coroutine[Any, Any, T]) -> T:
     finally:
         for signum in signums:
             loop.remove_signal_handler(signum)
+            # asyncio puts Python's defaults back; the command line's own handlers (entry.py)
+            # must stay: SIGTERM's default would kill on the spot.
+            handler = before[signum]
+            if handler is not None:
+                signal.signal(signum, handler)
         with contextlib.suppress(Exception):
             loop.run_until_complete(loop.shutdown_asyncgens())
         # Not shutdown_default_executor(): a thread stuck in a read (a FIFO, a stalled

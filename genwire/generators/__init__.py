@@ -1,8 +1,32 @@
 """Generators: the base class, metadata, built-ins and plugin discovery."""
 
-from genwire.generators.base import Generator, NoParams
-from genwire.generators.metadata import GeneratorMetadata, ResourceKind
-from genwire.generators.resources import Resources
-from genwire.providers.request_context import cached_row, cached_rows
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from genwire.generators.base import Generator, NoParams
+    from genwire.generators.metadata import GeneratorMetadata, ResourceKind
+    from genwire.generators.resources import Resources
+    from genwire.providers.request_context import cached_row, cached_rows
 
 __all__ = ["Generator", "GeneratorMetadata", "NoParams", "ResourceKind", "Resources", "cached_row", "cached_rows"]
+
+# Public name -> its module, imported on first use (PEP 562): importing one submodule of
+# the package does not load the others.
+_WHERE = {
+    **dict.fromkeys(["Generator", "NoParams"], "genwire.generators.base"),
+    **dict.fromkeys(["GeneratorMetadata", "ResourceKind"], "genwire.generators.metadata"),
+    **dict.fromkeys(["Resources"], "genwire.generators.resources"),
+    **dict.fromkeys(["cached_row", "cached_rows"], "genwire.providers.request_context"),
+}
+
+
+def __getattr__(name: str) -> object:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(where), name)
+    globals()[name] = value
+    return value

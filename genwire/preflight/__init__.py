@@ -1,6 +1,28 @@
 """The pre-flight: every reachable model and dataset checked concurrently."""
 
-from genwire.preflight.report import CheckResult, PreflightReport
-from genwire.preflight.runner import run_preflight
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from genwire.preflight.report import CheckResult, PreflightReport
+    from genwire.preflight.runner import run_preflight
 
 __all__ = ["CheckResult", "PreflightReport", "run_preflight"]
+
+# Public name -> its module, imported on first use (PEP 562): importing one submodule of
+# the package does not load the others.
+_WHERE = {
+    **dict.fromkeys(["CheckResult", "PreflightReport"], "genwire.preflight.report"),
+    **dict.fromkeys(["run_preflight"], "genwire.preflight.runner"),
+}
+
+
+def __getattr__(name: str) -> object:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(where), name)
+    globals()[name] = value
+    return value

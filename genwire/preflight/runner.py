@@ -21,7 +21,7 @@ import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from genwire.container.core import WiredPipeline
 from genwire.container.plan import TargetPlan
@@ -32,6 +32,9 @@ from genwire.preflight.cache import CachedResult, ProbeCache, cache_key, default
 from genwire.preflight.report import CheckResult, PreflightReport, Status
 from genwire.providers.base import Attempts, EmbeddingModel, attempt_log
 from genwire.providers.probes import Probe, ProbeFailure, ProbeRequest, ProbeResult, check_dimensions
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 Shape = dict[str, Any]
 
@@ -102,8 +105,15 @@ Key = tuple[str, str | None]
 
 
 class _Preflight:
-    def __init__(self, container: WiredPipeline, cache: ProbeCache | None) -> None:
+    def __init__(
+        self,
+        container: WiredPipeline,
+        cache: ProbeCache | None,
+        on_check: Callable[[CheckResult], None] | None = None,
+    ) -> None:
         self.container = container
+        self.on_check = on_check
+        self.told: set[Key] = set()
         self.settings = container.config.preflight
         self.models = container.config.models
         self.cache = cache
@@ -254,6 +264,14 @@ class _Preflight:
             if status == "ok" and key is not None and self.cache is not None:
                 self.cache.put(key, message)  # failures are never cached
 
+    def tell(self, results: dict[Key, CheckResult]) -> None:
+        if self.on_check is None:
+            return
+        for key, result in results.items():
+            if key not in self.told:
+                self.told.add(key)
+                self.on_check(result)
+
     def expected_dimensions(self, name: str, resource: Any) -> int | None:
         """The alias's configured ``dimensions``, else what the model says of itself (an
         override: a fake knows its dimensions)."""
@@ -272,9 +290,13 @@ class _Preflight:
         started = time.perf_counter()
         self.deadline = asyncio.get_running_loop().time() + self.settings.deadline_s
         groups = [g for g in groups if not self.cached(g, results)]
-        outcomes = await asyncio.gather(*(self.probe(g) for g in groups))
-        for group, outcome in zip(groups, outcomes, strict=True):
-            self.judge(group, outcome, results)
+        self.tell(results)
+
+        async def check(group: _Group) -> None:
+            self.judge(group, await self.probe(group), results)
+            self.tell(results)  # as each finishes: an interrupted pre-flight still lists it
+
+        await asyncio.gather(*(check(g) for g in groups))
         # Each target's plain check, then its shapes' checks in column order.
         order = {t.name: i for i, t in enumerate(plan.targets)}
         checks = sorted(results.values(), key=lambda c: (order[c.target], c.variant is not None))
@@ -291,17 +313,18 @@ async def run_preflight(
     use_cache: bool = True,
     cache_dir: Path | None = None,
     batch_providers: Sequence[str] = (),
+    on_check: Callable[[CheckResult], None] | None = None,
 ) -> PreflightReport:
     """Check every target some wired generator can reach. Never raises for an unhealthy
     target: each gets a result, and ``report.ok`` says whether all passed.
 
     With ``preflight.cache_ttl_s`` set, ok model probes are read from and written to the
     probe cache (``cache_dir``, default the user cache directory) unless ``use_cache``
-    is False. ``batch_providers`` (batch mode) also get a check of their Files and
-    Batches API (``preflight.batch_check``)."""
+    is False. ``on_check`` receives each result as it is decided. ``batch_providers``
+    (batch mode) also get a check of their Files and Batches API (``preflight.batch_check``)."""
     ttl = container.config.preflight.cache_ttl_s
     cache = ProbeCache(cache_dir or default_cache_dir(), ttl) if use_cache and ttl > 0 else None
-    report = await _Preflight(container, cache).run()
+    report = await _Preflight(container, cache, on_check).run()
     if batch_providers:
         from genwire.preflight.batch_check import with_batch_checks
 

@@ -1,0 +1,171 @@
+"""How the command line exits (standard library only, loaded first by entry.py): Ctrl-C
+and SIGTERM exit 130/143 with one line, never a traceback, and under ``--json`` (``run``,
+``preflight``) stdout holds exactly one JSON object on every exit.
+
+Two phases. Until a command's body starts (imports, argument parsing) there is nothing to
+clean up, so a signal ends the process on the spot. Inside a command the signal is
+raised as ``KeyboardInterrupt`` (``Terminated`` for SIGTERM) where the command is, so
+its ``finally`` blocks and clients close; the command line turns it into the exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any
+
+JSON_COMMANDS = ("run", "preflight")  # the commands whose --json promises one object on every exit
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM inside a command, raised like Ctrl-C so one path handles both."""
+
+    signum = signal.SIGTERM
+
+
+class _Json:
+    """Whether this process owes stdout one JSON object, and whether it has printed it."""
+
+    wanted = False
+    printed = False
+
+
+def wants_json(argv: Sequence[str]) -> bool:
+    """``run``/``preflight`` with ``--json``, read from the raw arguments: a usage error or
+    an interrupt may come before click has parsed them."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    return command in JSON_COMMANDS and "--json" in argv
+
+
+def want_json(argv: Sequence[str]) -> None:
+    """Record, from the raw arguments, whether this process owes stdout a JSON object."""
+    _Json.wanted = wants_json(argv)
+
+
+def start_command() -> None:
+    """A command starts: it has printed no JSON yet (several may run in one process under
+    click's test runner)."""
+    _Json.printed = False
+
+
+def emit_json(obj: dict[str, Any], indent: int | None = None) -> None:
+    """Print the command's one JSON object (a second one is never printed)."""
+    import json
+
+    if _Json.printed:
+        return
+    _Json.printed = True
+    sys.stdout.write(json.dumps(obj, indent=indent) + "\n")
+    sys.stdout.flush()
+
+
+def emit_json_failure(message: str, **known: Any) -> None:
+    """Under ``--json``, the object of an exit that printed none yet: ``ok: false``, the
+    error, and whatever is known (``known``)."""
+    if _Json.wanted and not _Json.printed:
+        emit_json({"ok": False, "error": message, "errors": [message], **known})
+
+
+def exit_status(exc: SystemExit) -> int:
+    """The status ``sys.exit(code)`` leaves with: None is 0, a message is 1."""
+    return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+
+
+def signal_exit_code(signum: int) -> int:
+    return 128 + signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
+
+
+def _exit_at_once(signum: int, frame: FrameType | None) -> None:
+    # Nothing to clean up yet: write with os.write (a signal handler must not re-enter a
+    # buffered stream that the interrupted code may be writing) and leave.
+    if _Json.wanted and not _Json.printed:
+        _Json.printed = True
+        os.write(1, b'{"ok": false, "error": "interrupted", "errors": ["interrupted"]}\n')
+    os.write(2, b"interrupted\n")
+    os._exit(signal_exit_code(signum))
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+class _Signals:
+    # Only a process started as the command line has its signals changed: click's test
+    # runner invokes commands inside a test process, whose handlers stay its own.
+    owned = False
+
+
+def take_signals() -> None:
+    """The console script starts: from now on this module decides what a signal does."""
+    if not _Signals.owned:
+        # Registered first, so it runs last of the exit callbacks (after Ray's shutdown and
+        # the like): the interpreter's own teardown then puts Python's default handlers
+        # back, and a signal in that last instant would kill the finished process (-15).
+        import atexit
+
+        atexit.register(_hold_signals)
+    _Signals.owned = True
+    exit_on_signals()
+
+
+def _hold_signals() -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+def finishing(code: int) -> None:
+    """The command has finished with exit ``code``: a signal now only cuts the teardown
+    short (threads joining, exit callbacks); it does not change what the command did."""
+    if not _Signals.owned:
+        return
+
+    def leave(signum: int, frame: FrameType | None) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # the stream may be mid-write: leave anyway
+                stream.flush()
+        os._exit(code)
+
+    signal.signal(signal.SIGINT, leave)
+    signal.signal(signal.SIGTERM, leave)
+
+
+def exit_on_signals() -> None:
+    """Start-up: a signal ends the process at once."""
+    if _Signals.owned:
+        signal.signal(signal.SIGINT, _exit_at_once)
+        signal.signal(signal.SIGTERM, _exit_at_once)
+
+
+def raise_on_signals() -> None:
+    """Inside a command: a signal is raised where the command is (see the module note)."""
+    if _Signals.owned:
+        signal.signal(signal.SIGINT, _raise_interrupt)
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
+class _Gc:
+    defaults: tuple[int, int, int] | None = None
+
+
+def collect_less_while_starting() -> None:
+    """Start-up allocates hundreds of thousands of long-lived objects (modules, classes,
+    pydantic schemas); the default young-generation threshold (700) runs the collector
+    hundreds of times over them for nothing: ~20 ms of ``validate``. Collect rarely until
+    the work that makes garbage starts (``steady_gc``)."""
+    import gc
+
+    if _Gc.defaults is None:
+        _Gc.defaults = gc.get_threshold()
+        gc.set_threshold(100_000, 50, 100)
+
+
+def steady_gc() -> None:
+    """A long run: the collector's usual thresholds again."""
+    import gc
+
+    if _Gc.defaults is not None:
+        gc.set_threshold(*_Gc.defaults)
+        _Gc.defaults = None

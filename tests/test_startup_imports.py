@@ -1,0 +1,146 @@
+"""Start-up costs what a command uses (issue 25, SPEC §6): read ``sys.modules`` in a real
+process after ``import genwire`` and after each command, through the console script's
+own entry point (read from pyproject.toml), and name the modules that must not be there.
+No timings: the benchmark (benchmarks/startup.py) measures; this keeps the structure."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from genwire.testing import FakeOpenAIServer
+
+ROOT = Path(__file__).parent.parent
+RETRIEVAL = ROOT / "examples" / "retrieval" / "genwire.yaml"
+
+# genwire's machinery and the heavy libraries: none of it for --version / --help.
+MACHINERY = [
+    "pydantic",
+    "dependency_injector",
+    "yaml",
+    "jinja2",
+    "rich",
+    "aiohttp",
+    "jsonschema",
+    "asyncio",
+    "importlib.metadata",
+    "genwire.app",
+    "genwire.config",
+    "genwire.container",
+    "genwire.engine",
+    "genwire.preflight",
+    "genwire.providers",
+]
+# What validate and plan never need: the network client, the engine, the live display.
+NO_RUN = ["aiohttp", "jsonschema", "rich.live", "rich.progress", "genwire.engine", "genwire.app", "ray", "onnxruntime"]
+NO_ENGINE = ["genwire.engine", "genwire.app", "ray", "rich.live", "rich.progress"]
+
+
+def entry_point() -> tuple[str, str]:
+    """The module and function pip's console script ``genwire`` calls."""
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    module, function = scripts["genwire"].split(":")
+    return module, function
+
+
+def modules_after(*args: str | Path, cwd: Path | None = None) -> tuple[int, set[str], str]:
+    """Exit code, the modules loaded when the process ended, and stderr, of ``genwire ARGS``."""
+    module, function = entry_point()
+    code = (
+        "import atexit, json, sys\n"
+        "atexit.register(lambda: sys.__stderr__.write('\\nMODULES ' + json.dumps(sorted(sys.modules)) + '\\n'))\n"
+        f"sys.argv = ['genwire', *{[str(a) for a in args]!r}]\n"
+        f"from {module} import {function}\n"
+        f"{function}()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=120)
+    head, _, tail = proc.stderr.rpartition("\nMODULES ")
+    return proc.returncode, set(json.loads(tail)), head
+
+
+def loaded(modules: set[str], forbidden: list[str]) -> list[str]:
+    """The forbidden modules (or any submodule of them) that were loaded."""
+    return sorted(m for m in modules if any(m == f or m.startswith(f + ".") for f in forbidden))
+
+
+def test_import_genwire_loads_nothing_but_itself() -> None:
+    code = "import json, sys; import genwire; print(json.dumps(sorted(sys.modules)))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    modules = set(json.loads(proc.stdout))
+    assert sorted(m for m in modules if m.startswith("genwire")) == ["genwire"]
+    assert loaded(modules, [*MACHINERY, "click"]) == []
+
+
+def test_the_public_names_still_resolve() -> None:
+    import genwire
+
+    for name in genwire.__all__:
+        assert getattr(genwire, name) is not None, name
+    assert genwire.boot.__module__ == "genwire.app"
+    assert set(genwire.__all__) <= set(dir(genwire))
+    with pytest.raises(AttributeError, match="no_such_name"):
+        genwire.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["run", "--help"], ["-h"]])
+def test_version_and_help_load_click_and_none_of_the_machinery(args: list[str]) -> None:
+    code, modules, stderr = modules_after(*args)
+    assert code == 0, stderr
+    assert "click" in modules
+    assert loaded(modules, MACHINERY) == []
+
+
+def test_the_version_is_the_packages() -> None:
+    module, function = entry_point()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import sys; sys.argv = ['genwire', '--version']; from {module} import {function}; {function}()",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    assert proc.stdout.strip() == f"genwire, version {version}"
+
+
+@pytest.mark.parametrize("command", [["validate"], ["plan"], ["plan", "--format", "json"]])
+def test_validate_and_plan_load_no_client_engine_or_live_display(command: list[str]) -> None:
+    code, modules, stderr = modules_after(*command, RETRIEVAL, cwd=RETRIEVAL.parent)
+    assert code == 0, stderr
+    assert "genwire.container.core" in modules  # the command did wire the pipeline
+    assert loaded(modules, NO_RUN) == []
+
+
+def test_preflight_loads_the_client_but_not_the_engine(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        config = tmp_path / "genwire.yaml"
+        config.write_text(
+            json.dumps(
+                {
+                    "providers": {"srv": {"kind": "openai", "base_url": server.url, "api_key": "sk-x"}},
+                    "models": {"writer": {"provider": "srv", "model": "writer", "kind": "chat"}},
+                    "pipeline": {
+                        "columns": [
+                            {
+                                "name": "q",
+                                "generator": "llm-text",
+                                "resources": {"model": "writer"},
+                                "params": {"prompt": "hi"},
+                            }
+                        ]
+                    },
+                }
+            ),
+            encoding="utf-8",
+        )
+        code, modules, stderr = modules_after("preflight", config, "--json", cwd=tmp_path)
+    assert code == 0, stderr
+    assert "aiohttp" in modules and server.requests["writer"] == 1  # it did probe, over HTTP
+    assert loaded(modules, NO_ENGINE) == []
