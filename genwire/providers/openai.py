@@ -90,9 +90,10 @@ class OpenAIProvider:
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._routes: list[Route[OpenAIProvider]] = []  # keeps the handles' routes alive
-        # The response cache's endpoint identity: kind, URL and a hash of the key, never the key.
+        # The response cache's endpoint identity: kind, URL and a hash of the headers that
+        # are not credentials. Never the API key: rotating it keeps the cache.
         self.cache_endpoint = endpoint_id(
-            "openai", self.base_url, config.api_key.get_secret_value() if config.api_key is not None else None
+            "openai", self.base_url, {name: value.get_secret_value() for name, value in config.headers.items()}
         )
 
     def __repr__(self) -> str:
@@ -479,7 +480,7 @@ class OpenAIEmbeddingModel(_Handle):
             "/embeddings",
             payload,
             lambda data, attempts: self._vectors(data, count, attempts),
-            lambda answer: are_vectors(answer, count),
+            lambda answer: are_vectors(answer, count, self._dimensions),
         )
 
     def _vectors(self, data: Any, count: int, attempts: int) -> list[list[float]]:
@@ -522,7 +523,8 @@ class OpenAIEmbeddingModel(_Handle):
 
 
 def _is_text(answer: Any) -> bool:
-    return isinstance(answer, str)
+    """A cached chat answer is used only if it is what a generator accepts: non-blank text."""
+    return isinstance(answer, str) and answer != "" and not answer.isspace()
 
 
 # Sentences after the first are kept only if they carry a figure and one of these words.
