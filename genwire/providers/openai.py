@@ -239,7 +239,10 @@ class OpenAIProvider:
         return requests_of(self.usage)
 
     def _usage(self, alias: str) -> ModelUsage:
-        return self.usage.setdefault(alias, ModelUsage())
+        usage = self.usage.get(alias)  # on every cache hit: no throwaway ModelUsage
+        if usage is None:
+            usage = self.usage[alias] = ModelUsage()
+        return usage
 
     def _retry_wait(self, retry: int, retry_after: float | None) -> float:
         if retry_after is not None:

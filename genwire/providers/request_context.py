@@ -83,7 +83,7 @@ class ColumnScope:
         return self.found.get(key)
 
 
-@dataclass
+@dataclass(slots=True)
 class RowScope:
     rows: tuple[int, ...]
     pending: list[Entry] = field(default_factory=list)
@@ -123,28 +123,35 @@ def column_scope(column: str, rows: Sequence[int] = ()) -> Iterator[None]:
         _column.reset(token)
 
 
-@contextlib.contextmanager
-def cached_rows(indices: Sequence[int]) -> Iterator[RowScope]:
+class cached_rows:  # noqa: N801 - used as a function: ``with cached_rows(indices):``
     """Requests inside are for the rows ``indices`` (their global positions, as
-    ``generate_batch`` receives them); their answers are kept if the block ends cleanly."""
-    scope = RowScope(tuple(int(i) for i in indices))
-    token = _row.set(scope)
-    try:
-        yield scope
-    finally:
-        _row.reset(token)
-    # Reached only on a clean exit: an exception inside the block skips the commit.
-    batch = _batch.get()
-    if batch is not None and scope.pending:
-        batch.kept.extend(scope.pending)
+    ``generate_batch`` receives them); their answers are kept if the block ends cleanly.
+    A class rather than a generator-based context manager: it runs once per request."""
+
+    __slots__ = ("_scope", "_token")
+
+    def __init__(self, indices: Sequence[int]) -> None:
+        self._scope = RowScope(tuple(map(int, indices)))
+
+    def __enter__(self) -> RowScope:
+        self._token = _row.set(self._scope)
+        return self._scope
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
+        _row.reset(self._token)
+        if kind is not None:  # an exception inside the block skips the commit
+            return
+        batch = _batch.get()
+        if batch is not None and self._scope.pending:
+            batch.kept.extend(self._scope.pending)
 
 
-def cached_row(index: int) -> contextlib.AbstractContextManager[RowScope]:
+def cached_row(index: int) -> cached_rows:
     """``cached_rows([index])``: requests inside are for row ``index``."""
     return cached_rows([index])
 
 
-@dataclass
+@dataclass(slots=True)
 class CacheSlot:
     """Where one request's answer is looked up and, once it is good, kept."""
 
