@@ -97,11 +97,12 @@ async def inner_loop(rows: int, concurrency: int, profile: bool) -> None:
         path = Path(tmp) / "genwire.yaml"
 
         async def timed(models: bool, cache: bool, profiler: cProfile.Profile | None = None) -> tuple[float, int, int]:
-            path.write_text(yaml.safe_dump(inner_loop_config(server.url, rows, concurrency, models=models, cache=cache)))
+            cfg = inner_loop_config(server.url, rows, concurrency, models=models, cache=cache)
+            path.write_text(yaml.safe_dump(cfg))
             if profiler is not None:
                 profiler.enable()
             try:
-                seconds, rate, requests, cached = await measure(path, server, skip_preflight=True)
+                _, rate, requests, cached = await measure(path, server, skip_preflight=True)
             finally:
                 if profiler is not None:
                     profiler.disable()

@@ -123,7 +123,7 @@ def column_scope(column: str, rows: Sequence[int] = ()) -> Iterator[None]:
         _column.reset(token)
 
 
-class cached_rows:  # noqa: N801 - used as a function: ``with cached_rows(indices):``
+class cached_rows:  # lower case: used as a function, ``with cached_rows(indices):``
     """Requests inside are for the rows ``indices`` (their global positions, as
     ``generate_batch`` receives them); their answers are kept if the block ends cleanly.
     A class rather than a generator-based context manager: it runs once per request."""

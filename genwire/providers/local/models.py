@@ -31,6 +31,7 @@ A = TypeVar("A")
 # installed package's, whatever the provider's name.
 LOCAL_ENDPOINT = endpoint_id("local", "")
 
+
 def _is_text(answer: Any) -> bool:
     """A cached chat answer is used only if it is what a generator accepts: non-blank text."""
     return isinstance(answer, str) and answer != "" and not answer.isspace()
