@@ -193,6 +193,8 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
 LOCK_HOLDER = """
 import sqlite3, sys
 conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+if sys.argv[2:] == ["rollback"]:  # an old-style journal: an exclusive lock blocks readers too
+    conn.execute("PRAGMA journal_mode = DELETE")
 conn.execute("BEGIN EXCLUSIVE")
 print("locked", flush=True)
 sys.stdin.read()  # held until the test closes our stdin
@@ -229,6 +231,30 @@ async def test_a_cache_locked_by_another_process_is_one_warning_and_still_read(
     with sqlite3.connect(db) as conn:  # nothing was written while it was locked
         assert conn.execute("SELECT COUNT(*) FROM answers").fetchone()[0] == 20
     conn.close()
+
+
+async def test_a_cache_locked_against_readers_too_is_one_warning_and_one_wait(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert await requests_of_run(fake_openai_server, config(fake_openai_server, tmp_path, HELLO, n=8)) == 8
+    db = tmp_path / "cache" / DB_NAME
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(db), "rollback"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with caplog.at_level(logging.WARNING, logger="genwire.cache"):
+            assert await requests_of_run(fake_openai_server, config(fake_openai_server, tmp_path, HELLO, n=24)) == 24
+        warnings = cache_warnings(caplog)
+        assert len(warnings) == 1 and "locked" in warnings[0], warnings
+    finally:
+        assert holder.stdin is not None and holder.stdout is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+        holder.stdout.close()
 
 
 async def test_a_cache_whose_writes_fail_is_one_warning(

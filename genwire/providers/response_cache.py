@@ -82,6 +82,10 @@ _KEY_ENCODER = json.JSONEncoder(
 )
 
 
+# Answers as stored: strict JSON (no NaN: the output could not hold it), UTF-8 as is.
+_ANSWER_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def entry_key(endpoint: str, body: Any, column: str, rows: Sequence[int], seed: int = 0) -> str:
     """sha256 of the endpoint identity, the request body as sent (canonical JSON: sorted
     keys), the column, the row indices and the pipeline seed. ``endpoint`` holds only a
@@ -170,8 +174,10 @@ class ResponseCache:
     def _connect(self, role: Role) -> sqlite3.Connection | None:
         """The ``role`` connection; the caller holds that role's lock. A reader that cannot
         open disables the cache; a writer that cannot, only the writes."""
-        if role in self._conns or self._broken or (role == "write" and self._no_writes):
-            return self._conns.get(role)
+        if self._broken or (role == "write" and self._no_writes):
+            return None
+        if role in self._conns:
+            return self._conns[role]
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=WRITE_WAIT_S, check_same_thread=False)
@@ -196,6 +202,10 @@ class ResponseCache:
     def _disable(self, message: str) -> None:
         self.warn_once("disabled", message)
         self._broken = True
+
+    def _lookup_failed(self, exc: sqlite3.Error) -> None:
+        # It would fail (or wait out the lock) again for every batch: one warning, no more lookups.
+        self._disable(f"response cache lookup failed in {self.path} ({exc}); running without it")
 
     def _stop_writing(self, exc: sqlite3.Error) -> None:
         self._no_writes = True
@@ -247,7 +257,7 @@ class ResponseCache:
                     "SELECT answer, prompt_tokens, completion_tokens FROM answers WHERE key = ?", (key,)
                 ).fetchone()
             except sqlite3.Error as exc:
-                self.warn_once("lookup", f"response cache lookup failed in {self.path} ({exc}); treated as a miss")
+                self._lookup_failed(exc)
                 return None
         return None if found is None else self.decode(found)
 
@@ -274,7 +284,7 @@ class ResponseCache:
                     found.update((key, (answer, p, c)) for key, answer, p, c in conn.execute(sql, (column, *chunk)))
                 return found
             except sqlite3.Error as exc:
-                self.warn_once("lookup", f"response cache lookup failed in {self.path} ({exc}); treated as a miss")
+                self._lookup_failed(exc)
                 return {}
 
     def decode(self, stored: Stored) -> CachedAnswer | None:
@@ -297,7 +307,7 @@ class ResponseCache:
         rows = []
         for e in entries:
             try:
-                text = json.dumps(e.answer, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+                text = _ANSWER_ENCODER.encode(e.answer)
                 text.encode("utf-8")
             except (ValueError, TypeError):
                 continue
