@@ -52,13 +52,14 @@ class BatchRunner:
         self.columns = [c.name for c in container.columns]
         self.cache = cache
         self.live = 0  # rows of the running batches that have not failed nor finished
+        self.seed = container.config.pipeline.seed  # in every cache key: a new seed asks again
 
     async def run(self, indices: list[int]) -> BatchResult:
         """Rows ``indices`` (global positions; any set, e.g. the rows a resumed run still
         needs). Indices travel beside the rows: the row dicts hold user columns only.
         Model requests inside see the response cache, the column and (said by the
         generator) the row: ``providers.request_context``."""
-        with batch_scope(self.cache) as scope:
+        with batch_scope(self.cache, self.seed) as scope:
             try:
                 result = await self._run(list(indices), scope)
             finally:
@@ -82,11 +83,12 @@ class BatchRunner:
         for gen in self.generators:
             if not live:
                 break
-            with column_scope(gen.column):
+            with column_scope(gen.column, indices):  # the column's hits, looked up in one query
                 values = await self.call(gen, live, indices)
             if scope is not None and scope.kept:
-                # One transaction per column and batch, off the event loop.
-                await asyncio.to_thread(scope.cache.put_many, scope.take_kept())
+                kept_answers = scope.take_kept()
+                if scope.cache.writable:  # one transaction per column and batch, off the event loop
+                    await asyncio.to_thread(scope.cache.put_many, kept_answers)
             kept, kept_indices = [], []
             for index, row, value in zip(indices, live, values, strict=True):
                 if isinstance(value, RowFailure):

@@ -99,9 +99,10 @@ class OpenAIProvider:
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._routes: list[Route[OpenAIProvider]] = []  # keeps the handles' routes alive
-        # The response cache's endpoint identity: kind, URL and a hash of the key, never the key.
+        # The response cache's endpoint identity: kind, URL and a hash of the headers that
+        # are not credentials. Never the API key: rotating it keeps the cache.
         self.cache_endpoint = endpoint_id(
-            "openai", self.base_url, config.api_key.get_secret_value() if config.api_key is not None else None
+            "openai", self.base_url, {name: value.get_secret_value() for name, value in config.headers.items()}
         )
         # Batch mode (SPEC §14): set by the run after its pre-flight; calls then go to it.
         self.batcher: BatchCollector | None = None
@@ -275,7 +276,10 @@ class OpenAIProvider:
         return requests_of(self.usage)
 
     def _usage(self, alias: str) -> ModelUsage:
-        return self.usage.setdefault(alias, ModelUsage())
+        usage = self.usage.get(alias)  # on every cache hit: no throwaway ModelUsage
+        if usage is None:
+            usage = self.usage[alias] = ModelUsage()
+        return usage
 
     def _retry_wait(self, retry: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -548,7 +552,7 @@ class OpenAIEmbeddingModel(_Handle):
             "/embeddings",
             payload,
             lambda data, attempts: self._vectors(data, count, attempts),
-            lambda answer: are_vectors(answer, count),
+            lambda answer: are_vectors(answer, count, self._dimensions),
         )
 
     def _vectors(self, data: Any, count: int, attempts: int) -> list[list[float]]:
@@ -591,7 +595,8 @@ class OpenAIEmbeddingModel(_Handle):
 
 
 def _is_text(answer: Any) -> bool:
-    return isinstance(answer, str)
+    """A cached chat answer is used only if it is what a generator accepts: non-blank text."""
+    return isinstance(answer, str) and answer != "" and not answer.isspace()
 
 
 # Sentences after the first are kept only if they carry a figure and one of these words.

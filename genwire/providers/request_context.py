@@ -2,8 +2,10 @@
 and the row(s). Handles do not know the column or the row; the engine and the generators
 say them through context variables, so no signature changes and plugins are unaffected.
 
-* The engine opens a ``batch_scope`` (the run's cache) per batch and a ``column_scope``
-  for each column's ``generate_batch``.
+* The engine opens a ``batch_scope`` (the run's cache and the pipeline seed) per batch
+  and a ``column_scope`` for each column's ``generate_batch``; given the batch's rows, the
+  column's first lookup fetches every entry stored for that column and those rows in one
+  query, so each request's lookup is a dict lookup on its key (no query, no thread hop).
 * A generator says which row a request is for with ``cached_row(index)`` (or
   ``cached_rows(indices)`` for one request made for several rows: the request is keyed
   by all of them). The built-in generators do; a plugin may, as documented in the README.
@@ -22,17 +24,19 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from genwire.providers.response_cache import CachedAnswer, Entry, ResponseCache, entry_key
+from genwire.providers.response_cache import CachedAnswer, Entry, ResponseCache, Stored, entry_key
 from genwire.providers.usage import ModelUsage
 
 __all__ = [
     "BatchScope",
     "CacheSlot",
+    "ColumnScope",
     "RowScope",
     "are_vectors",
     "batch_scope",
@@ -41,6 +45,7 @@ __all__ = [
     "cached_rows",
     "column_scope",
     "endpoint_id",
+    "is_credential_header",
 ]
 
 log = logging.getLogger("genwire.cache")
@@ -48,9 +53,11 @@ log = logging.getLogger("genwire.cache")
 
 @dataclass
 class BatchScope:
-    """One batch of a run: its cache, the answers its rows kept, and its hits."""
+    """One batch of a run: its cache, the pipeline seed (part of every key), the answers
+    its rows kept, and its hits."""
 
     cache: ResponseCache
+    seed: int = 0
     kept: list[Entry] = field(default_factory=list)
     hits: int = 0
 
@@ -60,6 +67,23 @@ class BatchScope:
 
 
 @dataclass
+class ColumnScope:
+    """The column being generated and the entries stored for it and the rows of ``rows``
+    (fetched in one query by the column's first lookup: a column that asks no model sends
+    no query): a request whose first row is in ``rows`` is a hit exactly when its key is
+    in ``found``."""
+
+    name: str
+    rows: frozenset[int] = frozenset()
+    found: dict[str, Stored] | None = None
+
+    def stored(self, cache: ResponseCache, key: str) -> Stored | None:
+        if self.found is None:
+            self.found = cache.get_many(self.name, self.rows)
+        return self.found.get(key)
+
+
+@dataclass(slots=True)
 class RowScope:
     rows: tuple[int, ...]
     pending: list[Entry] = field(default_factory=list)
@@ -70,16 +94,16 @@ class RowScope:
 
 
 _batch: ContextVar[BatchScope | None] = ContextVar("genwire_cache_batch", default=None)
-_column: ContextVar[str | None] = ContextVar("genwire_cache_column", default=None)
+_column: ContextVar[ColumnScope | None] = ContextVar("genwire_cache_column", default=None)
 _row: ContextVar[RowScope | None] = ContextVar("genwire_cache_row", default=None)
 
 
 @contextlib.contextmanager
-def batch_scope(cache: ResponseCache | None) -> Iterator[BatchScope | None]:
+def batch_scope(cache: ResponseCache | None, seed: int = 0) -> Iterator[BatchScope | None]:
     if cache is None:
         yield None
         return
-    scope = BatchScope(cache)
+    scope = BatchScope(cache, seed)
     token = _batch.set(scope)
     try:
         yield scope
@@ -88,36 +112,46 @@ def batch_scope(cache: ResponseCache | None) -> Iterator[BatchScope | None]:
 
 
 @contextlib.contextmanager
-def column_scope(column: str) -> Iterator[None]:
-    token = _column.set(column)
+def column_scope(column: str, rows: Sequence[int] = ()) -> Iterator[None]:
+    """Requests inside are for ``column``. With the batch's ``rows``, the entries stored
+    for this column and those rows are looked up in one query, at its first lookup."""
+    scope = ColumnScope(column, frozenset(rows))
+    token = _column.set(scope)
     try:
         yield
     finally:
         _column.reset(token)
 
 
-@contextlib.contextmanager
-def cached_rows(indices: Sequence[int]) -> Iterator[RowScope]:
+class cached_rows:  # lower case: used as a function, ``with cached_rows(indices):``
     """Requests inside are for the rows ``indices`` (their global positions, as
-    ``generate_batch`` receives them); their answers are kept if the block ends cleanly."""
-    scope = RowScope(tuple(int(i) for i in indices))
-    token = _row.set(scope)
-    try:
-        yield scope
-    finally:
-        _row.reset(token)
-    # Reached only on a clean exit: an exception inside the block skips the commit.
-    batch = _batch.get()
-    if batch is not None and scope.pending:
-        batch.kept.extend(scope.pending)
+    ``generate_batch`` receives them); their answers are kept if the block ends cleanly.
+    A class rather than a generator-based context manager: it runs once per request."""
+
+    __slots__ = ("_scope", "_token")
+
+    def __init__(self, indices: Sequence[int]) -> None:
+        self._scope = RowScope(tuple(map(int, indices)))
+
+    def __enter__(self) -> RowScope:
+        self._token = _row.set(self._scope)
+        return self._scope
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
+        _row.reset(self._token)
+        if kind is not None:  # an exception inside the block skips the commit
+            return
+        batch = _batch.get()
+        if batch is not None and self._scope.pending:
+            batch.kept.extend(self._scope.pending)
 
 
-def cached_row(index: int) -> contextlib.AbstractContextManager[RowScope]:
+def cached_row(index: int) -> cached_rows:
     """``cached_rows([index])``: requests inside are for row ``index``."""
     return cached_rows([index])
 
 
-@dataclass
+@dataclass(slots=True)
 class CacheSlot:
     """Where one request's answer is looked up and, once it is good, kept."""
 
@@ -125,19 +159,32 @@ class CacheSlot:
     row: RowScope
     column: str
     key: str
+    lookup: ColumnScope | None = None  # the column's bulk lookup, when it covers this row
 
     def get(self, usage: ModelUsage, usable: Callable[[Any], bool]) -> CachedAnswer | None:
         """The stored answer, counted as a hit; None (a miss) when there is none or when it
-        is not what this kind of request answers (a damaged entry: warned, then replaced)."""
-        found = self.batch.cache.get(self.key)
-        if found is not None and not usable(found.answer):
-            log.warning("ignoring a response cache entry of the wrong shape in %s", self.batch.cache.path)
+        fails the checks a fresh answer of this request passes (a damaged or stale entry:
+        one warning per run, then the fresh answer replaces it)."""
+        cache = self.batch.cache
+        lookup = self.lookup
+        if lookup is not None and self.row.rows[0] in lookup.rows:
+            stored = lookup.stored(cache, self.key)
+            found = None if stored is None else cache.decode(stored)
+        else:  # rows the column's bulk lookup did not cover (a plugin's own choice)
+            found = cache.get(self.key)
+        if found is None:
             return None
-        if found is not None:
-            self.batch.hits += 1
-            self.batch.cache.hits += 1
-            usage.cached += 1
-            usage.saved_tokens += found.prompt_tokens + found.completion_tokens
+        if not usable(found.answer):
+            cache.warn_once(
+                "shape",
+                f"ignoring response cache entries of the wrong shape in {cache.path} (they fail the checks "
+                "of a fresh answer: empty text, a vector count, a non-finite value, dimensions); asked again",
+            )
+            return None
+        self.batch.hits += 1
+        cache.hits += 1
+        usage.cached += 1
+        usage.saved_tokens += found.prompt_tokens + found.completion_tokens
         return found
 
     def keep(self, answer: Any, tokens: tuple[int, int]) -> None:
@@ -152,25 +199,47 @@ def cache_slot(endpoint: str, body: Any) -> CacheSlot | None:
     batch, column, row = _batch.get(), _column.get(), _row.get()
     if batch is None or column is None or row is None or not row.rows:
         return None
-    return CacheSlot(batch, row, column, entry_key(endpoint, body, column, row.rows))
+    key = entry_key(endpoint, body, column.name, row.rows, batch.seed)
+    return CacheSlot(batch, row, column.name, key, column)
 
 
 def current_column() -> str | None:
     """The column whose generator is running (None outside one): part of the identity of
     a request no row was said for (batch mode's request ids)."""
-    return _column.get()
+    column = _column.get()
+    return None if column is None else column.name
 
 
-def endpoint_id(kind: str, base_url: str, api_key: str | None) -> str:
-    """An endpoint's identity for the cache key: kind, URL and a sha256 of the key."""
-    key_hash = hashlib.sha256((api_key or "").encode()).hexdigest()
-    return json.dumps([kind, base_url, key_hash])
+# A header whose lower-cased name contains one of these is a credential: it says who pays,
+# not what is answered, so it is left out of the cache key (Authorization,
+# Proxy-Authorization, api-key, x-api-key, X-Auth-Token, Cookie, X-Client-Secret...).
+CREDENTIAL_WORDS = ("auth", "key", "token", "secret", "cookie", "password", "credential", "signature")
 
 
-def are_vectors(answer: Any, count: int) -> bool:
-    """Whether a stored embedding answer is ``count`` lists of numbers."""
-    return (
-        isinstance(answer, list)
-        and len(answer) == count
-        and all(isinstance(v, list) and all(type(x) is float or type(x) is int for x in v) for v in answer)
-    )
+def is_credential_header(name: str) -> bool:
+    lowered = name.lower()
+    return any(word in lowered for word in CREDENTIAL_WORDS)
+
+
+def endpoint_id(kind: str, base_url: str, headers: Mapping[str, str] | None = None) -> str:
+    """An endpoint's identity for the cache key: kind, URL and a sha256 of the headers
+    that are not credentials (names case-insensitive, order-free). Never the API key and
+    never a header value in clear: a changed deployment or organisation header asks again,
+    a rotated key keeps the cache."""
+    kept = sorted((name.lower(), value) for name, value in (headers or {}).items() if not is_credential_header(name))
+    digest = hashlib.sha256(json.dumps(kept, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
+    return json.dumps([kind, base_url, digest])
+
+
+def are_vectors(answer: Any, count: int, dimensions: int | None = None) -> bool:
+    """Whether a stored embedding answer passes a fresh one's checks: ``count`` non-empty
+    lists of finite numbers, each ``dimensions`` long when that is set."""
+    if not isinstance(answer, list) or len(answer) != count:
+        return False
+    for vector in answer:
+        if not isinstance(vector, list) or not vector or (dimensions is not None and len(vector) != dimensions):
+            return False
+        for x in vector:
+            if not (type(x) is float or type(x) is int) or not math.isfinite(x):
+                return False
+    return True

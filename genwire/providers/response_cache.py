@@ -3,7 +3,14 @@
 Why SQLite: the standard library has it; a run writes many small entries; WAL lets two
 runs (or Ray workers) read while one writes; every batch of writes is one atomic
 transaction, so a killed run leaves either the whole batch or none of it. ``busy_timeout``
-makes concurrent writers wait for each other instead of failing.
+makes concurrent writers wait for each other (their transactions last milliseconds).
+
+A run keeps one reading connection (on the event loop: a lookup is a dict lookup in the
+entries fetched in bulk for a batch and column, ``get_many``) and one writing connection
+(used from a worker thread, one transaction per column and batch) open until ``close``.
+A cache that cannot be written (another process holds it locked past ``WRITE_WAIT_S``, a
+read-only file, a full disk) is one warning, then the run goes on without writing to it;
+reads may still hit.
 
 An entry is keyed by a sha256 (``entry_key``) and holds the answer as JSON plus the
 tokens it was paid with, the column and first row (for ``genwire cache info``) and when it
@@ -23,7 +30,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 if TYPE_CHECKING:  # the loader (yaml) is not needed to use a cache
     from genwire.config.loader import LoadedConfig
@@ -32,9 +39,15 @@ log = logging.getLogger("genwire.cache")
 
 Role = Literal["read", "write"]
 
-FORMAT_VERSION = 1
+# 2: the key holds the non-credential headers' hash (not the API key's) and the pipeline
+# seed. Entries of another version are never matched: they are simply misses.
+FORMAT_VERSION = 2
 DB_NAME = "responses.sqlite3"
-BUSY_TIMEOUT_MS = 10_000  # another run's write transaction is short; wait it out
+# Another run's write transaction lasts milliseconds; a lock held longer than this is a
+# cache we cannot write to (one warning, then the run goes on without writing).
+WRITE_WAIT_S = 2.0
+# Rows per bulk lookup query (SQLite's variable limit is 999 on old builds).
+LOOKUP_CHUNK = 900
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS answers (
@@ -46,25 +59,42 @@ CREATE TABLE IF NOT EXISTS answers (
     completion_tokens INTEGER NOT NULL,
     stored_at REAL NOT NULL
 );
+CREATE INDEX IF NOT EXISTS answers_col_row ON answers(col, row);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
+_SELECT = "SELECT key, answer, prompt_tokens, completion_tokens FROM answers WHERE col = ? AND row"
+_BY_RANGE = f"{_SELECT} BETWEEN ? AND ?"
+_BY_ROWS = f"{_SELECT} IN"
 
 
-def entry_key(endpoint: str, body: Any, column: str, rows: Sequence[int]) -> str:
+def _cannot_write(exc: sqlite3.Error) -> bool:
+    """A lock held too long, a read-only file or a full disk: the cache can still be read."""
+    text = str(exc).lower()
+    return any(p in text for p in ("locked", "busy", "readonly", "read-only", "full", "disk i/o"))
+
+
+# One encoder for every key: ``json.dumps`` with options builds a new one per call. ASCII
+# output (non-ASCII as \u escapes) is as canonical and a third faster to make.
+_KEY_ENCODER = json.JSONEncoder(
+    sort_keys=True,
+    separators=(",", ":"),
+    default=repr,  # a plugin's odd param still gets a key; sending it fails as it always did
+)
+
+
+# Answers as stored: strict JSON (no NaN: the output could not hold it), UTF-8 as is.
+_ANSWER_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def entry_key(endpoint: str, body: Any, column: str, rows: Sequence[int], seed: int = 0) -> str:
     """sha256 of the endpoint identity, the request body as sent (canonical JSON: sorted
-    keys), the column and the row indices. ``endpoint`` already holds only a hash of the key."""
-    text = json.dumps(
-        [FORMAT_VERSION, endpoint, body, column, list(rows)],
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        default=repr,  # a plugin's odd param still gets a key; sending it fails as it always did
-    )
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    keys), the column, the row indices and the pipeline seed. ``endpoint`` holds only a
+    hash of the provider's non-credential headers, never a header value or the API key."""
+    text = _KEY_ENCODER.encode([FORMAT_VERSION, endpoint, body, column, list(rows), seed])
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
-@dataclass(frozen=True)
-class CachedAnswer:
+class CachedAnswer(NamedTuple):  # a tuple: built once per hit, on the hot path
     answer: Any
     prompt_tokens: int
     completion_tokens: int
@@ -102,52 +132,88 @@ class CacheInfo:
         }
 
 
+# (key, answer JSON text, prompt tokens, completion tokens) as read in bulk: decoded on a hit only.
+Stored = tuple[str, int, int]
+
+
 class ResponseCache:
-    """One cache directory, opened lazily on first use. Lookups (on the event loop) and
-    writes (in a worker thread) use two connections, each behind its own lock: in WAL mode
-    a reader never waits for a writer, so a write waiting out another run's transaction
-    never stalls the loop's lookups."""
+    """One cache directory, opened lazily on first use and kept open until ``close``.
+    Lookups (on the event loop) and writes (in a worker thread) use two connections, each
+    behind its own lock: in WAL mode a reader never waits for a writer, so a write waiting
+    out another run's transaction never stalls the loop's lookups."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.path = directory / DB_NAME
         self._conns: dict[Role, sqlite3.Connection] = {}
         self._broken = False  # warned once; from then on every lookup is a miss
+        self._no_writes = False  # a write failed (warned once): the run goes on without writing
         self._locks: dict[Role, threading.Lock] = {"read": threading.Lock(), "write": threading.Lock()}
         self._closed = False
+        self._warned: set[str] = set()
         self.hits = 0  # served by this process since it opened the cache
+        self.lookups = 0  # lookup queries sent by this process (one per batch and column)
         self._hits_saved = 0
 
     def __repr__(self) -> str:
         return f"ResponseCache({str(self.directory)!r})"
 
+    @property
+    def writable(self) -> bool:
+        """False once a write failed (locked, read-only, full): nothing more is written."""
+        return not (self._no_writes or self._broken)
+
+    def warn_once(self, kind: str, message: str) -> None:
+        """One warning per kind of problem per run: a problem repeats for every entry."""
+        if kind not in self._warned:
+            self._warned.add(kind)
+            log.warning("%s", message)
+
     # --- connection ----------------------------------------------------------------------
 
     def _connect(self, role: Role) -> sqlite3.Connection | None:
-        """The ``role`` connection; the caller holds that role's lock."""
-        if role in self._conns or self._broken:
-            return self._conns.get(role)
+        """The ``role`` connection; the caller holds that role's lock. A reader that cannot
+        open disables the cache; a writer that cannot, only the writes."""
+        if self._broken or (role == "write" and self._no_writes):
+            return None
+        if role in self._conns:
+            return self._conns[role]
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+            conn = sqlite3.connect(self.path, timeout=WRITE_WAIT_S, check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
             self._disable(f"cannot open the response cache {self.path} ({exc}); running without it")
             return None
         try:
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute(f"PRAGMA busy_timeout = {int(WRITE_WAIT_S * 1000)}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")  # WAL: a commit survives a crash of the process
             conn.executescript(_SCHEMA)
         except sqlite3.Error as exc:
             conn.close()
-            self._disable(f"the response cache {self.path} is unreadable ({exc}); running without it")
+            if role == "write" and _cannot_write(exc):
+                self._stop_writing(exc)
+            else:
+                self._disable(f"the response cache {self.path} is unreadable ({exc}); running without it")
             return None
         self._conns[role] = conn
         return conn
 
     def _disable(self, message: str) -> None:
-        log.warning("%s", message)
+        self.warn_once("disabled", message)
         self._broken = True
+
+    def _lookup_failed(self, exc: sqlite3.Error) -> None:
+        # It would fail (or wait out the lock) again for every batch: one warning, no more lookups.
+        self._disable(f"response cache lookup failed in {self.path} ({exc}); running without it")
+
+    def _stop_writing(self, exc: sqlite3.Error) -> None:
+        self._no_writes = True
+        self.warn_once(
+            "write",
+            f"cannot write to the response cache {self.path} ({exc}); the run goes on without "
+            "writing to it (answers already in it are still used)",
+        )
 
     def close(self) -> None:
         """Record this process's hits and close (idempotent). A write still running in a
@@ -159,12 +225,12 @@ class ResponseCache:
                 reader.close()
         with self._locks["write"]:
             new = self.hits - self._hits_saved
-            conn = self._connect("write") if new else self._conns.get("write")
+            conn = self._connect("write") if new and self.writable else self._conns.get("write")
             self._conns.pop("write", None)
             if conn is None:
                 return
             try:
-                if new:
+                if new and self.writable:
                     with conn:
                         conn.execute(
                             "INSERT INTO meta(name, value) VALUES ('hits', ?) "
@@ -173,43 +239,75 @@ class ResponseCache:
                         )
                     self._hits_saved = self.hits
             except sqlite3.Error as exc:
-                log.warning("cannot update the response cache %s (%s)", self.path, exc)
+                self._stop_writing(exc)
             finally:
                 conn.close()
 
     # --- entries -------------------------------------------------------------------------
 
     def get(self, key: str) -> CachedAnswer | None:
+        """One entry by its key (a request for rows that no bulk lookup covered)."""
         with self._locks["read"]:
             conn = self._connect("read") if not self._closed else None
             if conn is None:
                 return None
+            self.lookups += 1
             try:
                 found = conn.execute(
                     "SELECT answer, prompt_tokens, completion_tokens FROM answers WHERE key = ?", (key,)
                 ).fetchone()
             except sqlite3.Error as exc:
-                log.warning("response cache lookup failed in %s (%s); treated as a miss", self.path, exc)
+                self._lookup_failed(exc)
                 return None
-        if found is None:
-            return None
+        return None if found is None else self.decode(found)
+
+    def get_many(self, column: str, rows: Iterable[int]) -> dict[str, Stored]:
+        """Every entry stored for ``column`` whose first row is one of ``rows``, by key: one
+        query for a batch's rows (consecutive ones as a range, others in chunks)."""
+        wanted = sorted(set(rows))
+        if not wanted:
+            return {}
+        with self._locks["read"]:
+            conn = self._connect("read") if not self._closed else None
+            if conn is None:
+                return {}
+            self.lookups += 1
+            try:
+                if wanted[-1] - wanted[0] < 2 * len(wanted):  # dense: one range (extras are harmless)
+                    cursor = conn.execute(_BY_RANGE, (column, wanted[0], wanted[-1]))
+                    return {key: (answer, p, c) for key, answer, p, c in cursor}
+                found: dict[str, Stored] = {}
+                for start in range(0, len(wanted), LOOKUP_CHUNK):
+                    chunk = wanted[start : start + LOOKUP_CHUNK]
+                    marks = ",".join("?" * len(chunk))
+                    sql = f"{_BY_ROWS} ({marks})"
+                    found.update((key, (answer, p, c)) for key, answer, p, c in conn.execute(sql, (column, *chunk)))
+                return found
+            except sqlite3.Error as exc:
+                self._lookup_failed(exc)
+                return {}
+
+    def decode(self, stored: Stored) -> CachedAnswer | None:
+        """A stored entry as an answer; None (a warning, once) when it does not decode."""
         try:
-            answer = json.loads(found[0])
-            prompt, completion = int(found[1]), int(found[2])
+            return CachedAnswer(json.loads(stored[0]), int(stored[1]), int(stored[2]))
         except (ValueError, TypeError) as exc:
-            log.warning("ignoring an unreadable response cache entry in %s (%s)", self.path, exc)
+            self.warn_once("entry", f"ignoring an unreadable response cache entry in {self.path} ({exc})")
             return None
-        return CachedAnswer(answer, prompt, completion)
 
     def put_many(self, entries: Iterable[Entry]) -> None:
-        """Store entries in one transaction; a failure is a warning (the answers are simply
-        asked for again next time). An answer the output could not hold (a lone surrogate,
-        NaN) is not stored: its row fails as unwritable and must be asked again."""
+        """Store entries in one transaction. The first failure (locked past
+        ``WRITE_WAIT_S``, read-only, full) is one warning, and nothing more is written this
+        run: the answers are simply asked for again next time. An answer the output could
+        not hold (a lone surrogate, NaN) is not stored: its row fails as unwritable and
+        must be asked again."""
+        if not self.writable:
+            return
         now = time.time()
         rows = []
         for e in entries:
             try:
-                text = json.dumps(e.answer, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+                text = _ANSWER_ENCODER.encode(e.answer)
                 text.encode("utf-8")
             except (ValueError, TypeError):
                 continue
@@ -224,9 +322,9 @@ class ResponseCache:
                 with conn:
                     conn.executemany("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
             except sqlite3.Error as exc:
-                log.warning("cannot write to the response cache %s (%s)", self.path, exc)
+                self._stop_writing(exc)
             finally:
-                if self._closed:  # a write that outlived close() (a cancelled run's last batch)
+                if self._closed or self._no_writes:  # a write that outlived close(), or the last one
                     self._conns.pop("write", None)
                     conn.close()
 
@@ -258,6 +356,8 @@ class ResponseCache:
             return 0
         with self._locks["write"]:
             conn = self._connect("write")
+            if conn is None and not self._broken:  # locked or read-only (warned): leave it be
+                return 0
             if conn is None:  # unreadable (warned): clearing it means removing its files
                 for part in self.directory.glob(DB_NAME + "*"):
                     part.unlink(missing_ok=True)

@@ -29,7 +29,13 @@ A = TypeVar("A")
 
 # The response cache's endpoint identity of every local provider: the weights are the
 # installed package's, whatever the provider's name.
-LOCAL_ENDPOINT = endpoint_id("local", "", None)
+LOCAL_ENDPOINT = endpoint_id("local", "")
+
+
+def _is_text(answer: Any) -> bool:
+    """A cached chat answer is used only if it is what a generator accepts: non-blank text."""
+    return isinstance(answer, str) and answer != "" and not answer.isspace()
+
 
 # --- provider ----------------------------------------------------------------------------
 
@@ -240,7 +246,7 @@ class LocalEmbeddingModel(_LocalHandle):
         return await self._cached(
             {"input": inputs},
             lambda: self._run(call),
-            lambda answer: are_vectors(answer, count),
+            lambda answer: are_vectors(answer, count, self._dimensions),
             lambda _: (0, 0),
         )
 
@@ -279,7 +285,7 @@ class LocalChatModel(_LocalHandle):
             paid.append(reported_tokens(response) or (0, 0))
             return self._content(response)
 
-        return await self._cached(request, ask, lambda answer: isinstance(answer, str), lambda _: paid[0])
+        return await self._cached(request, ask, _is_text, lambda _: paid[0])
 
     def _content(self, response: Any) -> str:
         def error(error_class: ErrorClass, why: str) -> ModelError:

@@ -1,0 +1,302 @@
+"""The response cache's key and checks (SPEC §12 amended, issue 24): what decides an answer
+is in the key (non-credential headers, the pipeline seed), what does not decide it stays
+out (the API key, credential headers), a cached answer is checked like a fresh one, and a
+cache that cannot be written costs one warning. Real runs against the fake server."""
+
+from __future__ import annotations
+
+import logging
+import math
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import genwire
+from genwire.providers.response_cache import DB_NAME
+from genwire.testing import FakeOpenAIServer
+
+N = 12
+
+
+def config(
+    server: FakeOpenAIServer,
+    root: Path,
+    columns: list[dict[str, Any]],
+    *,
+    n: int = N,
+    api_key: str = "sk-first-key-0000001",
+    headers: dict[str, str] | None = None,
+    seed: int = 5,
+    batch_size: int = 4,
+    dimensions: int | None = None,
+) -> dict[str, Any]:
+    provider: dict[str, Any] = {"kind": "openai", "base_url": server.url, "api_key": api_key, "retries": 0}
+    if headers is not None:
+        provider["headers"] = headers
+    embedder: dict[str, Any] = {"provider": "srv", "model": "embedder", "kind": "embedding"}
+    if dimensions is not None:
+        embedder["dimensions"] = dimensions
+    return {
+        "providers": {"srv": provider},
+        "models": {"writer": {"provider": "srv", "model": "writer", "kind": "chat"}, "embedder": embedder},
+        "defaults": {"chat_model": "writer", "embedding_model": "embedder"},
+        "cache": {"dir": str(root / "cache")},
+        "pipeline": {
+            "num_records": n,
+            "seed": seed,
+            "batch_size": batch_size,
+            "max_failure_rate": 1.0,
+            "output": str(root / "out.jsonl"),
+            "columns": columns,
+        },
+    }
+
+
+HELLO = [{"name": "hello", "generator": "llm-text", "params": {"prompt": "Say hello"}}]  # no sampler: seed-free
+
+
+async def requests_of_run(server: FakeOpenAIServer, cfg: dict[str, Any]) -> int:
+    server.reset_stats()
+    async with genwire.boot(cfg) as container:
+        result = await container.run(skip_preflight=True, resume=False)
+    assert result.rows_written == cfg["pipeline"]["num_records"]
+    return server.total_requests
+
+
+def cache_bytes(root: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in (root / "cache").iterdir() if p.is_file())
+
+
+# --- 1. the key: not the API key, not credential headers; no header value in clear -----------
+
+
+async def test_a_rotated_api_key_or_credential_header_keeps_the_cache_and_no_header_is_stored_in_clear(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    headers = {
+        "X-Deployment": "deployment-alpha-7731",
+        "x-api-key": "gateway-secret-one-1111",
+        "OpenAI-Organization": "org-visible-but-hashed-42",
+    }
+    first = config(fake_openai_server, tmp_path, HELLO, headers=headers)
+    assert await requests_of_run(fake_openai_server, first) == N
+    stored = cache_bytes(tmp_path)
+    for value in [*headers.values(), "sk-first-key-0000001"]:
+        assert value.encode() not in stored, value
+
+    rotated = config(
+        fake_openai_server,
+        tmp_path,
+        HELLO,
+        api_key="sk-second-key-0000002",
+        headers={**headers, "x-api-key": "gateway-secret-two-2222", "Cookie": "session=abc"},
+    )
+    fake_openai_server.require_api_key("sk-second-key-0000002")
+    assert await requests_of_run(fake_openai_server, rotated) == 0  # a new key is not a new answer
+
+
+def test_the_credential_rule_and_the_endpoint_identity() -> None:
+    from genwire.providers.request_context import endpoint_id, is_credential_header
+
+    for name in ("Authorization", "api-key", "X-Api-Key", "Proxy-Authorization", "X-Auth-Token", "Cookie"):
+        assert is_credential_header(name), name
+    for name in ("X-Deployment", "OpenAI-Organization", "OpenAI-Project", "X-Route"):
+        assert not is_credential_header(name), name
+    base = endpoint_id("openai", "http://h/v1", {"X-Deployment": "a", "Authorization": "Bearer 1"})
+    assert base == endpoint_id("openai", "http://h/v1", {"x-deployment": "a", "Authorization": "Bearer 2"})
+    assert base != endpoint_id("openai", "http://h/v1", {"X-Deployment": "b"})
+    assert "Bearer" not in base and '"a"' not in base
+
+
+# --- 2. a non-credential header decides the answer -----------------------------------------
+
+
+async def test_a_changed_deployment_header_asks_again(fake_openai_server: FakeOpenAIServer, tmp_path: Path) -> None:
+    a = config(fake_openai_server, tmp_path, HELLO, headers={"X-Deployment": "a"})
+    b = config(fake_openai_server, tmp_path, HELLO, headers={"X-Deployment": "b"})
+    assert await requests_of_run(fake_openai_server, a) == N
+    assert await requests_of_run(fake_openai_server, b) == N  # deployment b's own answers
+    assert await requests_of_run(fake_openai_server, a) == 0  # a's are still there
+    assert await requests_of_run(fake_openai_server, b) == 0
+
+
+# --- 3. the pipeline seed is in the key --------------------------------------------------------
+
+
+async def test_a_new_seed_asks_again_even_for_prompts_no_sampler_feeds(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    assert await requests_of_run(fake_openai_server, config(fake_openai_server, tmp_path, HELLO, seed=5)) == N
+    assert await requests_of_run(fake_openai_server, config(fake_openai_server, tmp_path, HELLO, seed=6)) == N
+    assert await requests_of_run(fake_openai_server, config(fake_openai_server, tmp_path, HELLO, seed=5)) == 0
+
+
+# --- 4. a cached answer is checked like a fresh one ----------------------------------------------
+
+EMBED = [
+    {"name": "t", "generator": "sampler", "params": {"kind": "category", "values": ["cats", "rust", "nile"]}},
+    {"name": "v", "generator": "embedding", "params": {"column": "t"}},
+]
+
+
+async def test_cached_vectors_of_the_old_dimensions_are_misses_not_output(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake_openai_server.set_dimensions("embedder", 8)
+    assert await requests_of_run(fake_openai_server, config(fake_openai_server, tmp_path, EMBED, dimensions=8)) == 3
+    # The model now makes 16-long vectors; config and server agree.
+    fake_openai_server.set_dimensions("embedder", 16)
+    cfg = config(fake_openai_server, tmp_path, EMBED, dimensions=16)
+    with caplog.at_level(logging.WARNING, logger="genwire.cache"):
+        assert await requests_of_run(fake_openai_server, cfg) == 3  # one request per batch of 4
+    assert {len(row["v"]) for row in read_rows(tmp_path / "out.jsonl")} == {16}
+    assert len([r for r in caplog.records if "wrong shape" in r.getMessage()]) == 1
+    assert await requests_of_run(fake_openai_server, cfg) == 0  # the fresh answers replaced them
+
+
+async def test_cached_non_finite_vectors_wrong_counts_and_empty_texts_are_misses(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    columns = [*EMBED, {"name": "q", "generator": "llm-text", "params": {"prompt": "About {{ t }}"}}]
+    cfg = config(fake_openai_server, tmp_path, columns)
+    assert await requests_of_run(fake_openai_server, cfg) == 3 + N
+    with sqlite3.connect(tmp_path / "cache" / DB_NAME) as conn:
+        vectors = conn.execute("SELECT key, answer FROM answers WHERE col = 'v' ORDER BY row").fetchall()
+        nan = vectors[0][1].replace("[", "[NaN,", 2)  # json.loads reads NaN; a fresh answer never has one
+        conn.execute("UPDATE answers SET answer = ? WHERE key = ?", (nan, vectors[0][0]))
+        conn.execute("UPDATE answers SET answer = '[[0.5]]' WHERE key = ?", (vectors[1][0],))  # 1 vector for 4
+        conn.execute("UPDATE answers SET answer = '\"  \"' WHERE col = 'q' AND row IN (0, 5)")  # blank text
+    conn.close()
+    with caplog.at_level(logging.WARNING, logger="genwire.cache"):
+        async with genwire.boot(cfg) as container:
+            fake_openai_server.reset_stats()
+            result = await container.run(skip_preflight=True, resume=False)
+    assert result.rows_failed == 0 and result.rows_written == N
+    assert fake_openai_server.requests == {"embedder": 2, "writer": 2}
+    rows = read_rows(tmp_path / "out.jsonl")
+    assert all(row["q"].strip() and all(math.isfinite(x) for x in row["v"]) for row in rows)
+    assert len([r for r in caplog.records if "wrong shape" in r.getMessage()]) == 1  # once, not per entry
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    import json
+
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+# --- 5. a cache that cannot be written: one warning, the run goes on ---------------------------
+
+LOCK_HOLDER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+if sys.argv[2:] == ["rollback"]:  # an old-style journal: an exclusive lock blocks readers too
+    conn.execute("PRAGMA journal_mode = DELETE")
+conn.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+sys.stdin.read()  # held until the test closes our stdin
+"""
+
+
+def cache_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "genwire.cache" and r.levelno >= logging.WARNING]
+
+
+async def test_a_cache_locked_by_another_process_is_one_warning_and_still_read(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert await requests_of_run(fake_openai_server, config(fake_openai_server, tmp_path, HELLO, n=20)) == 20
+    db = tmp_path / "cache" / DB_NAME
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        cfg = config(fake_openai_server, tmp_path, HELLO, n=40)
+        with caplog.at_level(logging.WARNING, logger="genwire.cache"):
+            # 20 rows from the cache (reads still work), 20 paid in 5 batches of 4: today
+            # each batch waited 10 s for the lock and warned again.
+            assert await requests_of_run(fake_openai_server, cfg) == 20
+        warnings = cache_warnings(caplog)
+        assert len(warnings) == 1, warnings
+        assert "cannot write to the response cache" in warnings[0] and "locked" in warnings[0]
+    finally:
+        assert holder.stdin is not None and holder.stdout is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+        holder.stdout.close()
+    with sqlite3.connect(db) as conn:  # nothing was written while it was locked
+        assert conn.execute("SELECT COUNT(*) FROM answers").fetchone()[0] == 20
+    conn.close()
+
+
+async def test_a_cache_locked_against_readers_too_is_one_warning_and_one_wait(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert await requests_of_run(fake_openai_server, config(fake_openai_server, tmp_path, HELLO, n=8)) == 8
+    db = tmp_path / "cache" / DB_NAME
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(db), "rollback"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with caplog.at_level(logging.WARNING, logger="genwire.cache"):
+            assert await requests_of_run(fake_openai_server, config(fake_openai_server, tmp_path, HELLO, n=24)) == 24
+        warnings = cache_warnings(caplog)
+        assert len(warnings) == 1 and "locked" in warnings[0], warnings
+    finally:
+        assert holder.stdin is not None and holder.stdout is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+        holder.stdout.close()
+
+
+async def test_a_cache_whose_writes_fail_is_one_warning(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Running as root ignores file modes, so a trigger makes every insert fail the way a
+    # full disk or a read-only file does: the statement errors, the database stays readable.
+    assert await requests_of_run(fake_openai_server, config(fake_openai_server, tmp_path, HELLO, n=4)) == 4
+    with sqlite3.connect(tmp_path / "cache" / DB_NAME) as conn:
+        conn.execute(
+            "CREATE TRIGGER full BEFORE INSERT ON answers BEGIN SELECT RAISE(FAIL, 'database or disk is full'); END"
+        )
+    conn.close()
+    with caplog.at_level(logging.WARNING, logger="genwire.cache"):
+        assert await requests_of_run(fake_openai_server, config(fake_openai_server, tmp_path, HELLO, n=24)) == 20
+    warnings = cache_warnings(caplog)
+    assert len(warnings) == 1 and "disk is full" in warnings[0], warnings
+
+
+# --- 6. hits are looked up in bulk ---------------------------------------------------------------
+
+
+async def test_hits_are_looked_up_once_per_batch_and_column(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    from genwire.engine.batches import BatchRunner
+    from genwire.providers.response_cache import ResponseCache
+
+    columns = [
+        {"name": "t", "generator": "sampler", "params": {"kind": "category", "values": ["cats", "rust"]}},
+        {"name": "a", "generator": "llm-text", "params": {"prompt": "About {{ t }}"}},
+        {"name": "b", "generator": "llm-text", "params": {"prompt": "Shorten {{ a }}"}},
+    ]
+    cfg = config(fake_openai_server, tmp_path, columns, n=16)
+    assert await requests_of_run(fake_openai_server, cfg) == 32
+    cache = ResponseCache(tmp_path / "cache")
+    try:
+        async with genwire.boot(cfg) as container:
+            runner = BatchRunner(container, cache)
+            fake_openai_server.reset_stats()
+            results = [await runner.run(list(range(start, start + 4))) for start in range(0, 16, 4)]
+    finally:
+        cache.close()
+    assert fake_openai_server.total_requests == 0 and sum(r.cached for r in results) == 32
+    assert cache.lookups == 4 * 2  # one query per batch and model column, not one per row
