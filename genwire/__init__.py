@@ -3,8 +3,9 @@ model and dataset checked before generation starts."""
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING
+
+from genwire.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from genwire.app import Container, boot
@@ -78,13 +79,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> object:
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module 'genwire' has no attribute {name!r}")
-    value = getattr(import_module(where), name)
-    globals()[name] = value  # the next lookup is a plain module attribute
-    return value
+__getattr__ = lazy_exports(globals(), _WHERE)
 
 
 def __dir__() -> list[str]:

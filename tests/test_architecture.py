@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 PACKAGE = Path(__file__).parent.parent / "genwire"
-LAYERS = ["errors", "config", "providers", "generators", "container", "preflight", "engine", "app", "cli"]
+LAYERS = ["lazy", "errors", "config", "providers", "generators", "container", "preflight", "engine", "app", "cli"]
 IMPORT = re.compile(r"^\s*(?:from|import) genwire\.(\w+)", re.M)
 
 

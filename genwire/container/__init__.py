@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING
+
+from genwire.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from genwire.container.boot import boot_container, load_source
@@ -21,10 +22,4 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> object:
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(where), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(globals(), _WHERE)
