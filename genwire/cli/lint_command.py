@@ -115,7 +115,7 @@ def lint_targets(targets: tuple[str, ...], as_json: bool) -> None:
             click.echo(json.dumps({"ok": False, "error": str(exc), "generators": [], "findings": []}))
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    checked = list(dict.fromkeys(cls.metadata.name for cls in classes))
+    checked = [cls.metadata.name for cls in classes]
     findings = check_generators(classes)
     ok = not any(f.severity is Severity.ERROR for f in findings)
     if as_json:

@@ -19,6 +19,7 @@ and on disk, keyed by path, mtime and size.
 from __future__ import annotations
 
 import ast
+import builtins
 import hashlib
 import inspect
 import json
@@ -52,7 +53,7 @@ _KIND_BY_ATTRIBUTE = {
     "aliases": ResourceKind.MODEL_REGISTRY,
 }
 # Classes of the MRO that are not plugin code: genwire's own base and Python's machinery.
-_NOT_PLUGIN_MODULES = frozenset({"builtins", "typing", "abc", "genwire.generators.base"})
+_NOT_PLUGIN_MODULES = frozenset({"typing", "abc", "genwire.generators.base"})
 
 
 class Severity(StrEnum):
@@ -472,7 +473,11 @@ def file_scans(path: str) -> list[ClassScan]:
 
 def plugin_classes(cls: type) -> list[type]:
     """``cls`` and the classes it inherits from whose code is the plugin's, not genwire's."""
-    return [k for k in cls.__mro__ if k.__module__ not in _NOT_PLUGIN_MODULES and k is not object]
+    return [
+        k
+        for k in cls.__mro__
+        if k.__module__ not in _NOT_PLUGIN_MODULES and getattr(builtins, k.__name__, None) is not k
+    ]
 
 
 def _code_lines(klass: type) -> set[int]:
