@@ -80,7 +80,7 @@ class Uses(Generator[Any]):
         later = lambda: self.resources.via_lambda  # noqa: E731  LAMBDA
 
         def nested() -> Any:
-            return getattr(self.resources, "via_getattr")  # GETATTR
+            return getattr(self.resources, "via_getattr")  # noqa: B009  GETATTR
 
         return [values, later, nested]
 
@@ -95,9 +95,7 @@ class Inheriting(Uses):
 
 
 class Dynamic(Generator[Any]):
-    metadata = GeneratorMetadata(
-        name="dynamic", description="x", required_resources={"model": ResourceKind.CHAT_MODEL}
-    )
+    metadata = GeneratorMetadata(name="dynamic", description="x", required_resources={"model": ResourceKind.CHAT_MODEL})
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
         name = "model"
@@ -233,7 +231,7 @@ def test_a_class_without_source_is_a_note() -> None:
     [found] = check_generator(Made)
     assert found.severity is Severity.NOTE and "made at run time" in found.message
     namespace: dict[str, Any] = {}
-    exec(  # noqa: S102 - a class whose code exists nowhere on disk
+    exec(  # a class whose code exists nowhere on disk
         textwrap.dedent(
             """
             from genwire.generators import Generator, GeneratorMetadata

@@ -143,7 +143,7 @@ class ClassScan:
             uses=[_Use(s, ln, c, h, list(k)) for s, ln, c, h, k in data["uses"]],
             dynamic=[_Dynamic(ln, c, w) for ln, c, w in data["dynamic"]],
             declared_at={k: (v[0], v[1]) for k, v in data["declared_at"].items()},
-            metadata_at=tuple(data["metadata_at"]) if data["metadata_at"] else None,  # type: ignore[arg-type]
+            metadata_at=(data["metadata_at"][0], data["metadata_at"][1]) if data["metadata_at"] else None,
         )
 
 
@@ -440,7 +440,12 @@ def _read_disk(path: str, stamp: tuple[int, int]) -> list[ClassScan] | None:
 
 
 def _write_disk(path: str, stamp: tuple[int, int], scans: list[ClassScan]) -> None:
-    record = {"version": _checker_version(), "path": path, "stamp": list(stamp), "classes": [s.to_json() for s in scans]}
+    record = {
+        "version": _checker_version(),
+        "path": path,
+        "stamp": list(stamp),
+        "classes": [s.to_json() for s in scans],
+    }
     target = _disk_path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -542,8 +547,9 @@ def check_generator(cls: type) -> list[Finding]:
         path, scan, why = _source_of(klass)
         if scan is None:
             unread = True
-            findings.append(Finding(severity=Severity.NOTE, generator=name, file=path, line=None, col=None,
-                                    slot=None, message=why))
+            findings.append(
+                Finding(severity=Severity.NOTE, generator=name, file=path, line=None, col=None, slot=None, message=why)
+            )
             continue
         assert path is not None
         scanned.append((path, scan))
