@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import hashlib
 import inspect
 import json
@@ -357,28 +358,38 @@ def _declarations(cls_node: ast.ClassDef) -> tuple[dict[str, tuple[int, int]], t
     return {}, None
 
 
-def _scan_class(node: ast.ClassDef, qualname: str) -> ClassScan:
+def _mentions_resources(fn: ast.AST, lines: list[str]) -> bool:
+    """Whether the method's text holds ``resources`` at all: most methods do not, and
+    reading their text is far cheaper than walking their tree."""
+    start, end = getattr(fn, "lineno", 1), getattr(fn, "end_lineno", None) or len(lines)
+    return any("resources" in line for line in lines[start - 1 : end])
+
+
+def _scan_class(node: ast.ClassDef, qualname: str, lines: list[str]) -> ClassScan:
     declared_at, metadata_at = _declarations(node)
     scan = ClassScan(qualname, node.lineno, node.end_lineno or node.lineno, [], [], declared_at, metadata_at)
     self_attrs: dict[str, str] = {}
     scanners = [
         _MethodScanner(stmt, scan, self_attrs)
         for stmt in node.body
-        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef)
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and _mentions_resources(stmt, lines)
     ]
     for scanner in scanners:
         scanner.run()
     if self_attrs:  # self._model = self.resources.model in __init__; self._model.complete(...) elsewhere
         first_use = {u.slot: u for u in scan.uses}
-        for scanner in scanners:
-            for n in ast.walk(scanner.fn):
+        for fn in node.body:
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            self_name, parents = _self_name(fn), _parents(fn)
+            for n in parents:
                 if (
                     isinstance(n, ast.Attribute)
                     and n.attr in self_attrs
                     and isinstance(n.value, ast.Name)
-                    and n.value.id == scanner.self_name
+                    and n.value.id == self_name
                 ):
-                    kind = _kind_of_use(n, scanner.parents)
+                    kind = _kind_of_use(n, parents)
                     if kind is not None:
                         first_use[self_attrs[n.attr]].kinds.append(kind.value)
     return scan
@@ -405,7 +416,9 @@ def _classes(tree: ast.Module) -> Iterator[tuple[str, ast.ClassDef]]:
 
 def scan_source(source: str | bytes, filename: str) -> list[ClassScan]:
     tree = ast.parse(source, filename=filename)
-    return [_scan_class(node, qualname) for qualname, node in _classes(tree)]
+    text = source.decode("utf-8", errors="replace") if isinstance(source, bytes) else source
+    lines = text.splitlines()
+    return [_scan_class(node, qualname, lines) for qualname, node in _classes(tree)]
 
 
 # --- the cache ---------------------------------------------------------------------------------
@@ -422,6 +435,7 @@ def _disk_path(path: str) -> Path:
     return _cache_dir() / (hashlib.sha256(path.encode()).hexdigest()[:32] + ".json")
 
 
+@functools.cache
 def _checker_version() -> list[int]:
     """FORMAT_VERSION and this module's own mtime and size: scans made by another
     version of the scanner (an upgrade, an edit in a development checkout) are stale."""
@@ -451,7 +465,7 @@ def _write_disk(path: str, stamp: tuple[int, int], scans: list[ClassScan]) -> No
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(record, fh)
+            fh.write(json.dumps(record))
         os.replace(tmp, target)
     except OSError:  # a read-only home only costs the next process a re-scan
         pass
