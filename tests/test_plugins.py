@@ -42,7 +42,8 @@ class Greedy(TopicDedup):
     )
 
     async def generate(self, rows):
-        return [await self.resources.writer.complete("x") for _ in rows]
+        slot = "writer"  # a name known at run time only: the static check warns, the runtime guard stops it
+        return [await getattr(self.resources, slot).complete("x") for _ in rows]
 """
 
 

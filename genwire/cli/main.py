@@ -161,8 +161,11 @@ _FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 def _boot(file: Path) -> Any:
     """The full container (``run``): its ``run`` brings in the engine."""
     from genwire.app import boot
+    from genwire.cli.lint_command import report_findings
 
-    return boot(file)
+    container = boot(file)
+    report_findings(container.columns)  # the static check's warnings and notes, on stderr
+    return container
 
 
 def _wire(file: Path) -> WiredPipeline:
@@ -520,6 +523,16 @@ def cache_clear(file: Path) -> None:
     finally:
         store.close()
     out.print(f"removed {removed:,} cached answers from {store.directory}", markup=False)
+
+
+@cli.command()
+@click.argument("targets", nargs=-1, required=True, metavar="FILE_OR_MODULE...")
+@click.option("--json", "as_json", is_flag=True, help="Print the generators checked and the findings as JSON.")
+def lint(targets: tuple[str, ...], as_json: bool) -> None:
+    """Check plugin code: every resource slot a generator uses must be declared (exit 1 if not)."""
+    from genwire.cli.lint_command import lint_targets
+
+    lint_targets(targets, as_json)
 
 
 @cli.command()

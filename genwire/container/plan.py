@@ -8,6 +8,7 @@ from genwire.config.loader import LoadedConfig
 from genwire.container.graph import ProviderGraph
 from genwire.container.wiring import BindingSource, ColumnWiring
 from genwire.generators.metadata import ResourceKind
+from genwire.generators.source_check import Finding
 
 
 class SlotPlan(BaseModel):
@@ -38,6 +39,7 @@ class WiringPlan(BaseModel):
     columns: list[ColumnPlan]
     targets: list[TargetPlan]
     unreachable: list[str]  # defined resources no column can reach: never probed
+    findings: list[Finding] = []  # the static check's warnings and notes (SPEC §15); errors stop boot
 
     def target(self, name: str) -> TargetPlan:
         for t in self.targets:
@@ -103,4 +105,5 @@ def build_plan(loaded: LoadedConfig, wirings: list[ColumnWiring], graph: Provide
         for w in wirings
     ]
     unreachable = [n for n in graph.targets if n not in used_by]
-    return WiringPlan(columns=columns, targets=targets, unreachable=unreachable)
+    findings = list(dict.fromkeys(f for w in wirings for f in w.source_findings))
+    return WiringPlan(columns=columns, targets=targets, unreachable=unreachable, findings=findings)

@@ -20,6 +20,7 @@ from genwire.config.schema import TEMPLATE_NAMES, ColumnConfig
 from genwire.errors import WiringError, exception_text
 from genwire.generators.base import Generator
 from genwire.generators.metadata import ResourceKind, model_resource_kind
+from genwire.generators.source_check import Finding, Severity, check_generators
 
 BindingSource = Literal["column", "defaults"]  # where a slot's binding was written
 _DEFAULT_FIELD = {
@@ -48,6 +49,8 @@ class ColumnWiring:
     slots: dict[str, SlotWiring] = field(default_factory=dict)
     reads: set[str] = field(default_factory=set)  # "col" or "col.field"
     dataset_columns: dict[str, set[str]] = field(default_factory=dict)  # slot -> needed columns
+    # The static check's warnings and notes about this column's generator (SPEC §15).
+    source_findings: list[Finding] = field(default_factory=list)
 
 
 def resource_kinds(loaded: LoadedConfig) -> dict[str, ResourceKind]:
@@ -249,9 +252,30 @@ def wire_columns(loaded: LoadedConfig, generators: Mapping[str, type[Generator[A
             )
         wirings.append(wiring)
     wirer.check_reads(wirings)
+    findings = check_sources(loaded, generators, wirer.problems)
+    for wiring in wirings:
+        wiring.source_findings = [f for f in findings if f.generator == wiring.generator_name]
     if wirer.problems:
         raise WiringError(wirer.problems)
     return wirings
+
+
+def check_sources(
+    loaded: LoadedConfig, generators: Mapping[str, type[Generator[Any]]], problems: list[str]
+) -> list[Finding]:
+    """The static check of every generator the config uses: undeclared slot uses join
+    ``problems`` (located in the plugin's source); warnings and notes are returned."""
+    columns: dict[type[Generator[Any]], list[str]] = {}
+    for column in loaded.config.pipeline.columns:
+        cls = generators.get(column.generator)
+        if cls is not None:
+            columns.setdefault(cls, []).append(column.name)
+    names = {cls.metadata.name: ", ".join(repr(c) for c in cols) for cls, cols in columns.items()}
+    findings = check_generators(columns)
+    for f in findings:
+        if f.severity is Severity.ERROR:
+            problems.append(f"{f.where}: generator {f.generator!r} (column {names[f.generator]}): {f.message}")
+    return [f for f in findings if f.severity is not Severity.ERROR]
 
 
 __all__ = ["ColumnWiring", "SlotWiring", "format_path", "resource_kinds", "wire_columns"]

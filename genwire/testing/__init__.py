@@ -3,10 +3,11 @@
 Never imported by the package itself.
 """
 
+from genwire.testing.declarations import assert_declarations_match
 from genwire.testing.fakes import FakeChatModel, FakeEmbeddingModel
 from genwire.testing.vectors import hash_vector
 
-__all__ = ["FakeChatModel", "FakeEmbeddingModel", "FakeOpenAIServer", "hash_vector"]
+__all__ = ["FakeChatModel", "FakeEmbeddingModel", "FakeOpenAIServer", "assert_declarations_match", "hash_vector"]
 
 
 def __getattr__(name: str) -> object:
