@@ -170,10 +170,13 @@ def _boot(file: Path) -> Any:
 
 def _wire(file: Path) -> WiredPipeline:
     """The wired pipeline without the engine: what validate, plan and preflight need."""
+    from genwire.cli.lint_command import report_findings
     from genwire.container.boot import boot_container
     from genwire.container.core import WiredPipeline
 
-    return boot_container(file, WiredPipeline)
+    container = boot_container(file, WiredPipeline)
+    report_findings(container.columns)  # the static check's warnings and notes, on stderr
+    return container
 
 
 def _failure(exc: GenwireError) -> dict[str, Any]:
