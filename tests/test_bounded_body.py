@@ -161,3 +161,21 @@ async def test_a_compressed_body_is_counted_as_it_inflates() -> None:
             assert caught.value.error_class is ErrorClass.BAD_RESPONSE
         finally:
             await p.aclose()
+
+
+async def test_batch_mode_control_answers_are_bounded_by_the_same_limit(fake_openai_server: FakeOpenAIServer) -> None:
+    from genwire.providers.batch.collector import check_batch_api
+
+    p = provider(fake_openai_server)
+    try:
+        await check_batch_api(p)  # the listing answers fit the default limit
+    finally:
+        await p.aclose()
+    tiny = provider(fake_openai_server, max_response_mb=0.00001)  # ~10 bytes: less than any listing
+    try:
+        with pytest.raises(ModelError) as caught:
+            await check_batch_api(tiny)
+    finally:
+        await tiny.aclose()
+    assert caught.value.error_class is ErrorClass.BAD_RESPONSE
+    assert "max_response_mb" in caught.value.message and "from GET" in caught.value.message

@@ -84,6 +84,8 @@ class BatchHost(Protocol):
 
     def failure_of(self, url: str, status: int, raw: bytes) -> tuple[ErrorClass, str, bool]: ...
 
+    async def _read_body(self, resp: Any, url: str) -> bytes: ...
+
     def _scrub(self, text: str) -> str: ...
 
 
@@ -476,7 +478,7 @@ async def control_request(
     (transient failures, up to ``retries``); an error raises ``ModelError``."""
     import aiohttp
 
-    from genwire.providers.openai import MAX_RETRY_WAIT_S
+    from genwire.providers.openai import MAX_RETRY_WAIT_S, _Failure
 
     url = host.base_url + path
     cfg = host.config
@@ -504,11 +506,14 @@ async def control_request(
                         async for chunk in resp.content.iter_chunked(1 << 20):
                             out.write(chunk)
                     return b""
-                raw: bytes = await resp.read()
+                raw = await host._read_body(resp, url)  # bounded by max_response_mb, as model answers
             if 200 <= status < 300:
                 return raw
             error_class, message, retry = host.failure_of(url, status, raw)
             message = message.replace("from POST", f"from {method}", 1)
+        except _Failure as failure:  # a body past max_response_mb
+            error_class, retry = failure.error_class, failure.retry
+            message = failure.message.replace("from POST", f"from {method}", 1)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             error_class = ErrorClass.TIMEOUT if isinstance(exc, TimeoutError) else ErrorClass.UNREACHABLE
             message, retry = f"{method} {_display(url)} failed: {exception_text(exc)}", True
