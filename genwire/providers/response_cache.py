@@ -132,7 +132,7 @@ class CacheInfo:
         }
 
 
-# (key, answer JSON text, prompt tokens, completion tokens) as read in bulk: decoded on a hit only.
+# (answer JSON text, prompt tokens, completion tokens), by key, as read in bulk: decoded on a hit only.
 Stored = tuple[str, int, int]
 
 

@@ -86,6 +86,8 @@ class BatchHost(Protocol):
 
     async def _read_body(self, resp: Any, url: str) -> bytes: ...
 
+    def _where(self, url: str) -> str: ...
+
     def _scrub(self, text: str) -> str: ...
 
 
@@ -516,7 +518,7 @@ async def control_request(
             message = failure.message.replace("from POST", f"from {method}", 1)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             error_class = ErrorClass.TIMEOUT if isinstance(exc, TimeoutError) else ErrorClass.UNREACHABLE
-            message, retry = f"{method} {_display(url)} failed: {exception_text(exc)}", True
+            message, retry = f"{method} {host._where(url)} failed: {exception_text(exc)}", True
         finally:
             if handle is not None:
                 handle.close()
@@ -524,12 +526,6 @@ async def control_request(
             await asyncio.sleep(min(cfg.backoff_s * 2 ** (tries - 1), MAX_RETRY_WAIT_S))
             continue
         raise ModelError(error_class, host._scrub(f"batch mode: {message}"), attempts=tries)
-
-
-def _display(url: str) -> str:
-    from yarl import URL
-
-    return str(URL(url).with_user(None))
 
 
 async def check_batch_api(host: BatchHost) -> None:
