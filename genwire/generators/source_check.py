@@ -35,6 +35,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from genwire.config.paths import user_cache_dir
 from genwire.generators.metadata import ResourceKind
 
 FORMAT_VERSION = 1  # of the on-disk scans; bump when the scanner changes what it records
@@ -427,8 +428,7 @@ _memory: dict[str, tuple[tuple[int, int], list[ClassScan]]] = {}
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "genwire" / "source-check"
+    return user_cache_dir() / "source-check"
 
 
 def _disk_path(path: str) -> Path:

@@ -21,16 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from genwire.config.paths import user_cache_dir
+
 log = logging.getLogger("genwire.preflight")
 
 FORMAT_VERSION = 1
 
 
 def default_cache_dir() -> Path:
-    """The user cache directory, as the XDG spec places it: ``$XDG_CACHE_HOME/genwire``,
-    else ``~/.cache/genwire``. (``container.preflight(cache_dir=...)`` overrides it.)"""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "genwire"
+    """The probe cache's directory: the user cache directory (``container.preflight(cache_dir=...)``
+    overrides it)."""
+    return user_cache_dir()
 
 
 def cache_key(identity: Hashable, shape: Any, dimensions: int | None) -> str:
