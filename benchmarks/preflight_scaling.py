@@ -33,8 +33,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +40,7 @@ import yaml
 
 import genwire
 from genwire.testing import FakeOpenAIServer
+from genwire.testing.serve import served
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
 
@@ -169,19 +168,6 @@ def cli_config(url: str, n: int, max_concurrency: int) -> dict[str, Any]:
     }
 
 
-@contextmanager
-def served(latency: float) -> Iterator[str]:
-    """``python -m genwire.testing.serve`` in its own process; yields its base URL."""
-    cmd = [sys.executable, "-m", "genwire.testing.serve", "--latency", str(latency)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        yield proc.stdout.readline().strip()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
 def cli_preflight(path: Path) -> tuple[float, float, int]:
     """``genwire preflight FILE --json``: its reported duration_s, the command's wall time
     and the number of checks."""
@@ -208,7 +194,7 @@ def cli_rows(latency: float, sizes: list[int], repeats: int) -> None:
         f"{latency * 1000:.0f} ms; median of {repeats}"
     )
     print(f"{'N':>5} {'max_conc':>9} {'checks':>7} {'duration_s':>11} {'wall (s)':>9} {'target':>7}")
-    with served(latency) as url, tempfile.TemporaryDirectory() as tmp:
+    with served("--latency", str(latency)) as url, tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
             for cap in sorted({64, max(n, 64)}):
                 path = Path(tmp) / f"n{n}-c{cap}.yaml"

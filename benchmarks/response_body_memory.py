@@ -25,13 +25,7 @@ from pathlib import Path
 
 import yaml
 
-
-def serve(pad_mb: float) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "genwire.testing.serve", "--pad-mb", str(pad_mb)], stdout=subprocess.PIPE, text=True
-    )
-    assert proc.stdout is not None
-    return proc, proc.stdout.readline().strip()
+from genwire.testing.serve import served
 
 
 def measure(root: Path, url: str, rows: int, limit_mb: float | None) -> tuple[float, float, int]:
@@ -76,12 +70,8 @@ def main() -> None:
     ]
     with tempfile.TemporaryDirectory() as tmp:
         for name, pad_mb, limit_mb in cases:
-            server, url = serve(pad_mb)
-            try:
+            with served("--pad-mb", str(pad_mb)) as url:
                 peak, seconds, code = measure(Path(tmp), url, args.rows, limit_mb)
-            finally:
-                server.terminate()
-                server.wait()
             print(f"{name:<44}{peak:>13.0f}{seconds:>9.1f}{code:>6}")
     print(f"(genwire from {os.environ.get('PYTHONPATH') or 'the installed package'})")
 

@@ -32,10 +32,11 @@ import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from genwire.testing.serve import served
 
 ROOT = Path(__file__).parent.parent
 RETRIEVAL = ROOT / "examples" / "retrieval" / "genwire.yaml"
@@ -60,19 +61,6 @@ def median_wall(cmd: Sequence[str], repeats: int, ok_codes: tuple[int, ...] = (0
         if proc.returncode not in ok_codes:
             raise SystemExit(f"{cmd[-1][:80]}... exited {proc.returncode}: {proc.stderr[-2000:]}")
     return statistics.median(times)
-
-
-@contextmanager
-def served(latency: float) -> Iterator[str]:
-    """``python -m genwire.testing.serve`` in its own process; yields its base URL."""
-    cmd = [sys.executable, "-m", "genwire.testing.serve", "--latency", str(latency)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        yield proc.stdout.readline().strip()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def preflight_config(url: str, n: int, *, silent: str | None = None) -> dict[str, Any]:
@@ -111,7 +99,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     r, n, lat = args.repeats, args.models, args.latency
 
     py = [sys.executable]
-    with tempfile.TemporaryDirectory() as tmp, served(lat) as url, served(5.0) as late_url:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        served("--latency", str(lat)) as url,
+        served("--latency", "5.0") as late_url,
+    ):
         happy = Path(tmp) / "happy.yaml"
         happy.write_text(json.dumps(preflight_config(url, n)), encoding="utf-8")
         late = Path(tmp) / "late.yaml"

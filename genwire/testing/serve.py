@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import subprocess
+import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from genwire.testing.fake_server import FakeOpenAIServer
 
@@ -27,6 +29,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(server.url, flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()
+
+
+@contextlib.contextmanager
+def served(*args: str) -> Iterator[str]:
+    """``python -m genwire.testing.serve ARGS...`` in its own process (for benchmarks);
+    yields its base URL and stops it on exit."""
+    cmd = [sys.executable, "-m", "genwire.testing.serve", *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 if __name__ == "__main__":
