@@ -163,8 +163,6 @@ def test_interrupt_exits_promptly_keeps_the_rows_and_says_how_to_resume(
 # --- fingerprint, -n, provider settings (API) ------------------------------------------
 
 
-
-
 async def interrupted_run(cfg: dict[str, Any], batches: int = 3) -> int:
     async with genwire.boot(cfg) as container:
         with pytest.raises(StopAfter.Stop):

@@ -218,9 +218,67 @@ async def test_failed_requests_are_never_cached_and_hits_take_no_slot(
     assert third.concurrency == {} or third.concurrency["srv"].peak_in_flight == 0
 
 
+async def test_a_cached_structured_reply_that_fails_its_schema_was_the_first_attempt(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    columns = [
+        {"name": "person", "generator": "llm-structured", "params": {"prompt": "A person", "schema": schema}},
+        {"name": "again", "generator": "llm-structured", "params": {"prompt": "Another", "schema": schema}},
+    ]
+    cfg = pipeline(fake_openai_server, tmp_path, columns, n=3)
+    cfg["cache"] = {"dir": str(tmp_path / "cache")}
+    cfg["pipeline"]["columns"][1]["params"]["max_attempts"] = 1
+    async with genwire.boot(cfg) as container:
+        await container.run(skip_preflight=True)
+    with sqlite3.connect(tmp_path / "cache" / DB_NAME) as conn:  # row 1's replies: text, not an object
+        conn.execute("""UPDATE answers SET answer = '"no json here"' WHERE row = 1""")
+    conn.close()
+    fake_openai_server.reset_stats()
+    async with genwire.boot(cfg) as container:
+        result = await container.run(skip_preflight=True, resume=False)
+    # Row 1's cached replies were served and rejected: "person" asks once more and is told
+    # why; "again" (max_attempts 1) has no attempt left, so its row fails without a request.
+    assert fake_openai_server.total_requests == 1
+    ((model, body),) = fake_openai_server.bodies
+    assert model == "writer"
+    assert "Your previous reply was rejected" in body["messages"][-1]["content"]
+    assert result.rows_written == 2 and result.rows_failed == 1
+    assert result.usage["writer"].cached == 6
+
+
+async def test_a_cache_of_the_layout_before_is_moved_and_its_answers_still_hit(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    cfg = pipeline(fake_openai_server, tmp_path, chat_columns()[:2], n=6)
+    cfg["cache"] = {"dir": str(tmp_path / "cache")}
+    async with genwire.boot(cfg) as container:
+        await container.run(skip_preflight=True)
+    db = tmp_path / "cache" / DB_NAME
+    with sqlite3.connect(db) as conn:  # back to the layout keyed by the sha256 alone (user_version 0)
+        conn.execute("ALTER TABLE answers RENAME TO newer")
+        conn.execute(
+            "CREATE TABLE answers (key TEXT PRIMARY KEY, col TEXT NOT NULL, row INTEGER NOT NULL, "
+            "answer TEXT NOT NULL, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL, "
+            "stored_at REAL NOT NULL)"
+        )
+        conn.execute("CREATE INDEX answers_col_row ON answers(col, row)")
+        conn.execute("INSERT INTO answers SELECT * FROM newer")
+        conn.execute("DROP TABLE newer")
+        conn.execute("PRAGMA user_version = 0")
+    conn.close()
+    fake_openai_server.reset_stats()
+    async with genwire.boot(cfg) as container:
+        result = await container.run(skip_preflight=True, resume=False)
+    assert fake_openai_server.total_requests == 0 and result.usage["writer"].cached == 6
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    conn.close()
+    assert tables == {"answers", "meta"}
+
+
 # --- composition with the checkpoint ----------------------------------------------------------
-
-
 
 
 async def test_a_resumed_run_takes_the_checkpoint_first_then_the_cache_then_the_model(

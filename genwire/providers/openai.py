@@ -29,7 +29,14 @@ from genwire.errors import ErrorClass, ModelError, exception_text
 from genwire.providers.base import chat_messages, count_attempt, note_rate_limited
 from genwire.providers.batch.format import uncached_base
 from genwire.providers.pacing import ProviderGate, estimate_tokens
-from genwire.providers.request_context import are_vectors, cache_slot, current_column, endpoint_id
+from genwire.providers.request_context import (
+    CacheSlot,
+    are_vectors,
+    cache_slot,
+    current_column,
+    endpoint_id,
+    is_text,
+)
 from genwire.providers.routes import Route, open_route, resolve_route
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
 
@@ -454,6 +461,24 @@ class _Handle:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(alias={self.alias!r}, model={self.model!r})"
 
+    def _slot(
+        self, path: str, payload: dict[str, Any], rows: tuple[int, ...] | None = None
+    ) -> tuple[Route[OpenAIProvider], dict[str, Any], CacheSlot | None]:
+        """The route, the body as sent and the request's response-cache slot."""
+        route = resolve_route(self._token, OpenAIProvider)
+        # The route's model, whatever the payload says: a handle sends only for its model.
+        body = {**payload, "model": route.model}
+        return route, body, cache_slot(route.provider.cache_endpoint, {"path": path, "body": body}, rows)
+
+    def _peek(
+        self, rows: tuple[int, ...], path: str, payload: dict[str, Any], usable: Callable[[Any], bool]
+    ) -> Any | None:
+        """The usable answer the run's response cache holds for this request for ``rows``
+        (counted as a hit), else None; sends nothing."""
+        route, _, slot = self._slot(path, payload, rows)
+        found = None if slot is None else slot.get(route.provider._usage(route.alias), usable)
+        return None if found is None else found.answer
+
     async def _ask(
         self,
         path: str,
@@ -464,11 +489,8 @@ class _Handle:
         """Send ``payload`` (or take its answer from the response cache) and return
         ``answer_of(response, attempts)``. A cache hit sends nothing and takes no slot of
         the provider's gate; an answer is offered to the cache only once it parsed."""
-        route = resolve_route(self._token, OpenAIProvider)
+        route, body, slot = self._slot(path, payload)
         provider = route.provider
-        # The route's model, whatever the payload says: a handle sends only for its model.
-        body = {**payload, "model": route.model}
-        slot = cache_slot(provider.cache_endpoint, {"path": path, "body": body})
         if slot is not None:
             found = slot.get(provider._usage(route.alias), usable)
             if found is not None:
@@ -493,9 +515,19 @@ class OpenAIChatModel(_Handle):
     __slots__ = ()
 
     async def complete(self, prompt: str, *, system: str | None = None, **params: Any) -> str:
+        return await self._ask("/chat/completions", self._payload(prompt, system, params), self._content, is_text)
+
+    def _cached_completion(
+        self, rows: tuple[int, ...], prompt: str, system: str | None, params: Mapping[str, Any]
+    ) -> str | None:
+        """``complete``'s answer for ``rows`` if the response cache holds it (a hit), else
+        None: the built-in generators' synchronous peek (``peek_completion``)."""
+        text: str | None = self._peek(rows, "/chat/completions", self._payload(prompt, system, params), is_text)
+        return text
+
+    def _payload(self, prompt: str, system: str | None, params: Mapping[str, Any]) -> dict[str, Any]:
         # Config params, then call params (they win); model and messages are ours.
-        payload = {**self._params, **params, "messages": chat_messages(prompt, system)}
-        return await self._ask("/chat/completions", payload, self._content, _is_text)
+        return {**self._params, **params, "messages": chat_messages(prompt, system)}
 
     def _content(self, data: Any, attempts: int) -> str:
         def bad(why: str) -> ModelError:
@@ -592,11 +624,6 @@ class OpenAIEmbeddingModel(_Handle):
 
 
 # --- helpers -----------------------------------------------------------------------------
-
-
-def _is_text(answer: Any) -> bool:
-    """A cached chat answer is used only if it is what a generator accepts: non-blank text."""
-    return isinstance(answer, str) and answer != "" and not answer.isspace()
 
 
 # Sentences after the first are kept only if they carry a figure and one of these words.

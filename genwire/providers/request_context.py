@@ -46,6 +46,7 @@ __all__ = [
     "column_scope",
     "endpoint_id",
     "is_credential_header",
+    "is_text",
 ]
 
 log = logging.getLogger("genwire.cache")
@@ -171,7 +172,7 @@ class CacheSlot:
             stored = lookup.stored(cache, self.key)
             found = None if stored is None else cache.decode(stored)
         else:  # rows the column's bulk lookup did not cover (a plugin's own choice)
-            found = cache.get(self.key)
+            found = cache.get(self.column, self.row.rows[0], self.key)
         if found is None:
             return None
         if not usable(found.answer):
@@ -193,10 +194,12 @@ class CacheSlot:
         self.row.pending.append(Entry(self.key, self.column, first, answer, tokens[0], tokens[1]))
 
 
-def cache_slot(endpoint: str, body: Any) -> CacheSlot | None:
+def cache_slot(endpoint: str, body: Any, rows: tuple[int, ...] | None = None) -> CacheSlot | None:
     """The slot for a request with this body, or None when it is not cached (no run
-    cache, outside a column, or no row said)."""
-    batch, column, row = _batch.get(), _column.get(), _row.get()
+    cache, outside a column, or no row said). ``rows`` says the rows directly instead
+    of ``cached_rows`` (a generator's synchronous cache peek: see ``peek_completion``)."""
+    batch, column = _batch.get(), _column.get()
+    row = _row.get() if rows is None else RowScope(rows)
     if batch is None or column is None or row is None or not row.rows:
         return None
     key = entry_key(endpoint, body, column.name, row.rows, batch.seed)
@@ -229,6 +232,11 @@ def endpoint_id(kind: str, base_url: str, headers: Mapping[str, str] | None = No
     kept = sorted((name.lower(), value) for name, value in (headers or {}).items() if not is_credential_header(name))
     digest = hashlib.sha256(json.dumps(kept, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
     return json.dumps([kind, base_url, digest])
+
+
+def is_text(answer: Any) -> bool:
+    """Whether a stored chat answer passes a fresh one's check: non-blank text."""
+    return isinstance(answer, str) and answer != "" and not answer.isspace()
 
 
 def are_vectors(answer: Any, count: int, dimensions: int | None = None) -> bool:

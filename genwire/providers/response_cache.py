@@ -49,22 +49,54 @@ WRITE_WAIT_S = 2.0
 # Rows per bulk lookup query (SQLite's variable limit is 999 on old builds).
 LOOKUP_CHUNK = 900
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS answers (
-    key TEXT PRIMARY KEY,
+# The table is clustered by (column, first row, key): a run stores its rows in order, so a
+# write appends to the end of the tree, and a batch's bulk lookup reads one contiguous
+# range. (Keyed by the sha256 alone, every write landed in a random page of two indices
+# and a first run wrote 5-8x slower as the cache grew.) A key fixes its column and first
+# row, so the triple is as unique as the key.
+LAYOUT = 3  # PRAGMA user_version; 0: the layout before, keyed by the sha256 (migrated once)
+_TABLES = (
+    """CREATE TABLE IF NOT EXISTS answers (
+    key TEXT NOT NULL,
     col TEXT NOT NULL,
     row INTEGER NOT NULL,
     answer TEXT NOT NULL,
     prompt_tokens INTEGER NOT NULL,
     completion_tokens INTEGER NOT NULL,
-    stored_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS answers_col_row ON answers(col, row);
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-"""
+    stored_at REAL NOT NULL,
+    PRIMARY KEY (col, row, key)
+) WITHOUT ROWID""",
+    "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+)
+_OLD_TABLE = "answers_before_layout_3"
+_COLUMNS = "key, col, row, answer, prompt_tokens, completion_tokens, stored_at"
 _SELECT = "SELECT key, answer, prompt_tokens, completion_tokens FROM answers WHERE col = ? AND row"
 _BY_RANGE = f"{_SELECT} BETWEEN ? AND ?"
 _BY_ROWS = f"{_SELECT} IN"
+_BY_KEY = f"{_SELECT} = ? AND key = ?"
+
+
+def _ensure_layout(conn: sqlite3.Connection) -> None:
+    """Create the tables, or move a cache of the layout before into them (its entries are
+    paid answers: they are kept). Once, whichever connection comes first."""
+    if conn.execute("PRAGMA user_version").fetchone()[0] >= LAYOUT:
+        return
+    conn.execute("BEGIN IMMEDIATE")  # the other connection (or run) waits, then sees it done
+    try:
+        if conn.execute("PRAGMA user_version").fetchone()[0] < LAYOUT:
+            old = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'answers'").fetchone()
+            if old:
+                conn.execute(f"ALTER TABLE answers RENAME TO {_OLD_TABLE}")
+            for table in _TABLES:
+                conn.execute(table)
+            if old:
+                conn.execute(f"INSERT OR REPLACE INTO answers ({_COLUMNS}) SELECT {_COLUMNS} FROM {_OLD_TABLE}")
+                conn.execute(f"DROP TABLE {_OLD_TABLE}")  # its index goes with it
+            conn.execute(f"PRAGMA user_version = {LAYOUT}")
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
 
 
 def _cannot_write(exc: sqlite3.Error) -> bool:
@@ -188,7 +220,7 @@ class ResponseCache:
             conn.execute(f"PRAGMA busy_timeout = {int(WRITE_WAIT_S * 1000)}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")  # WAL: a commit survives a crash of the process
-            conn.executescript(_SCHEMA)
+            _ensure_layout(conn)
         except sqlite3.Error as exc:
             conn.close()
             if role == "write" and _cannot_write(exc):
@@ -245,21 +277,20 @@ class ResponseCache:
 
     # --- entries -------------------------------------------------------------------------
 
-    def get(self, key: str) -> CachedAnswer | None:
-        """One entry by its key (a request for rows that no bulk lookup covered)."""
+    def get(self, column: str, row: int, key: str) -> CachedAnswer | None:
+        """One entry by its column, first row and key (a request for rows that no bulk
+        lookup covered)."""
         with self._locks["read"]:
             conn = self._connect("read") if not self._closed else None
             if conn is None:
                 return None
             self.lookups += 1
             try:
-                found = conn.execute(
-                    "SELECT answer, prompt_tokens, completion_tokens FROM answers WHERE key = ?", (key,)
-                ).fetchone()
+                found = conn.execute(_BY_KEY, (column, row, key)).fetchone()
             except sqlite3.Error as exc:
                 self._lookup_failed(exc)
                 return None
-        return None if found is None else self.decode(found)
+        return None if found is None else self.decode(found[1:])
 
     def get_many(self, column: str, rows: Iterable[int]) -> dict[str, Stored]:
         """Every entry stored for ``column`` whose first row is one of ``rows``, by key: one

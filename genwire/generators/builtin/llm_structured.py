@@ -10,9 +10,10 @@ from pydantic import Field, field_validator, model_validator
 
 from genwire.errors import ErrorClass, ModelError
 from genwire.generators.base import Generator
+from genwire.generators.builtin.cache_peek import Step, gather_cache_first, peek_completion
 from genwire.generators.builtin.common import CompiledPrompt, PromptParams
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
-from genwire.generators.outcome import RowFailure, gather_rows
+from genwire.generators.outcome import RowFailure
 from genwire.generators.resources import Resources
 from genwire.providers.request_context import cached_rows
 from genwire.providers.structured import parse_reply, response_format, unresolvable_ref
@@ -61,7 +62,11 @@ class LLMStructured(Generator[LLMStructuredParams]):
     def __init__(self, *, column: str, params: LLMStructuredParams, resources: Resources, seed: int = 0) -> None:
         super().__init__(column=column, params=params, resources=resources, seed=seed)
         self._templates = CompiledPrompt(params, column)
-        self._format = response_format(column, params.json_schema)
+        # What every request of this column carries besides its messages.
+        self._params_with_format = {
+            **params.model_params,
+            "response_format": response_format(column, params.json_schema),
+        }
 
     @classmethod
     def reads(cls, params: LLMStructuredParams) -> set[str]:
@@ -75,27 +80,35 @@ class LLMStructured(Generator[LLMStructuredParams]):
             "response_format": response_format(column, params.json_schema),
         }
 
-    async def _one(self, row: dict[str, Any], cache_rows: Sequence[int]) -> Any:
+    def _first(self, item: tuple[dict[str, Any], int | None]) -> Step:
+        row, index = item
         prompt, system = self._templates.render(row)
+        cache_rows = () if index is None else (index,)
+        text = peek_completion(self.resources.model, index, prompt, system, self._params_with_format)
+        if text is None:
+            return None, self._ask(prompt, system, cache_rows)
+        value, problem = parse_reply(text, self.params.json_schema)
+        if problem is None:
+            return value, None
+        # A cached reply that fails the schema (stored by an older genwire, or damaged)
+        # was this row's first attempt: the next ones say what was wrong.
+        return None, self._ask(prompt, system, cache_rows, problem)
+
+    async def _ask(self, prompt: str, system: str | None, cache_rows: Sequence[int], problem: str | None = None) -> Any:
+        """Ask until a reply matches the schema, at most ``max_attempts`` in all;
+        ``problem``: the first attempt's (a cached reply) when it was already made."""
         schema = self.params.json_schema
-        ask = prompt
-        problem = ""
-        for _ in range(self.params.max_attempts):
+        attempts = self.params.max_attempts if problem is None else self.params.max_attempts - 1
+        for _ in range(attempts):
+            ask = prompt if problem is None else self._told(prompt, problem)
             with cached_rows(cache_rows) as asked:
-                text = await self.resources.model.complete(
-                    ask, system=system, response_format=self._format, **self.params.model_params
-                )
+                text = await self.resources.model.complete(ask, system=system, **self._params_with_format)
                 value, problem_or_none = parse_reply(text if isinstance(text, str) else "", schema)
                 if problem_or_none is not None:
                     asked.discard()  # a reply that failed its schema is never cached
             if problem_or_none is None:
                 return value
             problem = problem_or_none
-            # The error goes back to the model: most models fix their reply when told what is wrong.
-            ask = (
-                f"{prompt}\n\nYour previous reply was rejected: {problem}\n"
-                "Reply with only a JSON object that matches the schema."
-            )
         raise ModelError(
             ErrorClass.BAD_RESPONSE,
             f"llm-structured column {self.column!r}: no reply matched the schema in "
@@ -103,9 +116,17 @@ class LLMStructured(Generator[LLMStructuredParams]):
             attempts=self.params.max_attempts,
         )
 
+    @staticmethod
+    def _told(prompt: str, problem: str) -> str:
+        # The error goes back to the model: most models fix their reply when told what is wrong.
+        return (
+            f"{prompt}\n\nYour previous reply was rejected: {problem}\n"
+            "Reply with only a JSON object that matches the schema."
+        )
+
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any | RowFailure]:
         """Without the rows' indices: nothing is cached (two rows must never share a key)."""
-        return await gather_rows(self._one(row, ()) for row in rows)
+        return await gather_cache_first(((row, None) for row in rows), self._first)
 
     async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any | RowFailure]:
-        return await gather_rows(self._one(row, (index,)) for row, index in zip(rows, indices, strict=True))
+        return await gather_cache_first(zip(rows, indices, strict=True), self._first)

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from genwire.generators.base import Generator
+from genwire.generators.builtin.cache_peek import Step, gather_cache_first, peek_completion
 from genwire.generators.builtin.common import CompiledPrompt, PromptParams
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
-from genwire.generators.outcome import gather_rows
 from genwire.generators.resources import Resources
 from genwire.providers.request_context import cached_rows
 
@@ -39,8 +39,15 @@ class LLMText(Generator[LLMTextParams]):
     def request_shape(cls, params: LLMTextParams, *, slot: str, column: str) -> dict[str, Any] | None:
         return {**params.model_params, "system": params.system}
 
-    async def _one(self, row: dict[str, Any], cache_rows: Sequence[int]) -> str:
+    def _first(self, item: tuple[dict[str, Any], int | None]) -> Step:
+        row, index = item
         prompt, system = self._templates.render(row)
+        text = peek_completion(self.resources.model, index, prompt, system, self._model_params)
+        if text is not None:
+            return text, None
+        return None, self._ask(prompt, system, () if index is None else (index,))
+
+    async def _ask(self, prompt: str, system: str | None, cache_rows: Sequence[int]) -> str:
         with cached_rows(cache_rows):  # an empty answer raises inside: it is never cached
             text = await self.resources.model.complete(prompt, system=system, **self._model_params)
             if not isinstance(text, str) or not text.strip():
@@ -49,8 +56,9 @@ class LLMText(Generator[LLMTextParams]):
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
         """Without the rows' indices: nothing is cached (two rows must never share a key)."""
-        return await gather_rows(self._one(row, ()) for row in rows)
+        return await gather_cache_first(((row, None) for row in rows), self._first)
 
     async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any]:
-        # All rows at once: the provider, not the generator, enforces the concurrency cap.
-        return await gather_rows(self._one(row, (index,)) for row, index in zip(rows, indices, strict=True))
+        # Cached rows are served at once; the rest are asked all together: the provider,
+        # not the generator, enforces the concurrency cap.
+        return await gather_cache_first(zip(rows, indices, strict=True), self._first)

@@ -20,7 +20,7 @@ from genwire.providers.local.runtime import (
     _get_executor,
     load_model,
 )
-from genwire.providers.request_context import are_vectors, cache_slot, endpoint_id
+from genwire.providers.request_context import CacheSlot, are_vectors, cache_slot, endpoint_id, is_text
 from genwire.providers.routes import Route, open_route, resolve_route
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
 
@@ -30,11 +30,6 @@ A = TypeVar("A")
 # The response cache's endpoint identity of every local provider: the weights are the
 # installed package's, whatever the provider's name.
 LOCAL_ENDPOINT = endpoint_id("local", "")
-
-
-def _is_text(answer: Any) -> bool:
-    """A cached chat answer is used only if it is what a generator accepts: non-blank text."""
-    return isinstance(answer, str) and answer != "" and not answer.isspace()
 
 
 # --- provider ----------------------------------------------------------------------------
@@ -182,6 +177,16 @@ class _LocalHandle:
         spec = self.spec
         return await route.provider.run(route.alias, spec, call)
 
+    def _slot(self, request: dict[str, Any], rows: tuple[int, ...] | None = None) -> CacheSlot | None:
+        key_body = {"model": canonical_model_name(self.model), "kind": self._kind, "body": request}
+        return cache_slot(LOCAL_ENDPOINT, key_body, rows)
+
+    def _lookup(self, slot: CacheSlot, usable: Callable[[Any], bool]) -> Any | None:
+        """The slot's usable stored answer (counted as a hit), else None."""
+        route = resolve_route(self._token, LocalProvider)
+        found = slot.get(route.provider.usage_of(route.alias), usable)
+        return None if found is None else found.answer
+
     async def _cached(
         self,
         request: dict[str, Any],
@@ -191,14 +196,11 @@ class _LocalHandle:
     ) -> A:
         """``await ask()``, or its answer from the response cache (keyed by the canonical
         model name and ``request``); a hit runs no inference and takes no slot."""
-        slot = cache_slot(
-            LOCAL_ENDPOINT, {"model": canonical_model_name(self.model), "kind": self._kind, "body": request}
-        )
+        slot = self._slot(request)
         if slot is not None:
-            route = resolve_route(self._token, LocalProvider)
-            found = slot.get(route.provider.usage_of(route.alias), usable)
+            found = self._lookup(slot, usable)
             if found is not None:
-                cached: A = found.answer
+                cached: A = found
                 return cached
         answer: A = await ask()
         if slot is not None:
@@ -267,7 +269,7 @@ class LocalChatModel(_LocalHandle):
     def __init__(self, token: int, alias: str, config: ModelConfig) -> None:
         super().__init__(token, alias, config, "chat")
 
-    def build_request(self, prompt: str, system: str | None, params: dict[str, Any]) -> dict[str, Any]:
+    def build_request(self, prompt: str, system: str | None, params: Mapping[str, Any]) -> dict[str, Any]:
         request = {**self._params, **params}
         if "max_completion_tokens" in request:  # newer OpenAI spelling
             request.setdefault("max_tokens", request.pop("max_completion_tokens"))
@@ -275,6 +277,15 @@ class LocalChatModel(_LocalHandle):
         # Ours, whatever params say: streaming would return nothing here.
         request.update(messages=chat_messages(prompt, system), stream=False)
         return request
+
+    def _cached_completion(
+        self, rows: tuple[int, ...], prompt: str, system: str | None, params: Mapping[str, Any]
+    ) -> str | None:
+        """``complete``'s answer for ``rows`` if the response cache holds it (a hit), else
+        None: the built-in generators' synchronous peek (``peek_completion``)."""
+        slot = self._slot(self.build_request(prompt, system, params), rows)
+        text: str | None = None if slot is None else self._lookup(slot, is_text)
+        return text
 
     async def complete(self, prompt: str, *, system: str | None = None, **params: Any) -> str:
         request = self.build_request(prompt, system, params)
@@ -285,7 +296,7 @@ class LocalChatModel(_LocalHandle):
             paid.append(reported_tokens(response) or (0, 0))
             return self._content(response)
 
-        return await self._cached(request, ask, _is_text, lambda _: paid[0])
+        return await self._cached(request, ask, is_text, lambda _: paid[0])
 
     def _content(self, response: Any) -> str:
         def error(error_class: ErrorClass, why: str) -> ModelError:
