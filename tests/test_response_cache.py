@@ -18,7 +18,7 @@ from support import StopAfter
 
 import genwire
 from genwire.engine.checkpoint import checkpoint_dir, kept_rows
-from genwire.providers.response_cache import DB_NAME
+from genwire.providers.response_cache import DB_NAME, CachedAnswer, Entry, ResponseCache
 from genwire.testing import FakeOpenAIServer
 
 CANARY_KEY = "sk-CANARY-cache-9b3e51d0"
@@ -532,3 +532,27 @@ def test_two_runs_at_once_share_one_cache_safely(tmp_path: Path) -> None:
         for config in configs:
             run_json(config, "--fresh", "--skip-preflight")
         assert server.total_requests == 0
+
+
+def test_stored_answers_come_back_exactly_whatever_they_hold(tmp_path: Path) -> None:
+    """Plain texts are read without the JSON decoder; anything with an escape goes through it."""
+    answers: list[Any] = [
+        "plain",
+        "",
+        'a "quoted" word',
+        "back\\slash",
+        "two\nlines\tand a tab",
+        "ünïcödé and \u2028 and 😀",
+        '"',
+        "\\",
+        ["a", "list"],
+        {"an": "object"},
+        [[0.5, -1.0]],
+    ]
+    cache = ResponseCache(tmp_path)
+    cache.put_many(Entry(f"k{i}", "c", i, answer, 1, 2) for i, answer in enumerate(answers))
+    found = cache.get_many("c", range(len(answers)))
+    decoded = [cache.decode(found[f"k{i}"]) for i in range(len(answers))]
+    assert [d.answer if d is not None else None for d in decoded] == answers
+    assert cache.get("c", 4, "k4") == CachedAnswer("two\nlines\tand a tab", 1, 2)
+    cache.close()

@@ -30,12 +30,12 @@ from genwire.providers.base import chat_messages, count_attempt, note_rate_limit
 from genwire.providers.batch.format import uncached_base
 from genwire.providers.pacing import ProviderGate, estimate_tokens
 from genwire.providers.request_context import (
-    CacheSlot,
     are_vectors,
     cache_slot,
     current_column,
     endpoint_id,
     is_text,
+    peek_answer,
 )
 from genwire.providers.routes import Route, open_route, resolve_route
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
@@ -461,23 +461,21 @@ class _Handle:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(alias={self.alias!r}, model={self.model!r})"
 
-    def _slot(
-        self, path: str, payload: dict[str, Any], rows: tuple[int, ...] | None = None
-    ) -> tuple[Route[OpenAIProvider], dict[str, Any], CacheSlot | None]:
-        """The route, the body as sent and the request's response-cache slot."""
+    def _request(self, path: str, payload: dict[str, Any]) -> tuple[Route[OpenAIProvider], dict[str, Any], Any]:
+        """The route, the body as sent and the request as the response cache keys it."""
         route = resolve_route(self._token, OpenAIProvider)
         # The route's model, whatever the payload says: a handle sends only for its model.
         body = {**payload, "model": route.model}
-        return route, body, cache_slot(route.provider.cache_endpoint, {"path": path, "body": body}, rows)
+        return route, body, {"path": path, "body": body}
 
     def _peek(
         self, rows: tuple[int, ...], path: str, payload: dict[str, Any], usable: Callable[[Any], bool]
     ) -> Any | None:
         """The usable answer the run's response cache holds for this request for ``rows``
         (counted as a hit), else None; sends nothing."""
-        route, _, slot = self._slot(path, payload, rows)
-        found = None if slot is None else slot.get(route.provider._usage(route.alias), usable)
-        return None if found is None else found.answer
+        route, _, request = self._request(path, payload)
+        provider = route.provider
+        return peek_answer(provider.cache_endpoint, request, rows, provider._usage(route.alias), usable)
 
     async def _ask(
         self,
@@ -489,8 +487,9 @@ class _Handle:
         """Send ``payload`` (or take its answer from the response cache) and return
         ``answer_of(response, attempts)``. A cache hit sends nothing and takes no slot of
         the provider's gate; an answer is offered to the cache only once it parsed."""
-        route, body, slot = self._slot(path, payload)
+        route, body, request = self._request(path, payload)
         provider = route.provider
+        slot = cache_slot(provider.cache_endpoint, request)
         if slot is not None:
             found = slot.get(provider._usage(route.alias), usable)
             if found is not None:

@@ -47,6 +47,7 @@ __all__ = [
     "endpoint_id",
     "is_credential_header",
     "is_text",
+    "peek_answer",
 ]
 
 log = logging.getLogger("genwire.cache")
@@ -158,52 +159,74 @@ class CacheSlot:
 
     batch: BatchScope
     row: RowScope
-    column: str
+    column: ColumnScope
     key: str
-    lookup: ColumnScope | None = None  # the column's bulk lookup, when it covers this row
 
     def get(self, usage: ModelUsage, usable: Callable[[Any], bool]) -> CachedAnswer | None:
         """The stored answer, counted as a hit; None (a miss) when there is none or when it
-        fails the checks a fresh answer of this request passes (a damaged or stale entry:
-        one warning per run, then the fresh answer replaces it)."""
-        cache = self.batch.cache
-        lookup = self.lookup
-        if lookup is not None and self.row.rows[0] in lookup.rows:
-            stored = lookup.stored(cache, self.key)
-            found = None if stored is None else cache.decode(stored)
-        else:  # rows the column's bulk lookup did not cover (a plugin's own choice)
-            found = cache.get(self.column, self.row.rows[0], self.key)
-        if found is None:
-            return None
-        if not usable(found.answer):
-            cache.warn_once(
-                "shape",
-                f"ignoring response cache entries of the wrong shape in {cache.path} (they fail the checks "
-                "of a fresh answer: empty text, a vector count, a non-finite value, dimensions); asked again",
-            )
-            return None
-        self.batch.hits += 1
-        cache.hits += 1
-        usage.cached += 1
-        usage.saved_tokens += found.prompt_tokens + found.completion_tokens
-        return found
+        fails the checks a fresh answer of this request passes."""
+        return _stored_answer(self.batch, self.column, self.row.rows[0], self.key, usage, usable)
 
     def keep(self, answer: Any, tokens: tuple[int, int]) -> None:
         """The answer passed the handle's checks: pending until the row block commits."""
         first = self.row.rows[0] if self.row.rows else -1
-        self.row.pending.append(Entry(self.key, self.column, first, answer, tokens[0], tokens[1]))
+        self.row.pending.append(Entry(self.key, self.column.name, first, answer, tokens[0], tokens[1]))
 
 
-def cache_slot(endpoint: str, body: Any, rows: tuple[int, ...] | None = None) -> CacheSlot | None:
+def cache_slot(endpoint: str, body: Any) -> CacheSlot | None:
     """The slot for a request with this body, or None when it is not cached (no run
-    cache, outside a column, or no row said). ``rows`` says the rows directly instead
-    of ``cached_rows`` (a generator's synchronous cache peek: see ``peek_completion``)."""
-    batch, column = _batch.get(), _column.get()
-    row = _row.get() if rows is None else RowScope(rows)
+    cache, outside a column, or no row said)."""
+    batch, column, row = _batch.get(), _column.get(), _row.get()
     if batch is None or column is None or row is None or not row.rows:
         return None
-    key = entry_key(endpoint, body, column.name, row.rows, batch.seed)
-    return CacheSlot(batch, row, column.name, key, column)
+    return CacheSlot(batch, row, column, entry_key(endpoint, body, column.name, row.rows, batch.seed))
+
+
+def peek_answer(
+    endpoint: str, body: Any, rows: tuple[int, ...], usage: ModelUsage, usable: Callable[[Any], bool]
+) -> Any | None:
+    """The usable answer stored for this request for ``rows`` (counted as a hit), else
+    None: ``cache_slot(...).get(...)`` with the rows said directly, for the built-in
+    generators' synchronous peek (a cached rerun's hot path: no slot is made)."""
+    batch, column = _batch.get(), _column.get()
+    if batch is None or column is None or not rows:
+        return None
+    key = entry_key(endpoint, body, column.name, rows, batch.seed)
+    found = _stored_answer(batch, column, rows[0], key, usage, usable)
+    return None if found is None else found.answer
+
+
+def _stored_answer(
+    batch: BatchScope,
+    column: ColumnScope,
+    first_row: int,
+    key: str,
+    usage: ModelUsage,
+    usable: Callable[[Any], bool],
+) -> CachedAnswer | None:
+    """The answer stored under ``key``, counted as a hit; None (a miss) when there is none
+    or when it fails the checks a fresh answer of this request passes (a damaged or stale
+    entry: one warning per run, then the fresh answer replaces it)."""
+    cache = batch.cache
+    if first_row in column.rows:  # the column's bulk lookup covers it: a dict lookup
+        stored = column.stored(cache, key)
+        found = None if stored is None else cache.decode(stored)
+    else:  # rows the column's bulk lookup did not cover (a plugin's own choice)
+        found = cache.get(column.name, first_row, key)
+    if found is None:
+        return None
+    if not usable(found.answer):
+        cache.warn_once(
+            "shape",
+            f"ignoring response cache entries of the wrong shape in {cache.path} (they fail the checks "
+            "of a fresh answer: empty text, a vector count, a non-finite value, dimensions); asked again",
+        )
+        return None
+    batch.hits += 1
+    cache.hits += 1
+    usage.cached += 1
+    usage.saved_tokens += found.prompt_tokens + found.completion_tokens
+    return found
 
 
 def current_column() -> str | None:

@@ -20,7 +20,7 @@ from genwire.providers.local.runtime import (
     _get_executor,
     load_model,
 )
-from genwire.providers.request_context import CacheSlot, are_vectors, cache_slot, endpoint_id, is_text
+from genwire.providers.request_context import are_vectors, cache_slot, endpoint_id, is_text, peek_answer
 from genwire.providers.routes import Route, open_route, resolve_route
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
 
@@ -177,15 +177,13 @@ class _LocalHandle:
         spec = self.spec
         return await route.provider.run(route.alias, spec, call)
 
-    def _slot(self, request: dict[str, Any], rows: tuple[int, ...] | None = None) -> CacheSlot | None:
-        key_body = {"model": canonical_model_name(self.model), "kind": self._kind, "body": request}
-        return cache_slot(LOCAL_ENDPOINT, key_body, rows)
+    def _key_body(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The request as the response cache keys it: by the canonical model name."""
+        return {"model": canonical_model_name(self.model), "kind": self._kind, "body": request}
 
-    def _lookup(self, slot: CacheSlot, usable: Callable[[Any], bool]) -> Any | None:
-        """The slot's usable stored answer (counted as a hit), else None."""
+    def _usage(self) -> ModelUsage:
         route = resolve_route(self._token, LocalProvider)
-        found = slot.get(route.provider.usage_of(route.alias), usable)
-        return None if found is None else found.answer
+        return route.provider.usage_of(route.alias)
 
     async def _cached(
         self,
@@ -196,11 +194,11 @@ class _LocalHandle:
     ) -> A:
         """``await ask()``, or its answer from the response cache (keyed by the canonical
         model name and ``request``); a hit runs no inference and takes no slot."""
-        slot = self._slot(request)
+        slot = cache_slot(LOCAL_ENDPOINT, self._key_body(request))
         if slot is not None:
-            found = self._lookup(slot, usable)
+            found = slot.get(self._usage(), usable)
             if found is not None:
-                cached: A = found
+                cached: A = found.answer
                 return cached
         answer: A = await ask()
         if slot is not None:
@@ -283,8 +281,8 @@ class LocalChatModel(_LocalHandle):
     ) -> str | None:
         """``complete``'s answer for ``rows`` if the response cache holds it (a hit), else
         None: the built-in generators' synchronous peek (``peek_completion``)."""
-        slot = self._slot(self.build_request(prompt, system, params), rows)
-        text: str | None = None if slot is None else self._lookup(slot, is_text)
+        key_body = self._key_body(self.build_request(prompt, system, params))
+        text: str | None = peek_answer(LOCAL_ENDPOINT, key_body, rows, self._usage(), is_text)
         return text
 
     async def complete(self, prompt: str, *, system: str | None = None, **params: Any) -> str:
