@@ -18,6 +18,7 @@ from support import StopAfter
 
 import genwire
 from genwire.engine.checkpoint import checkpoint_dir, kept_rows
+from genwire.providers import response_cache
 from genwire.providers.response_cache import DB_NAME, CachedAnswer, Entry, ResponseCache
 from genwire.testing import FakeOpenAIServer
 
@@ -534,8 +535,13 @@ def test_two_runs_at_once_share_one_cache_safely(tmp_path: Path) -> None:
         assert server.total_requests == 0
 
 
-def test_stored_answers_come_back_exactly_whatever_they_hold(tmp_path: Path) -> None:
-    """Plain texts are read without the JSON decoder; anything with an escape goes through it."""
+@pytest.mark.parametrize("sqlite_has_json", [True, False])
+def test_stored_answers_come_back_exactly_whatever_they_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_has_json: bool
+) -> None:
+    """Plain texts are read without the JSON decoder; anything with an escape goes through
+    it. Written in one statement, or row by row where SQLite has no JSON functions."""
+    monkeypatch.setattr(response_cache, "_has_json", lambda conn: sqlite_has_json)
     answers: list[Any] = [
         "plain",
         "",

@@ -78,6 +78,16 @@ class ColumnScope:
     name: str
     rows: frozenset[int] = frozenset()
     found: dict[str, Stored] | None = None
+    # What a synchronous peek computed and missed, by rows: (endpoint, body, key). The
+    # request that follows for those rows reuses the key instead of encoding its body
+    # again (it is built by the same code from the same values, so equal means same).
+    missed: dict[tuple[int, ...], tuple[str, Any, str]] = field(default_factory=dict)
+
+    def key(self, endpoint: str, body: Any, rows: tuple[int, ...], seed: int) -> str:
+        seen = self.missed.pop(rows, None)
+        if seen is not None and seen[0] == endpoint and seen[1] == body:
+            return seen[2]
+        return entry_key(endpoint, body, self.name, rows, seed)
 
     def stored(self, cache: ResponseCache, key: str) -> Stored | None:
         if self.found is None:
@@ -179,7 +189,7 @@ def cache_slot(endpoint: str, body: Any) -> CacheSlot | None:
     batch, column, row = _batch.get(), _column.get(), _row.get()
     if batch is None or column is None or row is None or not row.rows:
         return None
-    return CacheSlot(batch, row, column, entry_key(endpoint, body, column.name, row.rows, batch.seed))
+    return CacheSlot(batch, row, column, column.key(endpoint, body, row.rows, batch.seed))
 
 
 def peek_answer(
@@ -193,7 +203,10 @@ def peek_answer(
         return None
     key = entry_key(endpoint, body, column.name, rows, batch.seed)
     found = _stored_answer(batch, column, rows[0], key, usage, usable)
-    return None if found is None else found.answer
+    if found is None:
+        column.missed[rows] = (endpoint, body, key)
+        return None
+    return found.answer
 
 
 def _stored_answer(
