@@ -93,8 +93,7 @@ async def sporadic(sizes: list[int]) -> None:
         "honours it beats clean time / (clean time + 1 s))"
     )
     print(
-        f"{'rows':>6} {'case':<36} {'rows/s':>9} {'of clean':>9} {'ceiling':>8} {'failed':>7} {'429s':>6} "
-        f"{'pauses':>7}"
+        f"{'rows':>6} {'case':<36} {'rows/s':>9} {'of clean':>9} {'ceiling':>8} {'failed':>7} {'429s':>6} {'pauses':>7}"
     )
     with FakeOpenAIServer(latency=0.01) as server:
         await run_rows(server.url, 200, {})  # warm-up: imports, first connections
