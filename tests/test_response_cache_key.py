@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import sqlite3
 import subprocess
 import sys
@@ -16,7 +17,8 @@ from typing import Any
 import pytest
 
 import genwire
-from genwire.providers.response_cache import DB_NAME
+from genwire.providers.request_context import endpoint_id
+from genwire.providers.response_cache import DB_NAME, HOLE, KeyTemplate, entry_key
 from genwire.testing import FakeOpenAIServer
 
 N = 12
@@ -300,3 +302,69 @@ async def test_hits_are_looked_up_once_per_batch_and_column(
         cache.close()
     assert fake_openai_server.total_requests == 0 and sum(r.cached for r in results) == 32
     assert cache.lookups == 4 * 2  # one query per batch and model column, not one per row
+
+
+# --- the key is the request as sent ------------------------------------------------------------
+
+
+async def test_every_stored_key_is_the_sha256_of_the_request_as_the_server_received_it(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """Keys are built from a template per column (the varying messages or inputs spliced
+    in): each must equal ``entry_key`` of the body the server received, so caches written
+    before templates still hit and no two requests can share a key."""
+    columns = [
+        {"name": "k", "generator": "sampler", "params": {"kind": "category", "values": ['qu"ote', "ünï\n", "plain"]}},
+        {
+            "name": "q",
+            "generator": "llm-text",
+            "params": {"prompt": "Ask about {{ k }}", "system": "Be \\ brief", "temperature": 0.5},
+        },
+        {"name": "v", "generator": "embedding", "params": {"column": "q"}},
+    ]
+    cfg = config(fake_openai_server, tmp_path, columns, headers={"X-Deployment": "east"})
+    async with genwire.boot(cfg) as container:
+        await container.run(skip_preflight=True)
+    endpoint = endpoint_id("openai", fake_openai_server.url, {"X-Deployment": "east"})
+    paths = {"writer": "/chat/completions", "embedder": "/embeddings"}
+    with sqlite3.connect(tmp_path / "cache" / DB_NAME) as conn:
+        stored = {(col, row): key for key, col, row in conn.execute("SELECT key, col, row FROM answers")}
+    conn.close()
+    assert len(stored) == N + N // 4  # a chat answer per row, an embedding per batch of 4
+    # The server does not know the rows: every stored key must be one of the bodies it
+    # received, keyed for one of the rows (or batches of rows) the run has.
+    candidates = {
+        entry_key(endpoint, {"path": paths[model], "body": body}, col, rows, 5)
+        for model, body in fake_openai_server.bodies
+        for col, rows in ([("q", [r]) for r in range(N)] if model == "writer" else [])
+        + ([("v", list(range(s, s + 4))) for s in range(0, N, 4)] if model == "embedder" else [])
+    }
+    assert {place for place, key in stored.items() if key in candidates} == set(stored)
+
+
+def test_a_key_template_gives_entry_key_byte_for_byte_whatever_the_texts_hold() -> None:
+    rng = random.Random(3)
+    # HOLE inside a text, and a text it ends: neither is HOLE's JSON.
+    alphabet = ["a", '"', "\\", "\n", "\x1f", "é", " ", "\u2028", "😀", "\x00", "\ud800", f"x{HOLE}", f"{HOLE}\\"]
+
+    def text() -> str:
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 4)))
+
+    parts: list[Any] = [[1, 2.5, None], {"a": [text()]}, "a string", [{"x": 1}], [True], []]
+    for i in range(2000):
+        part: Any = rng.choice(
+            [
+                [{"role": rng.choice(["user", "system"]), "content": text()} for _ in range(rng.randint(1, 3))],
+                [text() for _ in range(rng.randint(0, 4))],
+                rng.choice(parts),
+            ]
+        )
+        params = {text(): rng.choice([0.9, 1, text(), [1, "b"], None, True]) for _ in range(rng.randint(0, 3))}
+        body: dict[str, Any] = {**params, "model": text()}
+        template = KeyTemplate("endpoint" + text(), {"path": "/x", "body": {**body, "messages": HOLE}}, "c", i - 1000)
+        rows = tuple(rng.randint(0, 10**6) for _ in range(rng.randint(1, 3)))
+        request = {"path": "/x", "body": {**body, "messages": part}}
+        assert template.key(part, rows) == entry_key(template._endpoint, request, "c", rows, i - 1000)
+    # A body holding HOLE twice (only code that reads HOLE could build one) is encoded whole.
+    twice = KeyTemplate("e", {"a": HOLE, "b": HOLE}, "c", 0)
+    assert twice.key(["x"], (1,)) == entry_key("e", {"a": ["x"], "b": ["x"]}, "c", (1,), 0)

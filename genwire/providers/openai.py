@@ -37,6 +37,7 @@ from genwire.providers.request_context import (
     is_text,
     peek_answer,
 )
+from genwire.providers.response_cache import HOLE
 from genwire.providers.routes import Route, open_route, resolve_route
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
 
@@ -461,35 +462,40 @@ class _Handle:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(alias={self.alias!r}, model={self.model!r})"
 
-    def _request(self, path: str, payload: dict[str, Any]) -> tuple[Route[OpenAIProvider], dict[str, Any], Any]:
-        """The route, the body as sent and the request as the response cache keys it."""
+    def _request(
+        self, path: str, payload: dict[str, Any], part: str
+    ) -> tuple[Route[OpenAIProvider], dict[str, Any], dict[str, Any]]:
+        """The route, the body as sent and the request as the response cache keys it
+        (``HOLE`` in place of the payload's ``part``, which the key template fills)."""
         route = resolve_route(self._token, OpenAIProvider)
         # The route's model, whatever the payload says: a handle sends only for its model.
         body = {**payload, "model": route.model}
-        return route, body, {"path": path, "body": body}
+        return route, body, {"path": path, "body": {**body, part: HOLE}}
 
     def _peek(
-        self, rows: tuple[int, ...], path: str, payload: dict[str, Any], usable: Callable[[Any], bool]
+        self, rows: tuple[int, ...], path: str, payload: dict[str, Any], part: str, usable: Callable[[Any], bool]
     ) -> Any | None:
         """The usable answer the run's response cache holds for this request for ``rows``
         (counted as a hit), else None; sends nothing."""
-        route, _, request = self._request(path, payload)
+        route, body, request = self._request(path, payload, part)
         provider = route.provider
-        return peek_answer(provider.cache_endpoint, request, rows, provider._usage(route.alias), usable)
+        return peek_answer(provider.cache_endpoint, request, body[part], rows, provider._usage(route.alias), usable)
 
     async def _ask(
         self,
         path: str,
         payload: dict[str, Any],
+        part: str,
         answer_of: Callable[[Any, int], T],
         usable: Callable[[Any], bool],
     ) -> T:
         """Send ``payload`` (or take its answer from the response cache) and return
         ``answer_of(response, attempts)``. A cache hit sends nothing and takes no slot of
-        the provider's gate; an answer is offered to the cache only once it parsed."""
-        route, body, request = self._request(path, payload)
+        the provider's gate; an answer is offered to the cache only once it parsed.
+        ``part``: the payload's key that varies from request to request."""
+        route, body, request = self._request(path, payload, part)
         provider = route.provider
-        slot = cache_slot(provider.cache_endpoint, request)
+        slot = cache_slot(provider.cache_endpoint, request, body[part])
         if slot is not None:
             found = slot.get(provider._usage(route.alias), usable)
             if found is not None:
@@ -514,14 +520,16 @@ class OpenAIChatModel(_Handle):
     __slots__ = ()
 
     async def complete(self, prompt: str, *, system: str | None = None, **params: Any) -> str:
-        return await self._ask("/chat/completions", self._payload(prompt, system, params), self._content, is_text)
+        payload = self._payload(prompt, system, params)
+        return await self._ask("/chat/completions", payload, "messages", self._content, is_text)
 
     def _cached_completion(
         self, rows: tuple[int, ...], prompt: str, system: str | None, params: Mapping[str, Any]
     ) -> str | None:
         """``complete``'s answer for ``rows`` if the response cache holds it (a hit), else
         None: the built-in generators' synchronous peek (``peek_completion``)."""
-        text: str | None = self._peek(rows, "/chat/completions", self._payload(prompt, system, params), is_text)
+        payload = self._payload(prompt, system, params)
+        text: str | None = self._peek(rows, "/chat/completions", payload, "messages", is_text)
         return text
 
     def _payload(self, prompt: str, system: str | None, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -582,6 +590,7 @@ class OpenAIEmbeddingModel(_Handle):
         return await self._ask(
             "/embeddings",
             payload,
+            "input",
             lambda data, attempts: self._vectors(data, count, attempts),
             lambda answer: are_vectors(answer, count, self._dimensions),
         )

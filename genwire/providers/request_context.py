@@ -30,7 +30,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from genwire.providers.response_cache import CachedAnswer, Entry, ResponseCache, Stored, entry_key
+from genwire.providers.response_cache import CachedAnswer, Entry, KeyTemplate, ResponseCache, Stored
 from genwire.providers.usage import ModelUsage
 
 __all__ = [
@@ -51,6 +51,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("genwire.cache")
+
+MAX_TEMPLATES = 4  # key templates a column keeps (see ColumnScope.key)
 
 
 @dataclass
@@ -78,16 +80,19 @@ class ColumnScope:
     name: str
     rows: frozenset[int] = frozenset()
     found: dict[str, Stored] | None = None
-    # What a synchronous peek computed and missed, by rows: (endpoint, body, key). The
-    # request that follows for those rows reuses the key instead of encoding its body
-    # again (it is built by the same code from the same values, so equal means same).
-    missed: dict[tuple[int, ...], tuple[str, Any, str]] = field(default_factory=dict)
+    # The key templates of this column's requests (usually one: what its requests share).
+    templates: list[KeyTemplate] = field(default_factory=list)
 
-    def key(self, endpoint: str, body: Any, rows: tuple[int, ...], seed: int) -> str:
-        seen = self.missed.pop(rows, None)
-        if seen is not None and seen[0] == endpoint and seen[1] == body:
-            return seen[2]
-        return entry_key(endpoint, body, self.name, rows, seed)
+    def key(self, endpoint: str, body: Any, part: Any, rows: tuple[int, ...], seed: int) -> str:
+        """``entry_key`` of ``body`` (``HOLE`` in place of ``part``) for ``rows``."""
+        for template in self.templates:
+            if template.matches(endpoint, body):
+                return template.key(part, rows)
+        template = KeyTemplate(endpoint, body, self.name, seed)
+        # A few kept: a column whose requests differ in more than their part (a plugin
+        # varying a param per row) encodes each key whole, as without templates.
+        self.templates = [template, *self.templates[: MAX_TEMPLATES - 1]]
+        return template.key(part, rows)
 
     def stored(self, cache: ResponseCache, key: str) -> Stored | None:
         if self.found is None:
@@ -183,17 +188,18 @@ class CacheSlot:
         self.row.pending.append(Entry(self.key, self.column.name, first, answer, tokens[0], tokens[1]))
 
 
-def cache_slot(endpoint: str, body: Any) -> CacheSlot | None:
-    """The slot for a request with this body, or None when it is not cached (no run
-    cache, outside a column, or no row said)."""
+def cache_slot(endpoint: str, body: Any, part: Any) -> CacheSlot | None:
+    """The slot for a request, or None when it is not cached (no run cache, outside a
+    column, or no row said). The request is keyed as sent: ``body`` with ``part`` (its
+    messages or inputs) in place of ``HOLE``."""
     batch, column, row = _batch.get(), _column.get(), _row.get()
     if batch is None or column is None or row is None or not row.rows:
         return None
-    return CacheSlot(batch, row, column, column.key(endpoint, body, row.rows, batch.seed))
+    return CacheSlot(batch, row, column, column.key(endpoint, body, part, row.rows, batch.seed))
 
 
 def peek_answer(
-    endpoint: str, body: Any, rows: tuple[int, ...], usage: ModelUsage, usable: Callable[[Any], bool]
+    endpoint: str, body: Any, part: Any, rows: tuple[int, ...], usage: ModelUsage, usable: Callable[[Any], bool]
 ) -> Any | None:
     """The usable answer stored for this request for ``rows`` (counted as a hit), else
     None: ``cache_slot(...).get(...)`` with the rows said directly, for the built-in
@@ -201,12 +207,9 @@ def peek_answer(
     batch, column = _batch.get(), _column.get()
     if batch is None or column is None or not rows:
         return None
-    key = entry_key(endpoint, body, column.name, rows, batch.seed)
+    key = column.key(endpoint, body, part, rows, batch.seed)
     found = _stored_answer(batch, column, rows[0], key, usage, usable)
-    if found is None:
-        column.missed[rows] = (endpoint, body, key)
-        return None
-    return found.answer
+    return None if found is None else found.answer
 
 
 def _stored_answer(

@@ -21,6 +21,7 @@ from genwire.providers.local.runtime import (
     load_model,
 )
 from genwire.providers.request_context import are_vectors, cache_slot, endpoint_id, is_text, peek_answer
+from genwire.providers.response_cache import HOLE
 from genwire.providers.routes import Route, open_route, resolve_route
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
 
@@ -177,9 +178,10 @@ class _LocalHandle:
         spec = self.spec
         return await route.provider.run(route.alias, spec, call)
 
-    def _key_body(self, request: dict[str, Any]) -> dict[str, Any]:
-        """The request as the response cache keys it: by the canonical model name."""
-        return {"model": canonical_model_name(self.model), "kind": self._kind, "body": request}
+    def _key_body(self, request: dict[str, Any], part: str) -> dict[str, Any]:
+        """The request as the response cache keys it: by the canonical model name, with
+        ``HOLE`` in place of the request's ``part`` (which the key template fills)."""
+        return {"model": canonical_model_name(self.model), "kind": self._kind, "body": {**request, part: HOLE}}
 
     def _usage(self) -> ModelUsage:
         route = resolve_route(self._token, LocalProvider)
@@ -188,13 +190,15 @@ class _LocalHandle:
     async def _cached(
         self,
         request: dict[str, Any],
+        part: str,
         ask: Callable[[], Any],
         usable: Callable[[Any], bool],
         tokens: Callable[[A], tuple[int, int]],
     ) -> A:
         """``await ask()``, or its answer from the response cache (keyed by the canonical
-        model name and ``request``); a hit runs no inference and takes no slot."""
-        slot = cache_slot(LOCAL_ENDPOINT, self._key_body(request))
+        model name and ``request``, whose ``part`` varies from request to request); a hit
+        runs no inference and takes no slot."""
+        slot = cache_slot(LOCAL_ENDPOINT, self._key_body(request, part), request[part])
         if slot is not None:
             found = slot.get(self._usage(), usable)
             if found is not None:
@@ -245,6 +249,7 @@ class LocalEmbeddingModel(_LocalHandle):
         count = len(inputs)
         return await self._cached(
             {"input": inputs},
+            "input",
             lambda: self._run(call),
             lambda answer: are_vectors(answer, count, self._dimensions),
             lambda _: (0, 0),
@@ -281,8 +286,9 @@ class LocalChatModel(_LocalHandle):
     ) -> str | None:
         """``complete``'s answer for ``rows`` if the response cache holds it (a hit), else
         None: the built-in generators' synchronous peek (``peek_completion``)."""
-        key_body = self._key_body(self.build_request(prompt, system, params))
-        text: str | None = peek_answer(LOCAL_ENDPOINT, key_body, rows, self._usage(), is_text)
+        request = self.build_request(prompt, system, params)
+        key_body = self._key_body(request, "messages")
+        text: str | None = peek_answer(LOCAL_ENDPOINT, key_body, request["messages"], rows, self._usage(), is_text)
         return text
 
     async def complete(self, prompt: str, *, system: str | None = None, **params: Any) -> str:
@@ -294,7 +300,7 @@ class LocalChatModel(_LocalHandle):
             paid.append(reported_tokens(response) or (0, 0))
             return self._content(response)
 
-        return await self._cached(request, ask, is_text, lambda _: paid[0])
+        return await self._cached(request, "messages", ask, is_text, lambda _: paid[0])
 
     def _content(self, response: Any) -> str:
         def error(error_class: ErrorClass, why: str) -> ModelError:
