@@ -130,7 +130,12 @@ def journal_events(directory: Path) -> list[str]:
     return [json.loads(line)["event"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def test_a_kill_9_while_a_batch_is_open_then_a_rerun_reattaches_and_pays_nothing_twice(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fresh", [False, True], ids=["resumed", "fresh"])
+def test_a_kill_9_while_a_batch_is_open_then_a_rerun_reattaches_and_pays_nothing_twice(
+    tmp_path: Path, fresh: bool
+) -> None:
+    """Resumed, or started afresh (--fresh drops the rows, not the batches still running
+    at the provider: their requests are asked again, and collected from them)."""
     with FakeOpenAIServer() as server:
         cfg = pipeline(server, tmp_path)
         config = write(cfg, tmp_path / "genwire.yaml")
@@ -145,7 +150,7 @@ def test_a_kill_9_while_a_batch_is_open_then_a_rerun_reattaches_and_pays_nothing
         assert server.batches.uploads == server.batches.created == 1
 
         polls = server.batches.retrievals
-        again = start_cli("run", config, "--batch", "--json")
+        again = start_cli("run", config, "--batch", "--json", *(["--fresh"] if fresh else []))
         wait_until("the rerun to poll the open batch", lambda: server.batches.retrievals >= polls + 3, again)
         assert server.batches.uploads == server.batches.created == 1  # re-attached: nothing new submitted
         server.batches.hold(False)
@@ -158,6 +163,7 @@ def test_a_kill_9_while_a_batch_is_open_then_a_rerun_reattaches_and_pays_nothing
         assert server.batches.lines["writer"] == 2 * N  # every request answered once
         assert summary["models"]["writer"]["batched"] == N  # the rerun submitted round 2 only
         assert not directory.exists()
+        assert ("--fresh keeps the 1 batch(es) an earlier run left open" in err) == fresh
         batch_out = (tmp_path / "out.jsonl").read_text(encoding="utf-8")
         assert batch_out == online_output(server, cfg, tmp_path)
 

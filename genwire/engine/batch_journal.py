@@ -12,7 +12,8 @@ A file recorded with no batch means the run died between the upload and the batc
 creation: the collector looks for a batch made from that file before resubmitting. A
 request in several batches (resubmitted after an expiry) belongs to the last one. A torn
 last line (a kill mid-write) is cut off. The checkpoint's removal at the end of a run
-removes the journal with it.
+removes the journal with it; ``--fresh`` keeps it (the batches it lists still run, and are
+billed, at the provider: a rerun collects from them instead of paying twice).
 """
 
 from __future__ import annotations

@@ -61,7 +61,8 @@ _ROWS = re.compile(r"rows-(\d+)\.jsonl")
 _FAILED = re.compile(r"failed-(\d+)\.jsonl")
 # What else a run keeps here (batch mode's journal, and its spool files while a batch file is
 # built or read: providers.batch.collector.SPOOL_PREFIX); anything else is a stray file.
-_OTHER_FILES = frozenset({_META, _LOCK, "batch-journal.jsonl"})
+_JOURNAL = "batch-journal.jsonl"  # engine.batch_journal.JOURNAL_NAME (not imported: batch mode is loaded on demand)
+_OTHER_FILES = frozenset({_META, _LOCK, _JOURNAL})
 _SPOOL = re.compile(r"batch-spool-[\w.-]+\.jsonl")
 
 
@@ -197,7 +198,10 @@ class Checkpoint:
         meta_path = directory / _META
         if fresh:
             for path in directory.iterdir():
-                if path.name == _LOCK:
+                # Batch mode's journal stays: the batches it lists are still running (and
+                # billed) at the provider; a --batch run collects what it asks for again
+                # from them instead of paying twice, and `genwire batches` still sees them.
+                if path.name in (_LOCK, _JOURNAL):
                     continue
                 if path.is_dir() and not path.is_symlink():
                     shutil.rmtree(path)

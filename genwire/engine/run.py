@@ -8,6 +8,7 @@ generates only the rows it does not hold (see ``engine.checkpoint``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from genwire.container.core import WiredPipeline
+from genwire.engine.batch_journal import journal_batches
 from genwire.engine.batch_mode import BatchMode, batch_providers
 from genwire.engine.batches import BatchResult, BatchRunner, batched
 from genwire.engine.checkpoint import Checkpoint, checkpoint_dir
@@ -38,6 +40,8 @@ BATCH_MODE_ROWS_AHEAD = 10_000
 STATUS_TICK_S = 1.0  # batch mode: how often the progress line shows the batches' state
 GROW_TICK_S = 0.01  # how often the engine looks for idle slots to start one more batch
 FRESH_HINT = "run with --fresh (resume=False in Python)"
+
+log = logging.getLogger("genwire.batch")
 
 
 @dataclass
@@ -133,6 +137,8 @@ async def run_pipeline(
     checkpoint = Checkpoint.open(
         directory, fingerprint(container.loaded, container.columns), n, fresh=not options.resume, fresh_hint=FRESH_HINT
     )
+    if not options.resume:
+        warn_of_open_batches(directory, collected=bool(batching))
     started = time.perf_counter()
     responses_at = response_cache_dir(container, options.response_cache)
     responses = ResponseCache(responses_at) if responses_at is not None else None
@@ -210,6 +216,25 @@ async def _tick(sink: OutputSink) -> None:
     while True:
         await asyncio.sleep(STATUS_TICK_S)
         sink.refresh()
+
+
+def warn_of_open_batches(directory: Path, *, collected: bool) -> None:
+    """A fresh start keeps batch mode's journal (``Checkpoint``): say what it still lists."""
+    still_open = [batch for batch, info in journal_batches(directory).items() if info["status"] is None]
+    if not still_open:
+        return
+    then = (
+        "this run collects the requests it asks again from them instead of paying twice"
+        if collected
+        else "a --batch run would collect its requests from them instead of paying twice"
+    )
+    log.warning(
+        "--fresh keeps the %d batch(es) an earlier run left open at the provider (%s): %s; "
+        "`genwire batches cancel` on this config cancels them",
+        len(still_open),
+        ", ".join(still_open[:3]) + (", ..." if len(still_open) > 3 else ""),
+        then,
+    )
 
 
 def in_flight_text(concurrency: dict[str, Concurrency]) -> str:
