@@ -462,22 +462,12 @@ class _Handle:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(alias={self.alias!r}, model={self.model!r})"
 
-    def _request(
-        self, path: str, payload: dict[str, Any], part: str
-    ) -> tuple[Route[OpenAIProvider], dict[str, Any], dict[str, Any]]:
-        """The route, the body as sent and the request as the response cache keys it
-        (``HOLE`` in place of the payload's ``part``, which the key template fills)."""
-        route = resolve_route(self._token, OpenAIProvider)
-        # The route's model, whatever the payload says: a handle sends only for its model.
-        body = {**payload, "model": route.model}
-        return route, body, {"path": path, "body": {**body, part: HOLE}}
-
     def _peek(
         self, rows: tuple[int, ...], path: str, payload: dict[str, Any], part: str, usable: Callable[[Any], bool]
     ) -> Any | None:
         """The usable answer the run's response cache holds for this request for ``rows``
         (counted as a hit), else None; sends nothing."""
-        route, body, request = self._request(path, payload, part)
+        route, body, request = _routed(self._token, path, payload, part)
         provider = route.provider
         return peek_answer(provider.cache_endpoint, request, body[part], rows, provider._usage(route.alias), usable)
 
@@ -493,7 +483,7 @@ class _Handle:
         ``answer_of(response, attempts)``. A cache hit sends nothing and takes no slot of
         the provider's gate; an answer is offered to the cache only once it parsed.
         ``part``: the payload's key that varies from request to request."""
-        route, body, request = self._request(path, payload, part)
+        route, body, request = _routed(self._token, path, payload, part)
         provider = route.provider
         slot = cache_slot(provider.cache_endpoint, request, body[part])
         if slot is not None:
@@ -632,6 +622,18 @@ class OpenAIEmbeddingModel(_Handle):
 
 
 # --- helpers -----------------------------------------------------------------------------
+
+
+def _routed(
+    token: int, path: str, payload: dict[str, Any], part: str
+) -> tuple[Route[OpenAIProvider], dict[str, Any], dict[str, Any]]:
+    """A handle's request: its route, the body as sent and the request as the response
+    cache keys it (``HOLE`` in place of the payload's ``part``, which the key template
+    fills). A function, not a handle method: nothing on a handle returns its route."""
+    route = resolve_route(token, OpenAIProvider)
+    # The route's model, whatever the payload says: a handle sends only for its model.
+    body = {**payload, "model": route.model}
+    return route, body, {"path": path, "body": {**body, part: HOLE}}
 
 
 # Sentences after the first are kept only if they carry a figure and one of these words.

@@ -174,6 +174,9 @@ class KeyTemplate:
         self._parts = parts if len(parts) == 3 else None
 
     def matches(self, endpoint: str, body: Any) -> bool:
+        # Python's equality: a param of 1 in one request and 1.0 (or True) in the next of
+        # the same column shares the first one's key. Servers read 1 and 1.0 alike; the
+        # built-ins send a column's params unchanged from row to row.
         return endpoint == self._endpoint and body == self._body
 
     def key(self, part: Any, rows: tuple[int, ...]) -> str:

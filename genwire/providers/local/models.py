@@ -183,10 +183,6 @@ class _LocalHandle:
         ``HOLE`` in place of the request's ``part`` (which the key template fills)."""
         return {"model": canonical_model_name(self.model), "kind": self._kind, "body": {**request, part: HOLE}}
 
-    def _usage(self) -> ModelUsage:
-        route = resolve_route(self._token, LocalProvider)
-        return route.provider.usage_of(route.alias)
-
     async def _cached(
         self,
         request: dict[str, Any],
@@ -200,7 +196,7 @@ class _LocalHandle:
         runs no inference and takes no slot."""
         slot = cache_slot(LOCAL_ENDPOINT, self._key_body(request, part), request[part])
         if slot is not None:
-            found = slot.get(self._usage(), usable)
+            found = slot.get(_usage_of(self._token), usable)
             if found is not None:
                 cached: A = found.answer
                 return cached
@@ -208,6 +204,12 @@ class _LocalHandle:
         if slot is not None:
             slot.keep(answer, tokens(answer))
         return answer
+
+
+def _usage_of(token: int) -> ModelUsage:
+    """A handle's usage counters (a function: nothing on a handle returns them)."""
+    route = resolve_route(token, LocalProvider)
+    return route.provider.usage_of(route.alias)
 
 
 class LocalEmbeddingModel(_LocalHandle):
@@ -288,7 +290,9 @@ class LocalChatModel(_LocalHandle):
         None: the built-in generators' synchronous peek (``peek_completion``)."""
         request = self.build_request(prompt, system, params)
         key_body = self._key_body(request, "messages")
-        text: str | None = peek_answer(LOCAL_ENDPOINT, key_body, request["messages"], rows, self._usage(), is_text)
+        text: str | None = peek_answer(
+            LOCAL_ENDPOINT, key_body, request["messages"], rows, _usage_of(self._token), is_text
+        )
         return text
 
     async def complete(self, prompt: str, *, system: str | None = None, **params: Any) -> str:
