@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel
 
 from genwire.generators import Generator, GeneratorMetadata, ResourceKind
@@ -47,3 +51,24 @@ class StopAfter:
 
     def stop(self) -> None:
         pass
+
+
+def write(cfg: dict[str, Any], path: Path) -> Path:
+    """``cfg`` as a YAML config file at ``path`` (its folder made as needed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    return path
+
+
+def _command(args: tuple[str | Path, ...]) -> list[str]:
+    return [sys.executable, "-m", "genwire.cli.main", *map(str, args)]
+
+
+def cli(*args: str | Path, timeout: float = 120, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """``genwire ARGS`` in a real process, output captured (``kwargs``: ``cwd``, ...)."""
+    return subprocess.run(_command(args), capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+def start_cli(*args: str | Path) -> subprocess.Popen[str]:
+    """``genwire ARGS`` started in a real process (to signal or kill it), output piped."""
+    return subprocess.Popen(_command(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

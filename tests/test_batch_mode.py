@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from support import cli, start_cli, write
 
 import genwire
 from genwire.engine.batch_journal import JOURNAL_NAME
@@ -55,18 +54,6 @@ def pipeline(server: FakeOpenAIServer, root: Path, n: int = N, **batch: Any) -> 
     }
 
 
-def write(cfg: dict[str, Any], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
-    return path
-
-
-def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "genwire.cli.main", *map(str, args)], capture_output=True, text=True, timeout=120
-    )
-
-
 def run_json(*args: str | Path) -> dict[str, Any]:
     proc = cli("run", *args, "--json")
     assert proc.returncode == 0, proc.stderr
@@ -106,15 +93,6 @@ def test_two_dependent_columns_run_in_two_rounds_with_no_online_generation_and_t
         assert server.requests["writer"] == 1 + 2 * N and server.batches.created == 0
 
 
-def start_cli(*args: str | Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "genwire.cli.main", *map(str, args)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 def wait_until(what: str, check: Any, proc: subprocess.Popen[str] | None = None, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -130,6 +108,21 @@ def journal_events(directory: Path) -> list[str]:
     return [json.loads(line)["event"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def start_held_batch_run(
+    server: FakeOpenAIServer, root: Path
+) -> tuple[dict[str, Any], Path, Path, subprocess.Popen[str]]:
+    """``run --batch`` of the test pipeline with the server holding its batches open, once
+    its first batch is in the journal (it is, before the run waits on it): the config, its
+    file, the checkpoint directory and the process."""
+    cfg = pipeline(server, root)
+    config = write(cfg, root / "genwire.yaml")
+    directory = checkpoint_dir(root / "out.jsonl")
+    server.batches.hold()
+    proc = start_cli("run", config, "--batch")
+    wait_until("the first batch in the journal", lambda: "batch" in journal_events(directory), proc)
+    return cfg, config, directory, proc
+
+
 @pytest.mark.parametrize("fresh", [False, True], ids=["resumed", "fresh"])
 def test_a_kill_9_while_a_batch_is_open_then_a_rerun_reattaches_and_pays_nothing_twice(
     tmp_path: Path, fresh: bool
@@ -137,13 +130,7 @@ def test_a_kill_9_while_a_batch_is_open_then_a_rerun_reattaches_and_pays_nothing
     """Resumed, or started afresh (--fresh drops the rows, not the batches still running
     at the provider: their requests are asked again, and collected from them)."""
     with FakeOpenAIServer() as server:
-        cfg = pipeline(server, tmp_path)
-        config = write(cfg, tmp_path / "genwire.yaml")
-        directory = checkpoint_dir(tmp_path / "out.jsonl")
-        server.batches.hold()
-        proc = start_cli("run", config, "--batch")
-        # The batch is in the journal before the run waits on it.
-        wait_until("the first batch in the journal", lambda: "batch" in journal_events(directory), proc)
+        cfg, config, directory, proc = start_held_batch_run(server, tmp_path)
         wait_until("the run to poll its batch", lambda: server.batches.retrievals >= 2, proc)
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=10)
@@ -326,12 +313,7 @@ async def test_the_api_takes_batch_mode_through_run_options(tmp_path: Path) -> N
 
 def test_ctrl_c_leaves_the_batch_running_and_batches_list_and_cancel_manage_it(tmp_path: Path) -> None:
     with FakeOpenAIServer() as server:
-        cfg = pipeline(server, tmp_path)
-        config = write(cfg, tmp_path / "genwire.yaml")
-        directory = checkpoint_dir(tmp_path / "out.jsonl")
-        server.batches.hold()
-        proc = start_cli("run", config, "--batch")
-        wait_until("the first batch in the journal", lambda: "batch" in journal_events(directory), proc)
+        cfg, config, directory, proc = start_held_batch_run(server, tmp_path)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 130, err
@@ -441,12 +423,7 @@ def test_batch_settings_are_checked_and_located() -> None:
 
 def test_a_batch_created_but_not_yet_journaled_at_the_kill_is_found_by_its_file(tmp_path: Path) -> None:
     with FakeOpenAIServer() as server:
-        cfg = pipeline(server, tmp_path)
-        config = write(cfg, tmp_path / "genwire.yaml")
-        directory = checkpoint_dir(tmp_path / "out.jsonl")
-        server.batches.hold()
-        proc = start_cli("run", config, "--batch")
-        wait_until("the first batch in the journal", lambda: "batch" in journal_events(directory), proc)
+        _, config, directory, proc = start_held_batch_run(server, tmp_path)
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=10)
         # As if the kill came between POST /batches and the journal's line for it.

@@ -9,15 +9,12 @@ cache so every regenerated row is a request) must ask for exactly the damaged ro
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from support import StopAfter
+from support import StopAfter, cli, write
 
 import genwire
 from genwire.engine.checkpoint import checkpoint_dir
@@ -48,12 +45,6 @@ def pipeline(server: FakeOpenAIServer, out: Path) -> dict[str, Any]:
             ],
         },
     }
-
-
-def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "genwire.cli.main", *map(str, args)], capture_output=True, text=True, timeout=120
-    )
 
 
 def replace_line(segment: Path, number: int, make: Callable[[bytes], bytes]) -> None:
@@ -147,11 +138,6 @@ async def test_a_damaged_checkpoint_line_regenerates_only_its_rows(tmp_path: Pat
         assert len(sent) - len(asked) <= 1  # the pre-flight probe
         assert out.read_text(encoding="utf-8") == expected
         assert not checkpoint_dir(out).exists()
-
-
-def write(cfg: dict[str, Any], path: Path) -> Path:
-    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
-    return path
 
 
 async def test_a_damaged_line_is_warned_about_once_then_cut(tmp_path: Path) -> None:

@@ -8,13 +8,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from support import StopAfter
+from support import StopAfter, cli
 
 import genwire
 from genwire.engine.checkpoint import checkpoint_dir
@@ -60,12 +59,6 @@ def write_dataset(root: Path, kind: str, names: list[str]) -> Path:
     path = root / "people.jsonl"
     path.write_text("".join(f'{{"name": "{n}"}}\n' for n in names), encoding="utf-8")
     return path
-
-
-def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "genwire.cli.main", *map(str, args)], capture_output=True, text=True, timeout=120
-    )
 
 
 async def interrupted(cfg: dict[str, Any]) -> None:

@@ -8,14 +8,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from support import StopAfter
+from support import StopAfter, cli, start_cli, write
 
 import genwire
 from genwire.engine.checkpoint import Checkpoint, checkpoint_dir, kept_rows
@@ -56,26 +54,6 @@ def pipeline(server: FakeOpenAIServer, root: Path, n: int = 120, **pipeline_extr
             **pipeline_extra,
         },
     }
-
-
-def write(cfg: dict[str, Any], path: Path) -> Path:
-    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
-    return path
-
-
-def cli(*args: str | Path, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "genwire.cli.main", *map(str, args)], capture_output=True, text=True, **kwargs
-    )
-
-
-def start_cli(*args: str | Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "genwire.cli.main", *map(str, args)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def wait_for_rows(directory: Path, at_least: int, proc: subprocess.Popen[str], timeout: float = 30.0) -> None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
+
+from support import cli
 
 import genwire
 
@@ -38,12 +38,6 @@ def project(tmp_path: Path, max_failure_rate: float = 0.9) -> tuple[Path, Path]:
     link = tmp_path / "link"
     link.symlink_to(real, target_is_directory=True)
     return real, link
-
-
-def cli(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "genwire.cli.main", *map(str, args)], capture_output=True, text=True, cwd=cwd
-    )
 
 
 def test_outputs_land_where_the_user_named_the_config(tmp_path: Path) -> None:

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from support import StopAfter
+from support import StopAfter, cli, write
 
 import genwire
 from genwire.engine.checkpoint import checkpoint_dir, kept_rows
@@ -62,15 +61,6 @@ def pipeline(server: FakeOpenAIServer, root: Path, columns: list[dict[str, Any]]
             "columns": columns,
         },
     }
-
-
-def write(cfg: dict[str, Any], path: Path) -> Path:
-    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
-    return path
-
-
-def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "genwire.cli.main", *map(str, args)], capture_output=True, text=True)
 
 
 def run_json(*args: str | Path) -> dict[str, Any]:
