@@ -29,9 +29,9 @@ def _journal_dir(container: Any, output: Path | None) -> Path:
 
 def interrupted_hint(file: Path, directory: Path) -> str | None:
     """What to say when a batch-mode run stops with batches still open, else None."""
-    from genwire.engine.batch_journal import journal_batches
+    from genwire.engine.batch_journal import open_batch_ids
 
-    open_batches = [b for b in journal_batches(directory).values() if b["status"] is None]
+    open_batches = open_batch_ids(directory)
     if not open_batches:
         return None
     return (

@@ -26,7 +26,7 @@ from typing import IO, Any
 
 from genwire.providers.batch.collector import SPOOL_PREFIX
 
-__all__ = ["JOURNAL_NAME", "BatchJournal", "journal_batches"]
+__all__ = ["JOURNAL_NAME", "BatchJournal", "journal_batches", "open_batch_ids"]
 
 JOURNAL_NAME = "batch-journal.jsonl"
 
@@ -61,6 +61,11 @@ def journal_batches(directory: Path) -> dict[str, dict[str, Any]]:
         elif record.get("event") == "ended" and str(record.get("batch")) in out:
             out[str(record.get("batch"))]["status"] = record.get("status")
     return out
+
+
+def open_batch_ids(directory: Path) -> list[str]:
+    """The batches a checkpoint directory's journal lists as not read to their end."""
+    return [batch for batch, info in journal_batches(directory).items() if info["status"] is None]
 
 
 class BatchJournal:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from genwire.container.core import WiredPipeline
-from genwire.engine.batch_journal import journal_batches
+from genwire.engine.batch_journal import open_batch_ids
 from genwire.engine.batch_mode import BatchMode, batch_providers
 from genwire.engine.batches import BatchResult, BatchRunner, batched
 from genwire.engine.checkpoint import Checkpoint, checkpoint_dir
@@ -220,7 +220,7 @@ async def _tick(sink: OutputSink) -> None:
 
 def warn_of_open_batches(directory: Path, *, collected: bool) -> None:
     """A fresh start keeps batch mode's journal (``Checkpoint``): say what it still lists."""
-    still_open = [batch for batch, info in journal_batches(directory).items() if info["status"] is None]
+    still_open = open_batch_ids(directory)
     if not still_open:
         return
     then = (
