@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from support import cli, write
 
 from genwire.config.schema import ModelConfig, OpenAIProviderConfig
 from genwire.errors import ErrorClass, ModelError
@@ -108,14 +106,7 @@ def test_a_run_fails_the_row_with_the_endless_body_and_keeps_the_others(tmp_path
                 ],
             },
         }
-        config = tmp_path / "genwire.yaml"
-        config.write_text(yaml.safe_dump(cfg), encoding="utf-8")
-        proc = subprocess.run(
-            [sys.executable, "-m", "genwire.cli.main", "run", str(config), "--json", "--no-response-cache"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        proc = cli("run", write(cfg, tmp_path / "genwire.yaml"), "--json", "--no-response-cache")
     assert "Traceback" not in proc.stderr
     summary = json.loads(proc.stdout)
     errors = [json.loads(line) for line in Path(summary["errors_file"]).read_text(encoding="utf-8").splitlines()]

@@ -7,13 +7,11 @@ import json
 import logging
 import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support import StopAfter, cli, write
+from support import StopAfter, cli, start_cli, write
 
 import genwire
 from genwire.engine.checkpoint import checkpoint_dir, kept_rows
@@ -503,15 +501,7 @@ def test_two_runs_at_once_share_one_cache_safely(tmp_path: Path) -> None:
             cfg = pipeline(server, tmp_path / name, chat_columns(f"Summarise for {name}: {{{{ first }}}}"), n=60)
             cfg["cache"] = {"dir": str(shared)}
             configs.append(write(cfg, tmp_path / name / "genwire.yaml"))
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-m", "genwire.cli.main", "run", str(c), "--skip-preflight"],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for c in configs
-        ]
+        procs = [start_cli("run", c, "--skip-preflight") for c in configs]
         for proc in procs:
             _, stderr = proc.communicate(timeout=120)
             assert proc.returncode == 0, stderr
