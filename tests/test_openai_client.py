@@ -16,8 +16,8 @@ from genwire.config.schema import ModelConfig, OpenAIProviderConfig
 from genwire.errors import ErrorClass, ModelError
 from genwire.providers.base import Attempts, attempt_log, endpoint_key
 from genwire.providers.factory import endpoint_identity
+from genwire.providers.failures import MAX_RETRY_WAIT_S
 from genwire.providers.openai import (
-    MAX_RETRY_WAIT_S,
     OpenAIChatModel,
     OpenAIEmbeddingModel,
     OpenAIProvider,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar, cast
 import click
 
 from genwire import __version__
+from genwire.cli.consoles import LazyConsole
 from genwire.cli.exits import (
     emit_json,
     emit_json_failure,
@@ -33,36 +34,12 @@ from genwire.cli.exits import (
 from genwire.errors import ConfigError, GenwireError, PluginError, ProblemsError, RunSetupError, WiringError
 
 if TYPE_CHECKING:
-    from rich.console import Console
 
     from genwire.container.core import WiredPipeline
     from genwire.preflight.report import CheckResult
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
-
-
-class LazyConsole:
-    """A rich console made on first use: importing rich costs ~0.1 s that ``--help`` and
-    ``validate`` do not need."""
-
-    def __init__(self, **options: Any) -> None:
-        self._options = options
-        self._console: Console | None = None
-
-    def get(self) -> Console:
-        if self._console is None:
-            from rich.console import Console
-
-            options = dict(self._options)
-            if options.pop("wide_when_piped", False):
-                # Piped output (CI logs, `| less`) gets a wide table instead of rich's 80 columns.
-                options["width"] = None if sys.stdout.isatty() else 160
-            self._console = Console(**options)
-        return self._console
-
-    def print(self, *objects: Any, **options: Any) -> None:
-        self.get().print(*objects, **options)
 
 
 out = LazyConsole(highlight=False, soft_wrap=False, wide_when_piped=True)

@@ -10,7 +10,7 @@ from rich.table import Table
 
 # Types only: `plan` must not load the engine, nor anything rich's live display.
 if TYPE_CHECKING:
-    from genwire.cli.main import LazyConsole
+    from genwire.cli.consoles import LazyConsole
     from genwire.container.plan import WiringPlan
     from genwire.engine.run import RunResult
     from genwire.preflight.report import PreflightReport

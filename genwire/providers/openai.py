@@ -28,6 +28,7 @@ from genwire.config.schema import ModelConfig, OpenAIProviderConfig
 from genwire.errors import ErrorClass, ModelError, exception_text
 from genwire.providers.base import chat_messages, count_attempt, note_rate_limited
 from genwire.providers.batch.format import uncached_base
+from genwire.providers.failures import MAX_RETRY_WAIT_S, AttemptFailure
 from genwire.providers.pacing import ProviderGate, estimate_tokens
 from genwire.providers.request_context import (
     are_vectors,
@@ -50,9 +51,6 @@ __all__ = ["OpenAIChatModel", "OpenAIEmbeddingModel", "OpenAIProvider"]
 
 T = TypeVar("T")
 
-# Upper bound for any single wait between attempts (backoff or Retry-After): a server
-# asking for minutes would otherwise stall a run silently.
-MAX_RETRY_WAIT_S = 30.0
 # Keys shorter than this are placeholders (vLLM's "1", "EMPTY", "none") that guard
 # nothing; scrubbing them would mangle every message ("HTTP 40*** from http://***27.0...").
 # Real keys (OpenAI, NVIDIA, Anthropic...) are 20+ characters.
@@ -77,17 +75,6 @@ _MISSING_MODEL_PHRASES = (
 
 _FLOAT: frozenset[type] = frozenset({float})
 _NUMBER: frozenset[type] = frozenset({float, int})
-
-
-class _Failure(Exception):
-    """One failed attempt, classified; turned into a ModelError when retries run out."""
-
-    def __init__(self, error_class: ErrorClass, message: str, *, retry: bool, retry_after: float | None) -> None:
-        super().__init__(message)
-        self.error_class = error_class
-        self.message = message
-        self.retry = retry
-        self.retry_after = retry_after
 
 
 class OpenAIProvider:
@@ -200,7 +187,7 @@ class OpenAIProvider:
         """An HTTP error answer classified as online (class, key-free message, retried?)."""
         try:
             self._raise_for_status(url, status, raw, {})
-        except _Failure as failure:
+        except AttemptFailure as failure:
             return failure.error_class, self._scrub(failure.message), failure.retry
 
     # --- requests ----------------------------------------------------------------------
@@ -226,7 +213,7 @@ class OpenAIProvider:
             reservation = await self.gate.acquire(model, estimate)
             try:
                 data = await self._attempt(usage, url, body)
-            except _Failure as failure:
+            except AttemptFailure as failure:
                 if failure.retry and failure.error_class is ErrorClass.RATE_LIMITED and cfg.adapt_to_rate_limits:
                     server_wait = self._retry_wait(0, failure.retry_after)
                     self.gate.rate_limited(reservation, server_wait)  # evidence for the model's brake
@@ -308,14 +295,14 @@ class OpenAIProvider:
                 raw = await self._read_body(resp, url)
                 headers = resp.headers
         except TimeoutError:  # aiohttp's timeouts subclass TimeoutError
-            raise _Failure(
+            raise AttemptFailure(
                 ErrorClass.TIMEOUT,
                 f"no response from POST {self._where(url)} within {self.config.timeout_s:g} s (timeout_s)",
                 retry=True,
                 retry_after=None,
             ) from None
         except aiohttp.InvalidURL as exc:
-            raise _Failure(
+            raise AttemptFailure(
                 ErrorClass.UNREACHABLE,
                 f"invalid URL {self._where(url)}: {exc}",
                 retry=False,
@@ -323,7 +310,7 @@ class OpenAIProvider:
             ) from None
         except (aiohttp.ClientError, OSError) as exc:
             # Connect refused/reset, DNS failure, server disconnected, truncated body.
-            raise _Failure(
+            raise AttemptFailure(
                 ErrorClass.UNREACHABLE,
                 f"POST {self._where(url)} failed: {exception_text(exc)}",
                 retry=True,
@@ -333,7 +320,7 @@ class OpenAIProvider:
             try:
                 decoded = json.loads(raw)
             except ValueError:
-                raise _Failure(
+                raise AttemptFailure(
                     ErrorClass.BAD_RESPONSE,
                     f"HTTP {status} from POST {self._where(url)} with a body that is not JSON: {self._snippet(raw)}",
                     retry=False,
@@ -361,7 +348,7 @@ class OpenAIProvider:
             else:
                 return bytes(body)
         resp.close()  # not released to the pool: the rest of the body is never read
-        raise _Failure(
+        raise AttemptFailure(
             ErrorClass.BAD_RESPONSE,
             f"HTTP {resp.status} from POST {self._where(url)} with a body larger than "
             f"{self.config.max_response_mb:g} MB (max_response_mb); raise the provider's max_response_mb "
@@ -396,7 +383,7 @@ class OpenAIProvider:
         message = f"{where}: {detail}" if detail else where
         if hint:
             message = f"{message} ({hint})"
-        raise _Failure(error_class, message, retry=status in self._retry_on, retry_after=retry_after)
+        raise AttemptFailure(error_class, message, retry=status in self._retry_on, retry_after=retry_after)
 
     # --- message hygiene ---------------------------------------------------------------
 

@@ -42,6 +42,7 @@ from genwire.providers.batch.format import (
     request_line,
 )
 from genwire.providers.batch.ledger import Ledger
+from genwire.providers.failures import MAX_RETRY_WAIT_S, AttemptFailure
 from genwire.providers.usage import ModelUsage
 
 __all__ = ["SPOOL_PREFIX", "BatchCollector", "check_batch_api", "control_request"]
@@ -480,8 +481,6 @@ async def control_request(
     (transient failures, up to ``retries``); an error raises ``ModelError``."""
     import aiohttp
 
-    from genwire.providers.openai import MAX_RETRY_WAIT_S, _Failure
-
     url = host.base_url + path
     cfg = host.config
     tries = 0
@@ -513,7 +512,7 @@ async def control_request(
                 return raw
             error_class, message, retry = host.failure_of(url, status, raw)
             message = message.replace("from POST", f"from {method}", 1)
-        except _Failure as failure:  # a body past max_response_mb
+        except AttemptFailure as failure:  # a body past max_response_mb
             error_class, retry = failure.error_class, failure.retry
             message = failure.message.replace("from POST", f"from {method}", 1)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
