@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the tests need (the package with its test, parquet and local extras,
-# plus the chat weights with --no-deps) and runs lint, types and the whole suite.
+# plus the chat weights with --no-deps) and runs lint, types, the import contracts and the whole
+# suite (which builds the docs site with mkdocs build --strict: tests/test_docs_site.py).
 # This is the README's second quick-start command; .ci/run runs it after the first one
 # (install the offline models, run the example), in the same tree, as a newcomer does.
 set -euo pipefail
@@ -11,4 +12,6 @@ PYTHON="${PYTHON:-python}"
 bash scripts/install-local.sh --quiet --disable-pip-version-check
 "$PYTHON" -m ruff check genwire tests benchmarks
 "$PYTHON" -m mypy
+# lint-imports, through $PYTHON: the layers and no-cycle contracts of [tool.importlinter]
+"$PYTHON" -c 'import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())' --no-cache
 "$PYTHON" -m pytest -q "$@"

@@ -8,17 +8,13 @@ from genwire.cli.exits import take_signals
 
 take_signals()
 
-import sys  # noqa: E402  (after the handlers: nothing before them but the package itself)
-from collections.abc import Sequence  # noqa: E402
+from collections.abc import Sequence  # noqa: E402  (after the handlers: nothing before them but the package)
 
-from genwire.cli.exits import collect_less_while_starting, want_json  # noqa: E402
+from genwire.cli.exits import start_process  # noqa: E402
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    take_signals()  # again: the handlers may have been changed since this module was imported
-    collect_less_while_starting()
-    args = list(sys.argv[1:] if argv is None else argv)
-    want_json(args)
+    args = start_process(argv)
     from genwire.cli.main import cli, run_cli
 
     run_cli(cli, args)

@@ -150,6 +150,17 @@ class _Gc:
     defaults: tuple[int, int, int] | None = None
 
 
+def start_process(argv: Sequence[str] | None) -> list[str]:
+    """A genwire process starts (the console script, or ``python -m genwire.cli.main``):
+    signals are taken over, the collector slowed for start-up, and whether stdout owes a
+    JSON object recorded. Returns the arguments to run."""
+    take_signals()  # again: the handlers may have been changed since this module was imported
+    collect_less_while_starting()
+    args = list(sys.argv[1:] if argv is None else argv)
+    want_json(args)
+    return args
+
+
 def collect_less_while_starting() -> None:
     """Start-up allocates hundreds of thousands of long-lived objects (modules, classes,
     pydantic schemas); the default young-generation threshold (700) runs the collector

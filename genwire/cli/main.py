@@ -539,10 +539,10 @@ _register_batches()
 
 def main() -> None:
     """``python -m genwire.cli.main`` and older console scripts: the same start-up as the
-    console script's tiny entry module."""
-    from genwire.cli.entry import main as entry_main
+    console script's tiny entry module (which imports this one: it never imports entry)."""
+    from genwire.cli.exits import start_process
 
-    entry_main()
+    run_cli(cli, start_process(None))
 
 
 if __name__ == "__main__":
