@@ -9,7 +9,7 @@
     python scripts/generate_docs.py           # write them
     python scripts/generate_docs.py --check   # exit 1 naming each file that is not current
 
-tests/test_docs_generated.py runs the check."""
+tests/test_docs_site.py runs the check."""
 
 from __future__ import annotations
 
