@@ -94,7 +94,7 @@ BROKEN = {
 
 @pytest.mark.parametrize("case", BROKEN, ids=list(BROKEN))
 def test_the_schema_rejects_what_validate_rejects(case: str, tmp_path: Path) -> None:
-    example = EXAMPLE_CONFIGS[0]
+    example = REPO / "examples" / "retrieval" / "genwire.yaml"
     path, value = BROKEN[case]
     data = _set(yaml.safe_load(example.read_text()), path, value)
     assert schema_errors(data), f"the schema accepts {case}"
@@ -103,6 +103,21 @@ def test_the_schema_rejects_what_validate_rejects(case: str, tmp_path: Path) -> 
     result = CliRunner().invoke(cli, ["validate", str(config)])
     assert result.exit_code == 2, result.output
     assert "invalid configuration" in result.stderr
+
+
+def test_a_substituted_value_is_accepted_wherever_a_scalar_goes(tmp_path: Path) -> None:
+    # genwire substitutes ${VAR} before it validates: an editor must not flag it.
+    data = yaml.safe_load((REPO / "examples" / "retrieval" / "genwire.yaml").read_text())
+    data = _set(data, ["preflight", "timeout_s"], "${TIMEOUT:-30}")
+    data = _set(data, ["models", "embedder", "dimensions"], "${DIMS}")
+    data = _set(data, ["models", "embedder", "health_check"], "${CHECK:-true}")
+    assert schema_errors(data) == []
+    assert schema_errors(_set(data, ["models", "embedder", "kind"], "${KIND}"))  # kind picks the model: literal
+    config = tmp_path / "genwire.yaml"
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    (tmp_path / "docs").mkdir()
+    result = CliRunner(env={"DIMS": "384"}).invoke(cli, ["validate", str(config)])
+    assert result.exit_code == 0, result.output
 
 
 def test_genwire_schema_prints_and_writes_it(tmp_path: Path) -> None:

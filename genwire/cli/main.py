@@ -517,7 +517,7 @@ def lint(targets: tuple[str, ...], as_json: bool) -> None:
 
 @cli.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path), default=".")
-@click.option("--force", is_flag=True, help="Overwrite an existing genwire.yaml.")
+@click.option("--force", is_flag=True, help="Overwrite an existing genwire.yaml (and genwire.schema.json).")
 @handle_errors
 def init(directory: Path, force: bool) -> None:
     """Write a starter genwire.yaml and sample documents that run offline."""

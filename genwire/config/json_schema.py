@@ -15,6 +15,16 @@ from typing import Any
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 ROOT = "GenwireConfig"
+# genwire substitutes ${VAR} and ${VAR:-default} in any scalar before validating, so a
+# value holding one is accepted wherever a scalar goes (timeout_s: ${TIMEOUT}).
+SUBSTITUTED = "Substituted"
+_SUBSTITUTED_DEF = {
+    "type": "string",
+    "pattern": r"\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}",
+    "description": "${VAR} or ${VAR:-default}: replaced by the environment variable's value when the file is loaded.",
+}
+_SCALARS = {"string", "integer", "number", "boolean"}
+_KEEP_OUTSIDE = ("description", "default")
 
 
 def config_schema() -> dict[str, Any]:
@@ -30,6 +40,11 @@ def config_schema() -> dict[str, Any]:
         _factory_defaults(name, definition)
     for node in _walk([schema, *defs.values()]):
         _names_as_property_names(node)
+    for definition in [schema, *defs.values()]:
+        for key, prop in definition.get("properties", {}).items():
+            if key != "kind":  # the discriminator of a union: its value picks the model
+                _allow_substitution(prop)
+    defs[SUBSTITUTED] = dict(_SUBSTITUTED_DEF)
     schema["$defs"] = dict(sorted(defs.items()))
     return schema
 
@@ -87,6 +102,27 @@ def _factory_defaults(name: str, definition: dict[str, Any]) -> None:
         value = field.get_default(call_default_factory=True, validated_data={})
         if isinstance(value, dict | list) and not isinstance(value, BaseModel):
             prop["default"] = value
+
+
+def _allow_substitution(node: dict[str, Any]) -> None:
+    """Let a scalar (or the scalars inside a list or mapping) be written as ``${VAR}``."""
+    reference = {"$ref": f"#/$defs/{SUBSTITUTED}"}
+    if "anyOf" in node:
+        options = node["anyOf"]
+        for option in options:
+            if option.get("type") in ("array", "object"):
+                _allow_substitution(option)
+        if any(option.get("type") in _SCALARS for option in options) and reference not in options:
+            options.append(reference)
+    elif node.get("type") in _SCALARS and "const" not in node:
+        inner = {k: v for k, v in node.items() if k not in _KEEP_OUTSIDE}
+        outer = {k: v for k, v in node.items() if k in _KEEP_OUTSIDE}
+        node.clear()
+        node.update(outer, anyOf=[inner, reference])
+    elif node.get("type") == "array" and isinstance(node.get("items"), dict):
+        _allow_substitution(node["items"])
+    elif node.get("type") == "object" and isinstance(node.get("additionalProperties"), dict):
+        _allow_substitution(node["additionalProperties"])
 
 
 def _walk(nodes: list[Any]) -> list[dict[str, Any]]:
