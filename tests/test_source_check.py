@@ -3,6 +3,7 @@ in the source before anything runs; dynamic uses and unused declarations are war
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -584,6 +585,37 @@ class ViaVars(Generator[Any]):
         return [vars(self)["_resources"].vars_slot for _ in rows]  # VARS
 
 
+@dataclasses.dataclass
+class _Holder:
+    gen: Any
+
+    def pick(self) -> Any:
+        return self.gen.resources.dataclass_slot  # DATACLASS-HOLDER
+
+
+class ViaDataclassHolder(Generator[Any]):
+    metadata = GeneratorMetadata(name="via-dataclass-holder", description="x", required_resources={})
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        return [_Holder(self).pick() for _ in rows]
+
+
+class ViaLocalClass(Generator[Any]):
+    metadata = GeneratorMetadata(name="via-local-class", description="x", required_resources={})
+
+    def __init__(self, *, column: str, params: Any, resources: Any, seed: int = 0) -> None:
+        Generator.__init__(self, column=column, params=params, resources=resources, seed=seed)
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        outer = self
+
+        class Local:
+            def pick(self) -> Any:
+                return outer.resources.local_slot  # LOCAL-CLASS
+
+        return [Local().pick() for _ in rows]
+
+
 @pytest.mark.parametrize(
     ("cls", "slot", "tag", "text"),
     [
@@ -596,6 +628,8 @@ class ViaVars(Generator[Any]):
         (ViaNestedClass, "nested_slot", "NESTED-CLASS", "self.gen.resources.nested_slot"),
         (ViaPropertyLambda, "property_slot", "PROPERTY-LAMBDA", "self.resources.property_slot"),
         (ViaVars, "vars_slot", "VARS", 'vars(self)["_resources"].vars_slot'),
+        (ViaDataclassHolder, "dataclass_slot", "DATACLASS-HOLDER", "self.gen.resources.dataclass_slot"),
+        (ViaLocalClass, "local_slot", "LOCAL-CLASS", "outer.resources.local_slot"),
     ],
 )
 def test_a_use_reached_another_way_is_a_located_error(cls: type, slot: str, tag: str, text: str) -> None:
@@ -699,6 +733,27 @@ def test_lint_json_and_boot_report_a_helper_use_alike(packaged: tuple[type, Path
         genwire.boot(cfg, generators=[cls])
     for file, line, col, slot in linted:
         assert any(p.startswith(f"{file}:{line}:{col}:") and repr(slot) in p for p in info.value.problems)
+
+
+def test_a_chain_deeper_than_the_check_follows_is_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from genwire.generators.source_check import MAX_DEPTH
+
+    hops = "\n".join(f"def hop{i}(gen):\n    return hop{i + 1}(gen)\n" for i in range(MAX_DEPTH + 1))
+    (tmp_path / "deep_chain_plugin.py").write_text(
+        "from genwire.generators import Generator, GeneratorMetadata\n"
+        f"{hops}\n"
+        f"def hop{MAX_DEPTH + 1}(gen):\n    return gen.resources.deep_slot\n"
+        "class Deep(Generator):\n"
+        '    metadata = GeneratorMetadata(name="deep", description="x", required_resources={})\n'
+        "    async def generate(self, rows):\n"
+        "        return [hop0(self) for _ in rows]\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    [found] = check_generator(importlib.import_module("deep_chain_plugin").Deep)
+    assert found.severity is Severity.WARNING and "calls deep" in found.message
+    assert found.line is not None and found.line > 1
 
 
 # --- issue 33 item 11: a subclass is checked through what it resolves, not the bodies it replaces ----

@@ -46,7 +46,8 @@ from genwire.generators.source_scan import (
 
 MAX_DEPTH = 6  # calls followed from a method before the check says it stopped
 # Classes of the MRO that are not plugin code: genwire's own base and Python's machinery.
-_NOT_PLUGIN_MODULES = frozenset({"typing", "abc", "genwire.generators.base"})
+_GENWIRE_BASE = "genwire.generators.base"
+_NOT_PLUGIN_MODULES = frozenset({"typing", "abc", _GENWIRE_BASE})
 
 
 class Severity(StrEnum):
@@ -136,9 +137,12 @@ class _Check:
     handles: dict[str, str] = field(default_factory=dict)
     attr_kinds: dict[str, list[str]] = field(default_factory=dict)
     done: set[tuple[Any, ...]] = field(default_factory=set)
+    plugin: set[type] = field(default_factory=set)  # the plugin classes of cls's MRO
+    files: dict[str, FileScan] = field(default_factory=dict)  # path -> its scan, this check
 
     def __post_init__(self) -> None:
-        for klass in plugin_classes(self.cls):
+        self.plugin = set(plugin_classes(self.cls))
+        for klass in self.plugin:
             module = klass.__module__
             self.roots.add(module.split(".")[0])
             file = getattr(sys.modules.get(module), "__file__", None)
@@ -168,10 +172,18 @@ class _Check:
             return None
         path = os.path.abspath(path)
         try:
-            return path, file_scan(path)
+            return path, self.scan_of(path)
         except (OSError, SyntaxError, ValueError) as exc:
             self.notes.append((path, f"the source of {fn.__qualname__} could not be read ({exc}); it was not checked"))
             return None
+
+    def scan_of(self, path: str) -> FileScan:
+        """Each file is read and hashed once per check (``files`` is shared by one call of
+        ``check_generators``)."""
+        scan = self.files.get(path)
+        if scan is None:
+            scan = self.files[path] = file_scan(path)
+        return scan
 
     def read(self, fn: FunctionType, roles: dict[str, Role], ctx: _Context) -> Summary | None:
         found = self.source(fn)
@@ -210,12 +222,14 @@ class _Check:
     def read_class(self, klass: type, role: Role, init: dict[str, Role], fields: dict[str, Role], depth: int) -> None:
         """Every method ``klass`` resolves (its MRO, plugin code only), ``self`` as ``role``;
         again while its methods store roles into new attributes of ``self``."""
-        keep = (lambda k: k in plugin_classes(self.cls)) if role is Role.GEN else self.own
+        keep = self.plugin.__contains__ if role is Role.GEN else self.own
         members = list(_members(klass, keep))
         fields = dict(fields)
         for _ in range(4):
             stores: dict[str, Role] = {}
             for name, definer, fn in members:
+                if _generated(definer, name, fn):
+                    continue
                 params = _param_names(fn)
                 roles = {params[0]: role} if params else {}
                 if name == "__init__" and role is Role.GEN:  # what genwire hands the constructor
@@ -235,17 +249,17 @@ class _Check:
     # -- following a call that hands a role on --
     def follow(self, call: Call, ctx: _Context, scan: FileScan) -> None:
         def stop(why: str) -> None:
-            self.warn(ctx.path, call.line, call.col, f"{call.text}: {why}; the check cannot follow it")
+            self.warn(ctx.path, call.line, call.col, f"{call.text} hands the generator or its resources on: {why}")
 
         if ctx.depth >= MAX_DEPTH:
-            return stop(f"the resources are handed on more than {MAX_DEPTH} calls deep")
+            return stop(f"more than {MAX_DEPTH} calls deep, where the check stops following")
         how, name = call.callee
         deeper = _Context(ctx.path, ctx.globals, None, ctx.holder, ctx.fields, ctx.depth + 1)
         if how == "local":
             params = scan.params.get(name, [])
             roles = _map_names(params, call.args, 0)
             if roles is None:
-                return stop("its arguments do not match the parameters")
+                return stop("its arguments do not match the function's parameters")
             entry = Entry.of(roles, ctx.fields)
             summary = scan.summary(name, entry)
             done = ("local", ctx.path, name, entry.key, ctx.definer, ctx.holder)
@@ -257,16 +271,18 @@ class _Check:
             return None
         target, offset, definer = self.resolve(how, name, ctx)
         if target is _UNRESOLVED:
-            return stop(f"{name!r} cannot be resolved")
+            return stop(f"{name!r} cannot be resolved statically")
         if isinstance(target, type):
             if not self.own(target):
-                return stop(f"{target.__qualname__} is not code of the plugin's package")
+                return stop(f"{target.__module__}.{target.__qualname__} is outside the plugin's package")
             return self.construct(target, call, ctx, stop)
         fn = inspect.unwrap(target) if isinstance(target, FunctionType) else None
         if fn is None or not isinstance(fn, FunctionType):
-            return stop(f"{name!r} is not a Python function")
+            return stop(f"{name!r} is not a Python function the check can read")
+        if fn.__module__ == _GENWIRE_BASE:  # Generator.__init__(self, resources=...): the expected hand-over
+            return None
         if not self.own(fn):
-            return stop(f"{fn.__module__}.{fn.__qualname__} is not code of the plugin's package")
+            return stop(f"{fn.__module__}.{fn.__qualname__} is outside the plugin's package")
         args = list(call.args)
         if offset and how == "self":
             args.insert(0, (-1, Role.GEN if ctx.holder is None else Role.HOLDER))
@@ -330,7 +346,7 @@ class _Check:
                 return stop(f"its arguments do not match {klass.__qualname__}'s constructor")
             init_args = mapped
         else:
-            return stop(f"{klass.__qualname__}'s constructor is not code of the plugin's package")
+            return stop(f"{klass.__qualname__}'s constructor is outside the plugin's package")
         done = ("class", klass, tuple(sorted(map(str, call.args))), tuple(sorted(ctx.fields.items())))
         if done in self.done:
             return None
@@ -349,6 +365,12 @@ class _Check:
 
 
 _UNRESOLVED = object()
+
+
+def _generated(klass: type, name: str, fn: FunctionType) -> bool:
+    """A dataclass's generated ``__init__``/``__eq__``/...: code with no file, none of it the plugin's."""
+    dunder = name.startswith("__") and name.endswith("__")
+    return dunder and dataclasses.is_dataclass(klass) and fn.__code__.co_filename.startswith("<")
 
 
 def _param_names(fn: FunctionType) -> list[str]:
@@ -438,13 +460,13 @@ def _functions_of(value: object) -> list[FunctionType]:
     return out
 
 
-def _class_decl(klass: type) -> tuple[str, ClassDecl] | None:
+def _class_decl(klass: type, check: _Check) -> tuple[str, ClassDecl] | None:
     try:
         path = inspect.getsourcefile(klass)
         if path is None:
             return None
         path = os.path.abspath(path)
-        decls = [c for c in file_scan(path).classes if c.qualname == klass.__qualname__]
+        decls = [c for c in check.scan_of(path).classes if c.qualname == klass.__qualname__]
     except (TypeError, OSError, SyntaxError, ValueError):
         return None
     if len(decls) > 1:  # the same name defined twice: the one holding this class's code
@@ -453,11 +475,11 @@ def _class_decl(klass: type) -> tuple[str, ClassDecl] | None:
     return (path, decls[0]) if decls else None
 
 
-def check_generator(cls: type) -> list[Finding]:
+def check_generator(cls: type, files: dict[str, FileScan] | None = None) -> list[Finding]:
     """Every finding of one generator class (``cls.metadata`` must be a GeneratorMetadata)."""
     meta = cls.metadata  # type: ignore[attr-defined]
     name, declared = meta.name, meta.required_resources
-    check = _Check(cls)
+    check = _Check(cls, files={} if files is None else files)
     check.read_class(cls, Role.GEN, {}, {}, 0)
     findings: set[Finding] = set()
     kinds: dict[str, set[str]] = {}
@@ -500,7 +522,7 @@ def check_generator(cls: type) -> list[Finding]:
         )
     if not check.notes and not check.dynamic:  # else a slot may be used where the check cannot see
         owner = next((k for k in cls.__mro__ if "metadata" in vars(k)), cls)
-        decl = _class_decl(owner)
+        decl = _class_decl(owner, check)
         for slot in declared:
             if slot in kinds:
                 continue
@@ -520,7 +542,8 @@ def check_generator(cls: type) -> list[Finding]:
                     "the generator never calls (remove it from required_resources if it is not needed)",
                 )
             )
-    save_all()
+    if files is None:
+        save_all()
     return sorted(findings, key=lambda f: (f.file or "", f.line or 0, f.col or 0, f.slot or "", f.message))
 
 
@@ -528,10 +551,12 @@ def check_generators(classes: Iterable[type]) -> list[Finding]:
     """The findings of each distinct class, in order: errors, warnings, then notes."""
     findings: list[Finding] = []
     seen: set[type] = set()
+    files: dict[str, FileScan] = {}
     for cls in classes:
         if cls not in seen:
             seen.add(cls)
-            findings.extend(check_generator(cls))
+            findings.extend(check_generator(cls, files))
+    save_all()
     order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.NOTE: 2}
     generators = {name: i for i, name in enumerate(dict.fromkeys(f.generator for f in findings))}
     return sorted(

@@ -653,6 +653,7 @@ class FileScan:
     params: dict[str, list[str]]  # function key -> its parameter names
     summaries: dict[str, Summary]
     tree: ast.Module | None = None  # parsed only when a summary is missing
+    by_key: dict[str, list[_Function]] | None = None
     dirty: bool = False
 
     def summary(self, key: str, entry: Entry) -> Summary | None:
@@ -661,7 +662,7 @@ class FileScan:
         hit = self.summaries.get(cache_key)
         if hit is not None:
             return hit
-        nodes = [n for n in self.functions() if _key_of(n) == key]
+        nodes = self.functions().get(key)
         if not nodes:
             return None
         merged = Summary()
@@ -678,10 +679,15 @@ class FileScan:
         self.dirty = True
         return merged
 
-    def functions(self) -> list[_Function]:
-        if self.tree is None:
-            self.tree = ast.parse(Path(self.path).read_bytes(), filename=self.path)
-        return [n for n in ast.walk(self.tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)]
+    def functions(self) -> dict[str, list[_Function]]:
+        """The file's functions by key, parsed once."""
+        if self.by_key is None:
+            if self.tree is None:
+                self.tree = ast.parse(Path(self.path).read_bytes(), filename=self.path)
+            self.by_key = {}
+            for node in _function_nodes(self.tree):
+                self.by_key.setdefault(_key_of(node), []).append(node)
+        return self.by_key
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -709,9 +715,13 @@ class FileScan:
 
 def scan_source(source: bytes, path: str, digest: str) -> FileScan:
     tree = ast.parse(source, filename=path)
-    nodes = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)]
-    params = {_key_of(n): _params(n) for n in nodes}
-    return FileScan(path, digest, _classes(tree), params, {}, tree=tree, dirty=True)
+    scan = FileScan(path, digest, _classes(tree), {}, {}, tree=tree, dirty=True)
+    scan.params = {key: _params(nodes[0]) for key, nodes in scan.functions().items()}
+    return scan
+
+
+def _function_nodes(tree: ast.Module) -> list[_Function]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)]
 
 
 # --- the cache ---------------------------------------------------------------------------------
