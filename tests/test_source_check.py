@@ -616,6 +616,24 @@ class ViaLocalClass(Generator[Any]):
         return [Local().pick() for _ in rows]
 
 
+def _stash(gen: Any) -> None:
+    gen._stash = gen.resources
+
+
+class ViaStoredByHelper(Generator[Any]):
+    """A helper stores the resources on the generator; a method reads a slot through it."""
+
+    metadata = GeneratorMetadata(name="via-stored-by-helper", description="x", required_resources={})
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        _stash(self)
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        assert getattr(self, "_stash", None) is not None  # a literal attribute name: nothing to say
+        return [self._stash.stored_slot for _ in rows]  # STORED-BY-HELPER
+
+
 @pytest.mark.parametrize(
     ("cls", "slot", "tag", "text"),
     [
@@ -630,6 +648,7 @@ class ViaLocalClass(Generator[Any]):
         (ViaVars, "vars_slot", "VARS", 'vars(self)["_resources"].vars_slot'),
         (ViaDataclassHolder, "dataclass_slot", "DATACLASS-HOLDER", "self.gen.resources.dataclass_slot"),
         (ViaLocalClass, "local_slot", "LOCAL-CLASS", "outer.resources.local_slot"),
+        (ViaStoredByHelper, "stored_slot", "STORED-BY-HELPER", "self._stash.stored_slot"),
     ],
 )
 def test_a_use_reached_another_way_is_a_located_error(cls: type, slot: str, tag: str, text: str) -> None:

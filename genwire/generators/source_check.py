@@ -138,6 +138,8 @@ class _Check:
     attr_kinds: dict[str, list[str]] = field(default_factory=dict)
     done: set[tuple[Any, ...]] = field(default_factory=set)
     plugin: set[type] = field(default_factory=set)  # the plugin classes of cls's MRO
+    fields: dict[type | None, dict[str, Role]] = field(default_factory=dict)  # attributes holding a role,
+    # stored by any code read (the generator's under None, a helper class's under the class)
     files: dict[str, FileScan] = field(default_factory=dict)  # path -> its scan, this check
 
     def __post_init__(self) -> None:
@@ -214,6 +216,9 @@ class _Check:
         self.uses += [(ctx.path, u) for u in summary.uses]
         self.dynamic += [(ctx.path, d) for d in summary.dynamic]
         self.handles.update(summary.handles)
+        for key, role in summary.stores.items():
+            owner, attr = key.split(":", 1)
+            self.fields.setdefault(None if owner == Role.GEN.value else ctx.holder, {})[attr] = role
         for attr, kinds in summary.attr_kinds.items():
             self.attr_kinds.setdefault(attr, []).extend(kinds)
         for call in summary.calls:
@@ -224,9 +229,11 @@ class _Check:
         again while its methods store roles into new attributes of ``self``."""
         keep = self.plugin.__contains__ if role is Role.GEN else self.own
         members = list(_members(klass, keep))
-        fields = dict(fields)
+        owner = klass if role is Role.HOLDER else None
+        known = self.fields.setdefault(owner, {})
+        known.update(fields)
         for _ in range(4):
-            stores: dict[str, Role] = {}
+            fields = {**self.fields.get(None, {}), **known} if owner is not None else dict(known)
             for name, definer, fn in members:
                 if _generated(definer, name, fn):
                     continue
@@ -238,13 +245,10 @@ class _Check:
                     roles.update({kwargs: Role.KW} if kwargs else {})
                 elif name == "__init__":
                     roles.update(init)
-                ctx = _Context("", {}, definer, klass if role is Role.HOLDER else None, fields, depth)
-                summary = self.read(fn, roles, ctx)
-                if summary is not None:
-                    stores.update(summary.stores)
-            if all(fields.get(k) is v for k, v in stores.items()):
+                self.read(fn, roles, _Context("", {}, definer, owner, fields, depth))
+            now = {**self.fields.get(None, {}), **known} if owner is not None else dict(known)
+            if now == fields:  # no method stored a role into a new attribute
                 return
-            fields.update(stores)
 
     # -- following a call that hands a role on --
     def follow(self, call: Call, ctx: _Context, scan: FileScan) -> None:
@@ -284,15 +288,14 @@ class _Check:
         if not self.own(fn):
             return stop(f"{fn.__module__}.{fn.__qualname__} is outside the plugin's package")
         args = list(call.args)
-        if offset and how == "self":
-            args.insert(0, (-1, Role.GEN if ctx.holder is None else Role.HOLDER))
-        elif offset and how == "super":
+        if offset and how in ("self", "super"):
             args.insert(0, (-1, Role.GEN))
+        elif offset and how == "holder":
+            args.insert(0, (-1, Role.HOLDER))
         roles = _map_args(fn, args, offset)
         if roles is None:
             return stop("its arguments do not match its parameters")
         deeper.definer = definer
-        deeper.holder = ctx.holder if how in ("self", "super") else None
         self.read(fn, roles, deeper)
         return None
 
@@ -310,7 +313,9 @@ class _Check:
             if isinstance(obj, staticmethod | classmethod):
                 return obj.__func__, int(isinstance(obj, classmethod)), None
             return obj, 0, None
-        owner = ctx.holder or self.cls
+        owner = ctx.holder if how == "holder" else self.cls
+        if owner is None:
+            return _UNRESOLVED, 0, None
         mro = owner.__mro__
         if how == "super":
             if ctx.definer not in mro:
@@ -351,8 +356,7 @@ class _Check:
         if done in self.done:
             return None
         self.done.add(done)
-        inherited = {k: v for k, v in ctx.fields.items()} if ctx.holder is not None else {}
-        self.read_class(klass, Role.HOLDER, init_args, {**inherited, **fields}, ctx.depth + 1)
+        self.read_class(klass, Role.HOLDER, init_args, fields, ctx.depth + 1)
         return None
 
     @staticmethod

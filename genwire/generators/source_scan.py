@@ -48,6 +48,8 @@ KIND_BY_ATTRIBUTE: dict[str, ResourceKind] = {
 KIND_BY_CALLER: dict[str, ResourceKind] = {"len": ResourceKind.DATASET}  # len(handle)
 
 RESOURCE_ATTRIBUTES = ("resources", "_resources")  # the generator's attributes holding them
+# Built-ins reading one attribute by name: harmless with a literal name, a warning with another.
+ATTRIBUTE_CALLS = frozenset({"getattr", "hasattr", "setattr", "delattr"})
 # Built-ins that take the generator without reaching into it (its own dunder methods are
 # checked as methods).
 HARMLESS_CALLS = frozenset(
@@ -100,8 +102,8 @@ class Dynamic:
 @dataclass
 class Call:
     """A call handing a role on: ``callee`` is ``[how, name]`` with how one of ``global``
-    (a dotted name in the function's module), ``self`` (an attribute of the GEN or HOLDER
-    value's class), ``super`` (the next class's attribute) or ``local`` (a function defined
+    (a dotted name in the function's module), ``self`` (an attribute of the generator's
+    class), ``holder`` (of the helper class's), ``super`` (the next class's attribute) or ``local`` (a function defined
     in an enclosing function: name is its key); ``args`` maps a position or keyword to a role."""
 
     line: int
@@ -115,7 +117,7 @@ class Call:
 class Summary:
     uses: list[Use] = field(default_factory=list)
     dynamic: list[Dynamic] = field(default_factory=list)
-    stores: dict[str, Role] = field(default_factory=dict)
+    stores: dict[str, Role] = field(default_factory=dict)  # "gen:attr" / "holder:attr" -> the role stored
     calls: list[Call] = field(default_factory=list)
     handles: dict[str, str] = field(default_factory=dict)  # attribute -> the slot whose handle it holds
     attr_kinds: dict[str, list[str]] = field(default_factory=dict)  # attribute -> kinds its uses say
@@ -270,8 +272,10 @@ class _Reader:
 
     # -- what an expression is --
     def role_of(self, node: ast.AST | None, env: dict[str, Role]) -> Role | None:
+        if not isinstance(getattr(node, "ctx", None) or ast.Load(), ast.Load):
+            return None  # a target being assigned or deleted
         if isinstance(node, ast.Name):
-            return env.get(node.id) if isinstance(node.ctx, ast.Load) else None
+            return env.get(node.id)
         if isinstance(node, ast.Attribute):
             base = self.role_of(node.value, env)
             if base is Role.GEN:
@@ -360,7 +364,9 @@ class _Reader:
             if role in (Role.GEN, Role.RES) and all(self.stores_into(t, env) for t in targets):
                 for t in targets:
                     assert isinstance(t, ast.Attribute)
-                    self.summary.stores[t.attr] = role
+                    owner = self.role_of(t.value, env)
+                    assert owner is not None
+                    self.summary.stores[f"{owner.value}:{t.attr}"] = role
                 return
         if role is Role.RES:
             self.classify_resources(node, parent, env)
@@ -411,18 +417,25 @@ class _Reader:
             else:
                 self.dynamic(node, f"{ast.unparse(parent)}: a slot chosen at run time")
             return
-        if self.handed_to_base_init(node, parent):
+        if self.handed_to_base_init(node, parent) or self.handed_to_call(node, parent, env):
             return
-        if self.handed_to_call(node, parent, env):
-            return
+        if _tested(node, parent):
+            return  # `if self.resources`, `x is not None`: nothing reaches a slot
         self.dynamic(node, f"{text} is handed on as a whole ({_context(parent)})")
 
     def classify_generator(self, node: ast.AST, parent: ast.AST | None, env: dict[str, Role]) -> None:
         if isinstance(parent, ast.Call | ast.keyword | ast.Starred):
             call = self.call_of(node, parent)
             if call is not None and node is not call.func:
-                if isinstance(call.func, ast.Name) and call.func.id in HARMLESS_CALLS and call.func.id not in env:
+                builtin = call.func.id if isinstance(call.func, ast.Name) and call.func.id not in env else None
+                if builtin in HARMLESS_CALLS:
                     return
+                if builtin in ATTRIBUTE_CALLS and call.args[:1] == [node]:
+                    if len(call.args) < 2 or _const_str(call.args[1]) is None:
+                        self.dynamic(
+                            node, f"{ast.unparse(call)}: an attribute chosen at run time (it may be the resources)"
+                        )
+                    return  # a literal name: another attribute (the resources' own names are read above)
                 if self.handed_to_base_init(node, parent) or self.handed_to_call(node, parent, env):
                     return
                 self.dynamic(node, f"{ast.unparse(node)}, and its resources with it, is handed on ({_context(parent)})")
@@ -434,14 +447,6 @@ class _Reader:
         value, _ = _assignment(parent)
         if value is node or isinstance(parent, ast.List | ast.Tuple | ast.Set | ast.Dict):
             self.dynamic(node, f"{ast.unparse(node)}, and its resources with it, is handed on (stored)")
-            return
-        if (
-            isinstance(parent, ast.Call)
-            and isinstance(parent.func, ast.Name)
-            and parent.func.id == "getattr"
-            and parent.args[:1] == [node]
-        ):
-            self.dynamic(node, f"{ast.unparse(parent)}: an attribute chosen at run time (it may be the resources)")
 
     def classify_namespace(self, node: ast.AST, role: Role, parent: ast.AST | None, env: dict[str, Role]) -> None:
         what = "the generator's attributes" if role is Role.NS else "__init__'s keyword arguments"
@@ -519,10 +524,11 @@ class _Reader:
         if not isinstance(func, ast.Attribute):
             return None
         base = func.value
-        if self.role_of(base, env) in (Role.GEN, Role.HOLDER):
+        role = self.role_of(base, env)
+        if role in (Role.GEN, Role.HOLDER):
             if isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "super":
                 return ["super", func.attr]
-            return ["self", func.attr]
+            return ["self" if role is Role.GEN else "holder", func.attr]
         if (  # type(self).helper / self.__class__.helper
             isinstance(base, ast.Call)
             and isinstance(base.func, ast.Name)
@@ -534,7 +540,7 @@ class _Reader:
             and base.attr == "__class__"
             and self.role_of(base.value, env) in (Role.GEN, Role.HOLDER)
         ):
-            return ["self", func.attr]
+            return ["self", func.attr]  # (a helper's type(self) is rare: resolved on the generator)
         parts = [func.attr]
         while isinstance(base, ast.Attribute):
             parts.append(base.attr)
@@ -576,6 +582,15 @@ def _kind_of_use(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> ResourceKind
     if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and node in parent.args:
         return KIND_BY_CALLER.get(parent.func.id)
     return None
+
+
+def _tested(node: ast.AST, parent: ast.AST | None) -> bool:
+    """Whether ``node`` is only tested for truth or identity."""
+    if isinstance(parent, ast.Compare):
+        return all(isinstance(op, ast.Is | ast.IsNot) for op in parent.ops)
+    if isinstance(parent, ast.If | ast.While | ast.IfExp | ast.Assert):
+        return parent.test is node
+    return isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not)  # (`a or b` passes a value on)
 
 
 def _context(parent: ast.AST | None) -> str:
