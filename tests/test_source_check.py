@@ -634,6 +634,21 @@ class ViaStoredByHelper(Generator[Any]):
         return [self._stash.stored_slot for _ in rows]  # STORED-BY-HELPER
 
 
+def _logged(fn: Any) -> Any:
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:  # no functools.wraps: the method is hidden
+        return await fn(*args, **kwargs)
+
+    return wrapper
+
+
+class ViaOpaqueDecorator(Generator[Any]):
+    metadata = GeneratorMetadata(name="via-opaque-decorator", description="x", required_resources={})
+
+    @_logged
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        return [self.resources.decorated_slot for _ in rows]  # OPAQUE-DECORATOR
+
+
 @pytest.mark.parametrize(
     ("cls", "slot", "tag", "text"),
     [
@@ -649,6 +664,7 @@ class ViaStoredByHelper(Generator[Any]):
         (ViaDataclassHolder, "dataclass_slot", "DATACLASS-HOLDER", "self.gen.resources.dataclass_slot"),
         (ViaLocalClass, "local_slot", "LOCAL-CLASS", "outer.resources.local_slot"),
         (ViaStoredByHelper, "stored_slot", "STORED-BY-HELPER", "self._stash.stored_slot"),
+        (ViaOpaqueDecorator, "decorated_slot", "OPAQUE-DECORATOR", "self.resources.decorated_slot"),
     ],
 )
 def test_a_use_reached_another_way_is_a_located_error(cls: type, slot: str, tag: str, text: str) -> None:
@@ -689,7 +705,7 @@ def test_where_the_generator_escapes_is_a_warning_at_that_line() -> None:
     assert all(f.severity is Severity.WARNING for f in findings)
 
 
-HELPERS = '''
+HELPERS = """
 def pick(gen):
     return gen.resources.helper_slot
 
@@ -698,9 +714,9 @@ def through(gen, depth=0):
 
 def on_resources(res):
     return res.resources_slot
-'''
+"""
 
-PACKAGED = '''
+PACKAGED = """
 from genwire.generators import Generator, GeneratorMetadata, ResourceKind
 
 from . import helpers
@@ -712,7 +728,7 @@ class Packaged(Generator):
     async def generate(self, rows):
         first = helpers.on_resources(self.resources)
         return [through(self) for _ in rows] + [first]
-'''
+"""
 
 
 @pytest.fixture
@@ -812,15 +828,27 @@ class DelegatingWriter(PlainWriter):
         return await JudgedWriter.generate(self, rows)
 
 
+class SuperWriter(JudgedWriter):
+    """Extends the parent's body through super(): that body runs, so its judge counts."""
+
+    metadata = GeneratorMetadata(
+        name="super-writer", description="x", required_resources={"model": ResourceKind.CHAT_MODEL}
+    )
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        return [*(await super().generate(rows)), await self.resources.model.complete("x")]
+
+
 def test_a_subclass_is_checked_through_its_mro_not_the_overridden_bodies() -> None:
     assert check_generator(PlainWriter) == []
     assert_declarations_match(PlainWriter)
-    [found] = check_generator(DelegatingWriter)
-    assert (found.severity, found.slot, found.line) == (
-        Severity.ERROR,
-        "judge",
-        line_of("self.resources.judge", "PARENT-JUDGE"),
-    )
+    for delegating in (DelegatingWriter, SuperWriter):
+        [found] = check_generator(delegating)
+        assert (found.severity, found.slot, found.line) == (
+            Severity.ERROR,
+            "judge",
+            line_of("self.resources.judge", "PARENT-JUDGE"),
+        )
 
 
 # --- issue 33 item 12: the cache is keyed by content, not size and mtime ------------------------------

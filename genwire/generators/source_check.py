@@ -193,7 +193,7 @@ class _Check:
             return None
         path, scan = found
         code = fn.__code__
-        key = function_key(code.co_firstlineno, code.co_name)
+        key = _key(fn)
         entry = Entry.of(roles, ctx.fields if roles else {})
         done = ("fn", path, key, entry.key, ctx.definer, ctx.holder)
         summary = scan.summary(key, entry)
@@ -246,9 +246,41 @@ class _Check:
                 elif name == "__init__":
                     roles.update(init)
                 self.read(fn, roles, _Context("", {}, definer, owner, fields, depth))
+            self.read_hidden(klass, keep, role, fields, depth)
             now = {**self.fields.get(None, {}), **known} if owner is not None else dict(known)
             if now == fields:  # no method stored a role into a new attribute
                 return
+
+    def read_hidden(
+        self, klass: type, keep: Callable[[type], bool], role: Role, fields: dict[str, Role], depth: int
+    ) -> None:
+        """The ``def`` statements in the class bodies whose function the live class does not
+        show (a decorator without ``functools.wraps`` replaced it): read from the source."""
+        resolved = _resolved_names(klass)
+        for k in klass.__mro__:
+            if not keep(k):
+                continue
+            decl = _class_decl(k, self)
+            if decl is None:
+                continue
+            path, found = decl
+            module = sys.modules.get(k.__module__)
+            for name, keys in found.methods.items():
+                if resolved.get(name) is not k:
+                    continue  # overridden below, or rebound
+                live = {_key(fn) for fn in _functions_of(vars(k)[name])}
+                for key in keys:
+                    params = self.scan_of(path).params.get(key, [])
+                    if key in live or not params:
+                        continue
+                    entry = Entry.of({params[0]: role}, fields)
+                    summary = self.scan_of(path).summary(key, entry)
+                    done = ("hidden", path, key, entry.key)
+                    if summary is not None and done not in self.done:
+                        self.done.add(done)
+                        owner = klass if role is Role.HOLDER else None
+                        ctx = _Context(path, vars(module) if module else {}, k, owner, fields, depth)
+                        self.take(summary, ctx, self.scan_of(path))
 
     # -- following a call that hands a role on --
     def follow(self, call: Call, ctx: _Context, scan: FileScan) -> None:
@@ -369,6 +401,19 @@ class _Check:
 
 
 _UNRESOLVED = object()
+
+
+def _key(fn: FunctionType) -> str:
+    return function_key(fn.__code__.co_firstlineno, fn.__code__.co_name)
+
+
+def _resolved_names(klass: type) -> dict[str, type]:
+    """Each attribute name -> the class of ``klass``'s MRO it resolves to."""
+    out: dict[str, type] = {}
+    for k in klass.__mro__:
+        for name in vars(k):
+            out.setdefault(name, k)
+    return out
 
 
 def _generated(klass: type, name: str, fn: FunctionType) -> bool:

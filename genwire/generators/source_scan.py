@@ -153,6 +153,7 @@ class ClassDecl:
     end: int
     declared_at: dict[str, tuple[int, int]]
     metadata_at: tuple[int, int] | None
+    methods: dict[str, list[str]] = field(default_factory=dict)  # name -> keys of the plain defs in its body
 
 
 # --- reading one function -----------------------------------------------------------------------
@@ -424,6 +425,11 @@ class _Reader:
         self.dynamic(node, f"{text} is handed on as a whole ({_context(parent)})")
 
     def classify_generator(self, node: ast.AST, parent: ast.AST | None, env: dict[str, Role]) -> None:
+        if isinstance(node, ast.Call) and isinstance(parent, ast.Attribute):  # super().generate(rows)
+            call = self.parents.get(parent)
+            if isinstance(call, ast.Call) and call.func is parent and not self.record_call(call, env):
+                self.dynamic(node, f"{ast.unparse(call)}: the check cannot follow this call")
+            return
         if isinstance(parent, ast.Call | ast.keyword | ast.Starred):
             call = self.call_of(node, parent)
             if call is not None and node is not call.func:
@@ -485,6 +491,9 @@ class _Reader:
         call = self.call_of(node, parent)
         if call is None:
             return False
+        return self.record_call(call, env)
+
+    def record_call(self, call: ast.Call, env: dict[str, Role]) -> bool:
         callee = self.callee(call.func, env)
         if callee is None:
             return False
@@ -634,6 +643,11 @@ def _declarations(cls_node: ast.ClassDef) -> tuple[dict[str, tuple[int, int]], t
     return {}, None
 
 
+def _static_or_class(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    names = {d.id if isinstance(d, ast.Name) else getattr(d, "attr", "") for d in fn.decorator_list}
+    return bool(names & {"staticmethod", "classmethod"})
+
+
 def _classes(tree: ast.Module) -> list[ClassDecl]:
     """Every ``class`` statement with the ``__qualname__`` Python gives it."""
     found: list[ClassDecl] = []
@@ -643,7 +657,11 @@ def _classes(tree: ast.Module) -> list[ClassDecl]:
             if isinstance(node, ast.ClassDef):
                 declared_at, metadata_at = _declarations(node)
                 qualname = prefix + node.name
-                found.append(ClassDecl(qualname, node.lineno, node.end_lineno or node.lineno, declared_at, metadata_at))
+                decl = ClassDecl(qualname, node.lineno, node.end_lineno or node.lineno, declared_at, metadata_at)
+                for stmt in node.body:  # plain methods, to read when a decorator hides them at run time
+                    if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and not _static_or_class(stmt):
+                        decl.methods.setdefault(stmt.name, []).append(_key_of(stmt))
+                found.append(decl)
                 walk(node.body, f"{qualname}.")
             elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 walk(node.body, f"{prefix}{node.name}.<locals>.")
@@ -709,7 +727,7 @@ class FileScan:
             "version": checker_version(),
             "path": self.path,
             "digest": self.digest,
-            "classes": [[c.qualname, c.start, c.end, c.declared_at, c.metadata_at] for c in self.classes],
+            "classes": [[c.qualname, c.start, c.end, c.declared_at, c.metadata_at, c.methods] for c in self.classes],
             "params": self.params,
             "summaries": {k: v.to_json() for k, v in self.summaries.items()},
         }
@@ -720,8 +738,8 @@ class FileScan:
             path=data["path"],
             digest=data["digest"],
             classes=[
-                ClassDecl(q, s, e, {k: (v[0], v[1]) for k, v in d.items()}, (m[0], m[1]) if m else None)
-                for q, s, e, d, m in data["classes"]
+                ClassDecl(q, s, e, {k: (v[0], v[1]) for k, v in d.items()}, (m[0], m[1]) if m else None, dict(f))
+                for q, s, e, d, m, f in data["classes"]
             ],
             params={k: list(v) for k, v in data["params"].items()},
             summaries={k: Summary.from_json(v) for k, v in data["summaries"].items()},
