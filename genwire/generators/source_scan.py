@@ -19,6 +19,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -614,6 +615,25 @@ def _context(parent: ast.AST | None) -> str:
     return f"used in {type(parent).__name__}" if parent is not None else "used"
 
 
+# Words without which no expression in a function's text can reach the resources (besides
+# its role parameters and the entry's fields): reading its tree is skipped (most methods).
+_REACHING_WORDS = ("resources", "__dict__", "vars", "getattr", "__getattribute__", "super", "__class__")
+
+
+def _may_matter(text: str, entry: Entry) -> bool:
+    """Whether ``text`` (a function's source) can do anything with the roles of ``entry``:
+    a cheap test on the text before the tree is walked. A GEN or HOLDER parameter only
+    followed by ``.`` reaches nothing but attributes, which the words and fields cover;
+    any other use of it (passed, stored, returned) or of another role's name is read."""
+    if any(word in text for word in _REACHING_WORDS) or any(name in text for name, _ in entry.fields):
+        return True
+    for name, role in entry.params:
+        tail = r"(?!\s*\.)" if role in (Role.GEN, Role.HOLDER) else ""
+        if re.search(rf"(?<![\w.]){re.escape(name)}\b{tail}", text):
+            return True
+    return False
+
+
 def read_function(fn: _Function, entry: Entry) -> Summary:
     """What ``fn`` (and what is nested in it) does with the roles ``entry`` gives its parameters."""
     params = set(_params(fn))
@@ -687,6 +707,7 @@ class FileScan:
     summaries: dict[str, Summary]
     tree: ast.Module | None = None  # parsed only when a summary is missing
     by_key: dict[str, list[_Function]] | None = None
+    lines: list[str] | None = None  # the source's lines, while it is being read
     dirty: bool = False
 
     def summary(self, key: str, entry: Entry) -> Summary | None:
@@ -696,10 +717,14 @@ class FileScan:
         if hit is not None:
             return hit
         nodes = self.functions().get(key)
+        if not nodes and key.endswith(":<lambda>"):
+            nodes = self.lambdas().get(key)
         if not nodes:
             return None
         merged = Summary()
         for node in nodes:  # two lambdas on one line: both are read
+            if not _may_matter(self.text_of(node), entry):
+                continue
             part = read_function(node, entry)
             merged.uses += part.uses
             merged.dynamic += part.dynamic
@@ -712,15 +737,34 @@ class FileScan:
         self.dirty = True
         return merged
 
+    def text_of(self, node: _Function) -> str:
+        if self.lines is None:
+            self.lines = Path(self.path).read_bytes().decode("utf-8", errors="replace").splitlines()
+        first = node.lineno  # the body only: the signature names every parameter
+        if not isinstance(node, ast.Lambda) and node.body[0].lineno > node.lineno:
+            first = node.body[0].lineno
+        return "\n".join(self.lines[first - 1 : node.end_lineno or node.lineno])
+
+    def parsed(self) -> ast.Module:
+        if self.tree is None:
+            self.tree = ast.parse(Path(self.path).read_bytes(), filename=self.path)
+        return self.tree
+
     def functions(self) -> dict[str, list[_Function]]:
-        """The file's functions by key, parsed once."""
+        """The file's ``def`` statements by key, parsed once."""
         if self.by_key is None:
-            if self.tree is None:
-                self.tree = ast.parse(Path(self.path).read_bytes(), filename=self.path)
             self.by_key = {}
-            for node in _function_nodes(self.tree):
+            for node in _defs(self.parsed().body):
                 self.by_key.setdefault(_key_of(node), []).append(node)
         return self.by_key
+
+    def lambdas(self) -> dict[str, list[_Function]]:
+        """The file's lambdas by key: a walk of the whole tree, only when one is asked for."""
+        found: dict[str, list[_Function]] = {}
+        for node in ast.walk(self.parsed()):
+            if isinstance(node, ast.Lambda):
+                found.setdefault(_key_of(node), []).append(node)
+        return found
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -749,12 +793,27 @@ class FileScan:
 def scan_source(source: bytes, path: str, digest: str) -> FileScan:
     tree = ast.parse(source, filename=path)
     scan = FileScan(path, digest, _classes(tree), {}, {}, tree=tree, dirty=True)
+    scan.lines = source.decode("utf-8", errors="replace").splitlines()
     scan.params = {key: _params(nodes[0]) for key, nodes in scan.functions().items()}
     return scan
 
 
-def _function_nodes(tree: ast.Module) -> list[_Function]:
-    return [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)]
+def _defs(body: list[ast.stmt]) -> list[_Function]:
+    """Every ``def`` among the statements of ``body``, at any depth (statements only: far
+    cheaper than walking every expression)."""
+    found: list[_Function] = []
+    stack: list[ast.stmt] = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            found.append(node)
+        for name in ("body", "orelse", "finalbody"):
+            stack.extend(getattr(node, name, ()))
+        for handler in getattr(node, "handlers", ()):
+            stack.extend(handler.body)
+        for case in getattr(node, "cases", ()):
+            stack.extend(case.body)
+    return found
 
 
 # --- the cache ---------------------------------------------------------------------------------
