@@ -763,6 +763,8 @@ def test_lint_json_and_boot_report_a_helper_use_alike(packaged: tuple[type, Path
     assert report["ok"] is False
     linted = {(f["file"], f["line"], f["col"], f["slot"]) for f in report["findings"]}
     assert linted == {(f.file, f.line, f.col, f.slot) for f in check_generator(cls)}
+    by_path = json.loads(genwire_cli("lint", "--json", str(package / "gen.py")).stdout)  # relative imports work
+    assert by_path["findings"] == report["findings"]
     cfg = config("http://127.0.0.1:9/v1", {"name": "a", "generator": "packaged"})
     with pytest.raises(genwire.WiringError) as info:
         genwire.boot(cfg, generators=[cls])
