@@ -536,61 +536,51 @@ def check_generator(cls: type, files: dict[str, FileScan] | None = None) -> list
         kinds.setdefault(use.slot, set()).update(use.kinds)
     for attr, slot in check.handles.items():
         kinds.setdefault(slot, set()).update(check.attr_kinds.get(attr, []))
-    for path, use in check.uses:
-        if use.slot in declared:
-            continue
-        entry, about = _entry(use.slot, kinds[use.slot])
+
+    def add(severity: Severity, file: str | None, at: tuple[int, int] | None, slot: str | None, message: str) -> None:
+        line, col = at if at is not None else (None, None)
+        entry = _entry(slot, kinds[slot])[0] if severity is Severity.ERROR and slot is not None else None
         findings.add(
             Finding(
-                severity=Severity.ERROR,
+                severity=severity,
                 generator=name,
-                file=path,
-                line=use.line,
-                col=use.col,
-                slot=use.slot,
-                message=f"uses resource slot {use.slot!r} ({use.how}), which required_resources does not "
-                f"declare; add {entry} to required_resources{about}",
+                file=file,
+                line=line,
+                col=col,
+                slot=slot,
+                message=message,
                 suggested_entry=entry,
             )
         )
-    for path, dyn in check.dynamic:
-        findings.add(
-            Finding(
-                severity=Severity.WARNING,
-                generator=name,
-                file=path,
-                line=dyn.line,
-                col=dyn.col,
-                slot=None,
-                message=f"{dyn.what}; the check cannot read this use (the runtime guard still holds)",
+
+    for path, use in check.uses:
+        if use.slot not in declared:
+            entry, about = _entry(use.slot, kinds[use.slot])
+            message = (
+                f"uses resource slot {use.slot!r} ({use.how}), which required_resources does not declare; "
+                f"add {entry} to required_resources{about}"
             )
-        )
+            add(Severity.ERROR, path, (use.line, use.col), use.slot, message)
+    for path, dyn in check.dynamic:
+        what = f"{dyn.what}; the check cannot read this use (the runtime guard still holds)"
+        add(Severity.WARNING, path, (dyn.line, dyn.col), None, what)
     for where, why in check.notes:
-        findings.add(
-            Finding(severity=Severity.NOTE, generator=name, file=where, line=None, col=None, slot=None, message=why)
-        )
+        add(Severity.NOTE, where, None, None, why)
     if not check.notes and not check.dynamic:  # else a slot may be used where the check cannot see
         owner = next((k for k in cls.__mro__ if "metadata" in vars(k)), cls)
         decl = _class_decl(owner, check)
         for slot in declared:
             if slot in kinds:
                 continue
-            file, line, col = None, None, None
+            file, at = None, None
             if decl is not None:
                 file = decl[0]
-                line, col = decl[1].declared_at.get(slot) or decl[1].metadata_at or (decl[1].start, 1)
-            findings.add(
-                Finding(
-                    severity=Severity.WARNING,
-                    generator=name,
-                    file=file,
-                    line=line,
-                    col=col,
-                    slot=slot,
-                    message=f"declares slot {slot!r}, which no code uses; the pre-flight checks a resource "
-                    "the generator never calls (remove it from required_resources if it is not needed)",
-                )
+                at = decl[1].declared_at.get(slot) or decl[1].metadata_at or (decl[1].start, 1)
+            message = (
+                f"declares slot {slot!r}, which no code uses; the pre-flight checks a resource the generator "
+                "never calls (remove it from required_resources if it is not needed)"
             )
+            add(Severity.WARNING, file, at, slot, message)
     if files is None:
         save_all()
     return sorted(findings, key=lambda f: (f.file or "", f.line or 0, f.col or 0, f.slot or "", f.message))
