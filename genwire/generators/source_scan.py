@@ -624,9 +624,13 @@ def _may_matter(text: str, entry: Entry) -> bool:
     """Whether ``text`` (a function's source) can do anything with the roles of ``entry``:
     a cheap test on the text before the tree is walked. A GEN or HOLDER parameter only
     followed by ``.`` reaches nothing but attributes, which the words and fields cover;
-    any other use of it (passed, stored, returned) or of another role's name is read."""
+    any other use of it (passed, stored, returned) or of another role's name is read. A
+    method using a handle the kind tables know (``.embed(``) is read for its kind hint."""
     if any(word in text for word in _REACHING_WORDS) or any(name in text for name, _ in entry.fields):
         return True
+    holds_generator = any(role in (Role.GEN, Role.HOLDER) for _, role in entry.params)
+    if holds_generator and any(f".{word}" in text for word in (*KIND_BY_METHOD, *KIND_BY_ATTRIBUTE)):
+        return True  # self._model.embed(...): a kind hint for a stored handle
     for name, role in entry.params:
         tail = r"(?!\s*\.)" if role in (Role.GEN, Role.HOLDER) else ""
         if re.search(rf"(?<![\w.]){re.escape(name)}\b{tail}", text):
