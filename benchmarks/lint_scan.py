@@ -8,7 +8,8 @@ Happy case: the built-in generators (clean code). Imperfect case: a plugin packa
 generator hands itself and its resources to helper modules, a helper class and a
 ``super()`` chain, with escapes the check warns about (the calls it follows are the cost).
 Each case cold (no cache), warm (the on-disk cache, a new process) and hot (in memory).
-Numbers vary with other load on the machine; medians of ``--repeat`` runs.
+Times are CPU time of this process (``time.process_time``: other load on a shared machine
+moves them far less than wall time), medians of ``--repeat`` runs.
 """
 
 from __future__ import annotations
@@ -83,9 +84,9 @@ def median_ms(run: Callable[[], object], before: Callable[[], None], repeat: int
     times = []
     for _ in range(repeat):
         before()
-        start = time.perf_counter()
+        start = time.process_time()
         run()
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     return statistics.median(times) * 1e3
 
 
