@@ -220,7 +220,7 @@ def check_in_process(tmp: Path, runs: int) -> list[tuple[str, float]]:
     every file parsed (an empty cache) vs the disk cache (a new process) vs memory."""
     import shutil
 
-    from genwire.generators import source_check
+    from genwire.generators import source_check, source_scan
     from genwire.generators.discovery import discover
 
     sys.path.insert(0, str(tmp / "site-50-False"))
@@ -238,10 +238,10 @@ def check_in_process(tmp: Path, runs: int) -> list[tuple[str, float]]:
         times: dict[str, list[float]] = {"nothing cached": [], "disk cache": [], "in-memory cache": []}
         for _ in range(runs):
             shutil.rmtree(cache, ignore_errors=True)
-            source_check._memory.clear()
+            source_scan._memory.clear()
             for how in times:  # parse and write the disk cache; read it back; memory
                 if how == "disk cache":
-                    source_check._memory.clear()
+                    source_scan._memory.clear()
                 started = time.perf_counter()
                 source_check.check_generators(classes)
                 times[how].append(time.perf_counter() - started)

@@ -37,6 +37,14 @@ def _import_file(path: Path) -> ModuleType:
     if path.suffix != ".py":
         raise LintInputError(f"{path}: not a Python file (give a .py path or a dotted module name)")
     resolved = path.resolve()
+    dotted = _package_module(resolved)
+    if dotted is not None:  # a module of a package: imported by its name, so its relative imports work
+        root, name = dotted
+        sys.path.insert(0, str(root))
+        try:
+            return _import_module(name)
+        finally:
+            sys.path.remove(str(root))
     # A name of its own per path: two plugin files called dedup.py never share a module.
     name = f"genwire_lint_{resolved.stem}_{hashlib.sha256(str(resolved).encode()).hexdigest()[:12]}"
     if name in sys.modules:
@@ -57,6 +65,21 @@ def _import_file(path: Path) -> ModuleType:
     finally:
         sys.path.remove(str(resolved.parent))
     return module
+
+
+def _package_module(path: Path) -> tuple[Path, str] | None:
+    """(the directory holding the top package, the dotted module name) of a file inside a
+    package (its directory has an ``__init__.py``), else None."""
+    if not path.stem.isidentifier():
+        return None
+    parts = [] if path.name == "__init__.py" else [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").is_file() and folder.name.isidentifier():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    if len(parts) < 2 and path.name != "__init__.py":
+        return None
+    return (folder, ".".join(parts)) if parts else None
 
 
 def _import_module(name: str) -> ModuleType:

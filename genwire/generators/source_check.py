@@ -1,61 +1,53 @@
-"""The static check of plugin code (SPEC §15): a generator's source against its
+"""The static check of plugin code (SPEC §15): a generator's code against its
 ``required_resources``.
 
-``ast`` reads the generator class and the plugin classes it inherits from (never
-genwire's own base class). Every literal slot use — ``self.resources.x``,
-``self.resources["x"]``, ``"x" in self.resources``, ``getattr(self.resources, "x")``, the
-same through a local alias (``r = self.resources``) or ``__init__``'s ``resources``
-parameter, in nested functions, lambdas and comprehensions too — must be declared: an
-undeclared one is an error located at file:line:col with the entry to add, its kind read
-from how the slot is used. What cannot be read statically is a warning naming the line
-(the runtime guard still holds there); a declared slot nothing uses is a warning; a class
-whose source cannot be found is a note.
-
-Reading a file is the cost, so a file's scan (which depends on the file alone; the
-findings also depend on the declarations, which are cheap to apply) is cached in memory
-and on disk, keyed by path, mtime and size.
+The check starts from the live class: every method the generator resolves through its
+MRO (a subclass's override, never the parent body it replaces; a method assigned from a
+module-level function; a property's getter, a lambda too) is read by ``source_scan`` with
+``self`` as the generator. Every literal slot use must be declared: an undeclared one is
+an error located at file:line:col with the entry to add, its kind read from how the slot
+is used. Where the generator or its resources are handed to a function of the plugin's
+own package (a helper module, a static method, ``super()``'s method, a helper class's
+constructor and then its methods), the check follows, to a bounded depth; where it
+cannot follow, that is a warning naming the line (the runtime guard still holds there),
+never silence. A declared slot nothing uses is a warning; code whose source cannot be
+found is a note.
 """
 
 from __future__ import annotations
 
-import ast
 import builtins
-import functools
-import hashlib
+import dataclasses
 import inspect
-import json
 import os
 import sys
-import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
+from types import FunctionType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from genwire.config.paths import user_cache_dir
 from genwire.generators.metadata import ResourceKind
+from genwire.generators.source_scan import (
+    Call,
+    ClassDecl,
+    Dynamic,
+    Entry,
+    FileScan,
+    Role,
+    Summary,
+    Use,
+    file_scan,
+    function_key,
+    save_all,
+)
 
-FORMAT_VERSION = 1  # of the on-disk scans; bump when the scanner changes what it records
-
-# How a slot's use says what it is (SPEC §4: what each kind of handle offers).
-_KIND_BY_METHOD = {
-    "complete": ResourceKind.CHAT_MODEL,
-    "embed": ResourceKind.EMBEDDING_MODEL,
-    "rows": ResourceKind.DATASET,
-    "row": ResourceKind.DATASET,
-    "sample": ResourceKind.DATASET,
-    "get": ResourceKind.MODEL_REGISTRY,
-}
-_KIND_BY_ATTRIBUTE = {
-    "dimensions": ResourceKind.EMBEDDING_MODEL,
-    "columns": ResourceKind.DATASET,
-    "aliases": ResourceKind.MODEL_REGISTRY,
-}
+MAX_DEPTH = 6  # calls followed from a method before the check says it stopped
 # Classes of the MRO that are not plugin code: genwire's own base and Python's machinery.
-_NOT_PLUGIN_MODULES = frozenset({"typing", "abc", "genwire.generators.base"})
+_GENWIRE_BASE = "genwire.generators.base"
+_NOT_PLUGIN_MODULES = frozenset({"typing", "abc", _GENWIRE_BASE})
 
 
 class Severity(StrEnum):
@@ -94,399 +86,6 @@ class Finding(BaseModel):
         return f"{self.severity.value}: {self.text()}"
 
 
-# --- scanning one file ---------------------------------------------------------------------
-
-
-@dataclass
-class _Use:
-    slot: str
-    line: int
-    col: int
-    how: str  # the expression as written, for the message
-    kinds: list[str] = field(default_factory=list)
-
-
-@dataclass
-class _Dynamic:
-    line: int
-    col: int
-    what: str
-
-
-@dataclass
-class ClassScan:
-    """What one ``class`` statement's methods do with ``self.resources``."""
-
-    qualname: str
-    start: int
-    end: int
-    uses: list[_Use]
-    dynamic: list[_Dynamic]
-    declared_at: dict[str, tuple[int, int]]  # slot -> where required_resources names it
-    metadata_at: tuple[int, int] | None  # where ``metadata = ...`` is assigned
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "qualname": self.qualname,
-            "start": self.start,
-            "end": self.end,
-            "uses": [[u.slot, u.line, u.col, u.how, u.kinds] for u in self.uses],
-            "dynamic": [[d.line, d.col, d.what] for d in self.dynamic],
-            "declared_at": {k: list(v) for k, v in self.declared_at.items()},
-            "metadata_at": list(self.metadata_at) if self.metadata_at else None,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ClassScan:
-        return cls(
-            qualname=data["qualname"],
-            start=data["start"],
-            end=data["end"],
-            uses=[_Use(s, ln, c, h, list(k)) for s, ln, c, h, k in data["uses"]],
-            dynamic=[_Dynamic(ln, c, w) for ln, c, w in data["dynamic"]],
-            declared_at={k: (v[0], v[1]) for k, v in data["declared_at"].items()},
-            metadata_at=(data["metadata_at"][0], data["metadata_at"][1]) if data["metadata_at"] else None,
-        )
-
-
-def _parents(root: ast.AST) -> dict[ast.AST, ast.AST]:
-    return {child: node for node in ast.walk(root) for child in ast.iter_child_nodes(node)}
-
-
-def _const_str(node: ast.AST | None) -> str | None:
-    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
-
-
-def _kind_of_use(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> ResourceKind | None:
-    """The kind the expression ``node`` (a slot's handle) is used as, if the use says."""
-    parent = parents.get(node)
-    if isinstance(parent, ast.Attribute) and parent.value is node:
-        if parent.attr in _KIND_BY_METHOD and isinstance(parents.get(parent), ast.Call):
-            return _KIND_BY_METHOD[parent.attr]
-        return _KIND_BY_ATTRIBUTE.get(parent.attr)
-    if (
-        isinstance(parent, ast.Call)
-        and isinstance(parent.func, ast.Name)
-        and parent.func.id == "len"
-        and node in parent.args
-    ):
-        return ResourceKind.DATASET
-    return None
-
-
-def _self_name(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
-    decorators = {d.id for d in fn.decorator_list if isinstance(d, ast.Name)}
-    if decorators & {"staticmethod", "classmethod"}:
-        return None
-    args = fn.args.posonlyargs + fn.args.args
-    return args[0].arg if args else None
-
-
-class _MethodScanner:
-    """One method (and everything nested in it): its slot uses and dynamic uses."""
-
-    def __init__(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, scan: ClassScan, self_attrs: dict[str, str]):
-        self.fn = fn
-        self.scan = scan
-        self.self_attrs = self_attrs  # self.<attr> = <a slot's handle>, class-wide: kind hints
-        self.parents = _parents(fn)
-        self.self_name = _self_name(fn)
-        self.aliases: set[str] = set()  # local names bound to self.resources
-        if fn.name == "__init__":
-            params = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
-            self.aliases.update(a.arg for a in params if a.arg == "resources")
-        self.handles: dict[str, _Use] = {}  # local name -> the slot use it holds
-
-    def is_resources(self, node: ast.AST) -> bool:
-        if isinstance(node, ast.Name):
-            return node.id in self.aliases
-        return (
-            isinstance(node, ast.Attribute)
-            and node.attr in ("resources", "_resources")
-            and isinstance(node.value, ast.Name)
-            and node.value.id == self.self_name
-            and self.self_name is not None
-        )
-
-    def run(self) -> None:
-        nodes = list(ast.walk(self.fn))
-        self.find_aliases(nodes)
-        for node in nodes:
-            if self.is_resources(node) and not self.is_alias_definition(node):
-                self.classify(node)
-        self.hint_from_handles(nodes)
-
-    def find_aliases(self, nodes: list[ast.AST]) -> None:
-        changed = True
-        while changed:  # r = self.resources; s = r: aliases of aliases, in any order
-            changed = False
-            for node in nodes:
-                value, targets = _assignment(node)
-                if value is not None and self.is_resources(value):
-                    for t in targets:
-                        if isinstance(t, ast.Name) and t.id not in self.aliases:
-                            self.aliases.add(t.id)
-                            changed = True
-
-    def is_alias_definition(self, node: ast.AST) -> bool:
-        value, targets = _assignment(self.parents.get(node))
-        if value is node and targets and all(isinstance(t, ast.Name) for t in targets):
-            return True
-        if isinstance(node, ast.Name):  # the alias's own binding (a parameter is not a Name node)
-            return isinstance(node.ctx, ast.Store | ast.Del)
-        return False
-
-    def classify(self, node: ast.AST) -> None:
-        parent = self.parents.get(node)
-        line, col = getattr(node, "lineno", self.fn.lineno), getattr(node, "col_offset", 0) + 1
-        text = ast.unparse(node)
-        if isinstance(parent, ast.Attribute) and parent.value is node:
-            if parent.attr.startswith("_"):
-                self.dynamic(node, f"{text}.{parent.attr} reaches into genwire's internals, not a slot")
-            else:
-                self.use(parent.attr, parent, f"{text}.{parent.attr}")
-            return
-        if isinstance(parent, ast.Subscript) and parent.value is node:
-            key = _const_str(parent.slice)
-            if key is not None:
-                self.use(key, parent, f"{text}[{key!r}]")
-            else:
-                self.dynamic(node, f"{text}[{ast.unparse(parent.slice)}]: a slot chosen at run time")
-            return
-        if isinstance(parent, ast.Compare) and node in parent.comparators:
-            i = parent.comparators.index(node)
-            left = parent.left if i == 0 else parent.comparators[i - 1]
-            if isinstance(parent.ops[i], ast.In | ast.NotIn):
-                key = _const_str(left)
-                if key is not None:
-                    self.scan.uses.append(_Use(key, line, col, f"{key!r} in {text}"))
-                else:
-                    self.dynamic(node, f"{ast.unparse(left)} in {text}: a slot chosen at run time")
-                return
-        if (
-            isinstance(parent, ast.Call)
-            and isinstance(parent.func, ast.Name)
-            and parent.func.id in ("getattr", "hasattr")
-            and parent.args
-            and parent.args[0] is node
-        ):
-            key = _const_str(parent.args[1]) if len(parent.args) > 1 else None
-            if key is not None:
-                self.use(key, parent, f"{parent.func.id}({text}, {key!r})")
-            else:
-                self.dynamic(node, f"{ast.unparse(parent)}: a slot chosen at run time")
-            return
-        if self.is_handed_to_base_init(node, parent):
-            return
-        self.dynamic(node, f"{text} is handed on as a whole ({_context(parent)})")
-
-    def is_handed_to_base_init(self, node: ast.AST, parent: ast.AST | None) -> bool:
-        """``super().__init__(..., resources=resources)``: the one expected hand-over."""
-        call = self.parents.get(parent) if isinstance(parent, ast.keyword) else parent
-        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute):
-            return False
-        if call.func.attr != "__init__":
-            return False
-        return (isinstance(parent, ast.keyword) and parent.arg == "resources") or node in call.args
-
-    def use(self, slot: str, expr: ast.AST, how: str) -> None:
-        kind = _kind_of_use(expr, self.parents)
-        found = _Use(slot, getattr(expr, "lineno", 0), getattr(expr, "col_offset", 0) + 1, how)
-        if kind is not None:
-            found.kinds.append(kind.value)
-        self.scan.uses.append(found)
-        value, targets = _assignment(self.parents.get(expr))
-        if value is expr:  # model = self.resources.model: its later uses say the kind
-            for t in targets:
-                if isinstance(t, ast.Name):
-                    self.handles[t.id] = found
-                elif (
-                    isinstance(t, ast.Attribute)
-                    and isinstance(t.value, ast.Name)
-                    and t.value.id == self.self_name
-                    and self.self_name is not None
-                ):
-                    self.self_attrs[t.attr] = slot
-
-    def dynamic(self, node: ast.AST, what: str) -> None:
-        self.scan.dynamic.append(_Dynamic(getattr(node, "lineno", 0), getattr(node, "col_offset", 0) + 1, what))
-
-    def hint_from_handles(self, nodes: list[ast.AST]) -> None:
-        for node in nodes:
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in self.handles:
-                kind = _kind_of_use(node, self.parents)
-                if kind is not None:
-                    self.handles[node.id].kinds.append(kind.value)
-
-
-def _assignment(node: ast.AST | None) -> tuple[ast.AST | None, list[ast.expr]]:
-    if isinstance(node, ast.Assign):
-        return node.value, list(node.targets)
-    if isinstance(node, ast.AnnAssign | ast.NamedExpr) and node.value is not None:
-        return node.value, [node.target]
-    return None, []
-
-
-def _context(parent: ast.AST | None) -> str:
-    if isinstance(parent, ast.Call | ast.keyword):
-        return "passed to a function"
-    if isinstance(parent, ast.Assign | ast.AnnAssign):
-        return "stored"
-    if isinstance(parent, ast.Return):
-        return "returned"
-    if isinstance(parent, ast.For | ast.AsyncFor | ast.comprehension):
-        return "iterated"
-    return f"used in {type(parent).__name__}" if parent is not None else "used"
-
-
-def _declarations(cls_node: ast.ClassDef) -> tuple[dict[str, tuple[int, int]], tuple[int, int] | None]:
-    """Where ``metadata = GeneratorMetadata(required_resources={...})`` names each slot."""
-    for stmt in cls_node.body:
-        value, targets = _assignment(stmt)
-        if not any(isinstance(t, ast.Name) and t.id == "metadata" for t in targets):
-            continue
-        at = (stmt.lineno, stmt.col_offset + 1)
-        if isinstance(value, ast.Call):
-            for kw in value.keywords:
-                if kw.arg == "required_resources" and isinstance(kw.value, ast.Dict):
-                    slots = {
-                        key.value: (key.lineno, key.col_offset + 1)
-                        for key in kw.value.keys
-                        if isinstance(key, ast.Constant) and isinstance(key.value, str)
-                    }
-                    return slots, at
-        return {}, at
-    return {}, None
-
-
-def _mentions_resources(fn: ast.AST, lines: list[str]) -> bool:
-    """Whether the method's text holds ``resources`` at all: most methods do not, and
-    reading their text is far cheaper than walking their tree."""
-    start, end = getattr(fn, "lineno", 1), getattr(fn, "end_lineno", None) or len(lines)
-    return any("resources" in line for line in lines[start - 1 : end])
-
-
-def _scan_class(node: ast.ClassDef, qualname: str, lines: list[str]) -> ClassScan:
-    declared_at, metadata_at = _declarations(node)
-    scan = ClassScan(qualname, node.lineno, node.end_lineno or node.lineno, [], [], declared_at, metadata_at)
-    self_attrs: dict[str, str] = {}
-    scanners = [
-        _MethodScanner(stmt, scan, self_attrs)
-        for stmt in node.body
-        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and _mentions_resources(stmt, lines)
-    ]
-    for scanner in scanners:
-        scanner.run()
-    if self_attrs:  # self._model = self.resources.model in __init__; self._model.complete(...) elsewhere
-        first_use = {u.slot: u for u in scan.uses}
-        for fn in node.body:
-            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
-                continue
-            self_name, parents = _self_name(fn), _parents(fn)
-            for n in parents:
-                if (
-                    isinstance(n, ast.Attribute)
-                    and n.attr in self_attrs
-                    and isinstance(n.value, ast.Name)
-                    and n.value.id == self_name
-                ):
-                    kind = _kind_of_use(n, parents)
-                    if kind is not None:
-                        first_use[self_attrs[n.attr]].kinds.append(kind.value)
-    return scan
-
-
-def _classes(tree: ast.Module) -> Iterator[tuple[str, ast.ClassDef]]:
-    """Every ``class`` statement with the ``__qualname__`` Python gives it."""
-
-    def walk(body: Iterable[ast.AST], prefix: str) -> Iterator[tuple[str, ast.ClassDef]]:
-        for node in body:
-            if isinstance(node, ast.ClassDef):
-                yield prefix + node.name, node
-                yield from walk(node.body, f"{prefix}{node.name}.")
-            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                yield from walk(node.body, f"{prefix}{node.name}.<locals>.")
-            elif isinstance(node, ast.If | ast.Try | ast.With | ast.AsyncWith | ast.For | ast.While):
-                children = [c for c in ast.iter_child_nodes(node) if isinstance(c, ast.stmt)]
-                for handler in getattr(node, "handlers", []):
-                    children.extend(handler.body)
-                yield from walk(children, prefix)
-
-    yield from walk(tree.body, "")
-
-
-def scan_source(source: str | bytes, filename: str) -> list[ClassScan]:
-    tree = ast.parse(source, filename=filename)
-    text = source.decode("utf-8", errors="replace") if isinstance(source, bytes) else source
-    lines = text.splitlines()
-    return [_scan_class(node, qualname, lines) for qualname, node in _classes(tree)]
-
-
-# --- the cache ---------------------------------------------------------------------------------
-
-_memory: dict[str, tuple[tuple[int, int], list[ClassScan]]] = {}
-
-
-def _cache_dir() -> Path:
-    return user_cache_dir() / "source-check"
-
-
-def _disk_path(path: str) -> Path:
-    return _cache_dir() / (hashlib.sha256(path.encode()).hexdigest()[:32] + ".json")
-
-
-@functools.cache
-def _checker_version() -> list[int]:
-    """FORMAT_VERSION and this module's own mtime and size: scans made by another
-    version of the scanner (an upgrade, an edit in a development checkout) are stale."""
-    st = os.stat(__file__)
-    return [FORMAT_VERSION, st.st_mtime_ns, st.st_size]
-
-
-def _read_disk(path: str, stamp: tuple[int, int]) -> list[ClassScan] | None:
-    try:
-        data = json.loads(_disk_path(path).read_text(encoding="utf-8"))
-        if data["version"] != _checker_version() or data["path"] != path or tuple(data["stamp"]) != stamp:
-            return None
-        return [ClassScan.from_json(c) for c in data["classes"]]
-    except (OSError, ValueError, KeyError, TypeError):  # absent, stale or damaged: scan again
-        return None
-
-
-def _write_disk(path: str, stamp: tuple[int, int], scans: list[ClassScan]) -> None:
-    record = {
-        "version": _checker_version(),
-        "path": path,
-        "stamp": list(stamp),
-        "classes": [s.to_json() for s in scans],
-    }
-    target = _disk_path(path)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(record))
-        os.replace(tmp, target)
-    except OSError:  # a read-only home only costs the next process a re-scan
-        pass
-
-
-def file_scans(path: str) -> list[ClassScan]:
-    """The scans of every class in ``path``, from the cache while the file is unchanged.
-    Raises OSError (unreadable) or SyntaxError (changed since import)."""
-    st = os.stat(path)
-    stamp = (st.st_mtime_ns, st.st_size)
-    hit = _memory.get(path)
-    if hit is not None and hit[0] == stamp:
-        return hit[1]
-    scans = _read_disk(path, stamp)
-    if scans is None:
-        scans = scan_source(Path(path).read_bytes(), path)
-        _write_disk(path, stamp, scans)
-    _memory[path] = (stamp, scans)
-    return scans
-
-
 # --- checking a generator class -----------------------------------------------------------------
 
 
@@ -497,45 +96,6 @@ def plugin_classes(cls: type) -> list[type]:
         for k in cls.__mro__
         if k.__module__ not in _NOT_PLUGIN_MODULES and getattr(builtins, k.__name__, None) is not k
     ]
-
-
-def _code_lines(klass: type) -> set[int]:
-    lines = set()
-    for value in vars(klass).values():
-        fn = getattr(value, "__func__", value)
-        fn = getattr(fn, "fget", fn)
-        code = getattr(fn, "__code__", None)
-        if code is not None:
-            lines.add(code.co_firstlineno)
-    return lines
-
-
-def _source_of(klass: type) -> tuple[str | None, ClassScan | None, str]:
-    """(file, scan, why not) of one class."""
-    try:
-        path = inspect.getsourcefile(klass)
-    except TypeError:  # a built-in module, or a class with no module file
-        path = None
-    if path is None or not os.path.exists(path):
-        module = sys.modules.get(klass.__module__)
-        origin = getattr(module, "__file__", None) or klass.__module__
-        return None, None, f"no Python source for class {klass.__qualname__} (from {origin}); it was not checked"
-    path = os.path.abspath(path)
-    try:
-        scans = file_scans(path)
-    except (OSError, SyntaxError, ValueError) as exc:
-        return path, None, f"the source of class {klass.__qualname__} could not be read ({exc}); it was not checked"
-    matches = [s for s in scans if s.qualname == klass.__qualname__]
-    if len(matches) > 1:  # the same name defined twice: the one holding this class's code
-        lines = _code_lines(klass)
-        matches = [s for s in matches if any(s.start <= n <= s.end for n in lines)] or matches[-1:]
-    if not matches:
-        return (
-            path,
-            None,
-            f"class {klass.__qualname__} has no class statement in {path} (made at run time?); it was not checked",
-        )
-    return path, matches[0], ""
 
 
 def _entry(slot: str, kinds: set[str]) -> tuple[str, str]:
@@ -550,88 +110,492 @@ def _entry(slot: str, kinds: set[str]) -> tuple[str, str]:
     return f'"{slot}": ResourceKind.<KIND>', f" (the kind cannot be read from its uses: one of {names})"
 
 
-def check_generator(cls: type) -> list[Finding]:
+@dataclass
+class _Context:
+    """Where a summary's calls are resolved: the function's module globals, the class whose
+    method it is (for ``super()``), the helper class a ``HOLDER`` is an instance of, and the
+    roles of that class's attributes."""
+
+    path: str
+    globals: dict[str, Any]
+    definer: type | None
+    holder: type | None
+    fields: dict[str, Role]
+    depth: int
+
+
+@dataclass
+class _Check:
+    """One generator class's check: what it found, and where it has been."""
+
+    cls: type
+    roots: set[str] = field(default_factory=set)  # top-level packages of the plugin
+    dirs: set[str] = field(default_factory=set)  # directories of top-level plugin modules
+    uses: list[tuple[str, Use]] = field(default_factory=list)
+    dynamic: list[tuple[str, Dynamic]] = field(default_factory=list)
+    notes: list[tuple[str | None, str]] = field(default_factory=list)
+    handles: dict[str, str] = field(default_factory=dict)
+    attr_kinds: dict[str, list[str]] = field(default_factory=dict)
+    done: set[tuple[Any, ...]] = field(default_factory=set)
+    plugin: set[type] = field(default_factory=set)  # the plugin classes of cls's MRO
+    fields: dict[type | None, dict[str, Role]] = field(default_factory=dict)  # attributes holding a role,
+    # stored by any code read (the generator's under None, a helper class's under the class)
+    files: dict[str, FileScan] = field(default_factory=dict)  # path -> its scan, this check
+
+    def __post_init__(self) -> None:
+        self.plugin = set(plugin_classes(self.cls))
+        for klass in self.plugin:
+            module = klass.__module__
+            self.roots.add(module.split(".")[0])
+            file = getattr(sys.modules.get(module), "__file__", None)
+            if "." not in module and file:
+                self.dirs.add(os.path.dirname(os.path.abspath(file)))
+
+    def own(self, obj: object) -> bool:
+        """Whether ``obj`` is code of the plugin's own package (the check follows calls there)."""
+        module = getattr(obj, "__module__", None) or ""
+        if module.split(".")[0] in self.roots and module not in _NOT_PLUGIN_MODULES:
+            return True
+        file = getattr(sys.modules.get(module), "__file__", None)
+        return "." not in module and bool(file) and os.path.dirname(os.path.abspath(str(file))) in self.dirs
+
+    def warn(self, path: str, line: int, col: int, what: str) -> None:
+        self.dynamic.append((path, Dynamic(line, col, what)))
+
+    # -- reading functions and classes --
+    def source(self, fn: FunctionType) -> tuple[str, FileScan] | None:
+        try:
+            path = inspect.getsourcefile(fn)
+        except TypeError:
+            path = None
+        if path is None or not os.path.exists(path):
+            origin = fn.__code__.co_filename
+            self.notes.append((None, f"no Python source for {fn.__qualname__} (from {origin}); it was not checked"))
+            return None
+        path = os.path.abspath(path)
+        try:
+            return path, self.scan_of(path)
+        except (OSError, SyntaxError, ValueError) as exc:
+            self.notes.append((path, f"the source of {fn.__qualname__} could not be read ({exc}); it was not checked"))
+            return None
+
+    def scan_of(self, path: str) -> FileScan:
+        """Each file is read and hashed once per check (``files`` is shared by one call of
+        ``check_generators``)."""
+        scan = self.files.get(path)
+        if scan is None:
+            scan = self.files[path] = file_scan(path)
+        return scan
+
+    def read(self, fn: FunctionType, roles: dict[str, Role], ctx: _Context) -> Summary | None:
+        found = self.source(fn)
+        if found is None:
+            return None
+        path, scan = found
+        code = fn.__code__
+        key = _key(fn)
+        entry = Entry.of(roles, ctx.fields if roles else {})
+        done = ("fn", path, key, entry.key, ctx.definer, ctx.holder)
+        summary = scan.summary(key, entry)
+        if summary is None:
+            self.notes.append(
+                (
+                    path,
+                    f"{fn.__qualname__} is not at line {code.co_firstlineno} of {path} (changed "
+                    "since it was imported?); it was not checked",
+                )
+            )
+            return None
+        if done not in self.done:
+            self.done.add(done)
+            here = _Context(path, fn.__globals__, ctx.definer, ctx.holder, ctx.fields, ctx.depth)
+            self.take(summary, here, scan)
+        return summary
+
+    def take(self, summary: Summary, ctx: _Context, scan: FileScan) -> None:
+        self.uses += [(ctx.path, u) for u in summary.uses]
+        self.dynamic += [(ctx.path, d) for d in summary.dynamic]
+        self.handles.update(summary.handles)
+        for key, role in summary.stores.items():
+            owner, attr = key.split(":", 1)
+            self.fields.setdefault(None if owner == Role.GEN.value else ctx.holder, {})[attr] = role
+        for attr, kinds in summary.attr_kinds.items():
+            self.attr_kinds.setdefault(attr, []).extend(kinds)
+        for call in summary.calls:
+            self.follow(call, ctx, scan)
+
+    def read_class(self, klass: type, role: Role, init: dict[str, Role], fields: dict[str, Role], depth: int) -> None:
+        """Every method ``klass`` resolves (its MRO, plugin code only), ``self`` as ``role``;
+        again while its methods store roles into new attributes of ``self``."""
+        keep = self.plugin.__contains__ if role is Role.GEN else self.own
+        members = list(_members(klass, keep))
+        owner = klass if role is Role.HOLDER else None
+        known = self.fields.setdefault(owner, {})
+        known.update(fields)
+        for _ in range(4):
+            fields = {**self.fields.get(None, {}), **known} if owner is not None else dict(known)
+            for name, definer, fn in members:
+                if _generated(definer, name, fn):
+                    continue
+                params = _param_names(fn)
+                roles = {params[0]: role} if params else {}
+                if name == "__init__" and role is Role.GEN:  # what genwire hands the constructor
+                    kwargs = _kwargs_name(fn)
+                    roles.update({p: Role.RES for p in params if p == "resources"})
+                    roles.update({kwargs: Role.KW} if kwargs else {})
+                elif name == "__init__":
+                    roles.update(init)
+                self.read(fn, roles, _Context("", {}, definer, owner, fields, depth))
+            self.read_hidden(klass, keep, role, fields, depth)
+            now = {**self.fields.get(None, {}), **known} if owner is not None else dict(known)
+            if now == fields:  # no method stored a role into a new attribute
+                return
+
+    def read_hidden(
+        self, klass: type, keep: Callable[[type], bool], role: Role, fields: dict[str, Role], depth: int
+    ) -> None:
+        """The ``def`` statements in the class bodies whose function the live class does not
+        show (a decorator without ``functools.wraps`` replaced it): read from the source."""
+        resolved = _resolved_names(klass)
+        for k in klass.__mro__:
+            if not keep(k):
+                continue
+            decl = _class_decl(k, self)
+            if decl is None:
+                continue
+            path, found = decl
+            module = sys.modules.get(k.__module__)
+            for name, keys in found.methods.items():
+                if resolved.get(name) is not k:
+                    continue  # overridden below, or rebound
+                live = {_key(fn) for fn in _functions_of(vars(k)[name])}
+                for key in keys:
+                    params = self.scan_of(path).params.get(key, [])
+                    if key in live or not params:
+                        continue
+                    entry = Entry.of({params[0]: role}, fields)
+                    summary = self.scan_of(path).summary(key, entry)
+                    done = ("hidden", path, key, entry.key)
+                    if summary is not None and done not in self.done:
+                        self.done.add(done)
+                        owner = klass if role is Role.HOLDER else None
+                        ctx = _Context(path, vars(module) if module else {}, k, owner, fields, depth)
+                        self.take(summary, ctx, self.scan_of(path))
+
+    # -- following a call that hands a role on --
+    def follow(self, call: Call, ctx: _Context, scan: FileScan) -> None:
+        def stop(why: str) -> None:
+            self.warn(ctx.path, call.line, call.col, f"{call.text} hands the generator or its resources on: {why}")
+
+        if ctx.depth >= MAX_DEPTH:
+            return stop(f"more than {MAX_DEPTH} calls deep, where the check stops following")
+        how, name = call.callee
+        deeper = _Context(ctx.path, ctx.globals, None, ctx.holder, ctx.fields, ctx.depth + 1)
+        if how == "local":
+            params = scan.params.get(name, [])
+            roles = _map_names(params, call.args, 0)
+            if roles is None:
+                return stop("its arguments do not match the function's parameters")
+            entry = Entry.of(roles, ctx.fields)
+            summary = scan.summary(name, entry)
+            done = ("local", ctx.path, name, entry.key, ctx.definer, ctx.holder)
+            if summary is not None and done not in self.done:
+                self.done.add(done)
+                self.take(
+                    summary, _Context(ctx.path, ctx.globals, ctx.definer, ctx.holder, ctx.fields, deeper.depth), scan
+                )
+            return None
+        target, offset, definer = self.resolve(how, name, ctx)
+        if target is _UNRESOLVED:
+            return stop(f"{name!r} cannot be resolved statically")
+        if isinstance(target, type):
+            if not self.own(target):
+                return stop(f"{target.__module__}.{target.__qualname__} is outside the plugin's package")
+            return self.construct(target, call, ctx, stop)
+        fn = inspect.unwrap(target) if isinstance(target, FunctionType) else None
+        if fn is None or not isinstance(fn, FunctionType):
+            return stop(f"{name!r} is not a Python function the check can read")
+        if fn.__module__ == _GENWIRE_BASE:  # Generator.__init__(self, resources=...): the expected hand-over
+            return None
+        if not self.own(fn):
+            return stop(f"{fn.__module__}.{fn.__qualname__} is outside the plugin's package")
+        args = list(call.args)
+        if offset and how in ("self", "super"):
+            args.insert(0, (-1, Role.GEN))
+        elif offset and how == "holder":
+            args.insert(0, (-1, Role.HOLDER))
+        roles = _map_args(fn, args, offset)
+        if roles is None:
+            return stop("its arguments do not match its parameters")
+        deeper.definer = definer
+        self.read(fn, roles, deeper)
+        return None
+
+    def resolve(self, how: str, name: str, ctx: _Context) -> tuple[Any, int, type | None]:
+        """(the object called, how many leading parameters the call binds, the class it
+        was found on)."""
+        if how == "global":
+            head, *rest = name.split(".")
+            obj = ctx.globals.get(head, getattr(builtins, head, _UNRESOLVED))
+            for part in rest:
+                try:
+                    obj = inspect.getattr_static(obj, part)
+                except AttributeError:
+                    return _UNRESOLVED, 0, None
+            if isinstance(obj, staticmethod | classmethod):
+                return obj.__func__, int(isinstance(obj, classmethod)), None
+            return obj, 0, None
+        owner = ctx.holder if how == "holder" else self.cls
+        if owner is None:
+            return _UNRESOLVED, 0, None
+        mro = owner.__mro__
+        if how == "super":
+            if ctx.definer not in mro:
+                return _UNRESOLVED, 0, None
+            mro = mro[mro.index(ctx.definer) + 1 :]
+        for klass in mro:
+            if name in vars(klass):
+                value = vars(klass)[name]
+                if isinstance(value, staticmethod):
+                    return value.__func__, 0, klass
+                if isinstance(value, classmethod):
+                    return value.__func__, 1, klass
+                if isinstance(value, FunctionType):
+                    return value, 1, klass
+                return value, 0, klass
+        return _UNRESOLVED, 0, None
+
+    def construct(self, klass: type, call: Call, ctx: _Context, stop: Callable[[str], None]) -> None:
+        """``Helper(self)``: its constructor and then all its methods, ``self`` a HOLDER."""
+        init = inspect.getattr_static(klass, "__init__", None)
+        fields: dict[str, Role] = {}
+        init_args: dict[str, Role] = {}
+        if dataclasses.is_dataclass(klass) and not (isinstance(init, FunctionType) and self.readable(init)):
+            names = [f.name for f in dataclasses.fields(klass) if f.init]
+            for at, role in call.args:
+                fname = names[at] if isinstance(at, int) and at < len(names) else at
+                if not isinstance(fname, str) or fname not in names:
+                    return stop(f"{klass.__qualname__} has no field for argument {at!r}")
+                fields[fname] = role
+        elif isinstance(init, FunctionType) and self.own(init):
+            mapped = _map_args(init, call.args, 1)
+            if mapped is None:
+                return stop(f"its arguments do not match {klass.__qualname__}'s constructor")
+            init_args = mapped
+        else:
+            return stop(f"{klass.__qualname__}'s constructor is outside the plugin's package")
+        done = ("class", klass, tuple(sorted(map(str, call.args))), tuple(sorted(ctx.fields.items())))
+        if done in self.done:
+            return None
+        self.done.add(done)
+        self.read_class(klass, Role.HOLDER, init_args, fields, ctx.depth + 1)
+        return None
+
+    @staticmethod
+    def readable(fn: FunctionType) -> bool:
+        try:
+            path = inspect.getsourcefile(fn)
+        except TypeError:
+            return False
+        return path is not None and os.path.exists(path)
+
+
+_UNRESOLVED = object()
+
+
+def _key(fn: FunctionType) -> str:
+    return function_key(fn.__code__.co_firstlineno, fn.__code__.co_name)
+
+
+def _resolved_names(klass: type) -> dict[str, type]:
+    """Each attribute name -> the class of ``klass``'s MRO it resolves to."""
+    out: dict[str, type] = {}
+    for k in klass.__mro__:
+        for name in vars(k):
+            out.setdefault(name, k)
+    return out
+
+
+def _generated(klass: type, name: str, fn: FunctionType) -> bool:
+    """A dataclass's generated ``__init__``/``__eq__``/...: code with no file, none of it the plugin's."""
+    dunder = name.startswith("__") and name.endswith("__")
+    return dunder and dataclasses.is_dataclass(klass) and fn.__code__.co_filename.startswith("<")
+
+
+def _param_names(fn: FunctionType) -> list[str]:
+    code = fn.__code__
+    return list(code.co_varnames[: code.co_argcount + code.co_kwonlyargcount])
+
+
+def _kwargs_name(fn: FunctionType) -> str | None:
+    code = fn.__code__
+    if not code.co_flags & inspect.CO_VARKEYWORDS:
+        return None
+    at = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & inspect.CO_VARARGS)
+    return code.co_varnames[at]
+
+
+def _map_args(fn: FunctionType, args: list[tuple[int | str, Role]], offset: int) -> dict[str, Role] | None:
+    """The callee's parameter roles for a call's argument roles (``-1``: the bound ``self``);
+    ``None`` when an argument has no parameter to land in."""
+    params = _param_names(fn)
+    code = fn.__code__
+    positional = params[: code.co_argcount]
+    kwargs = _kwargs_name(fn)
+    roles: dict[str, Role] = {}
+    for at, role in args:
+        if at == -1:
+            if not positional:
+                return None
+            roles[positional[0]] = role
+        elif isinstance(at, int):
+            if at + offset >= len(positional):
+                return None
+            roles[positional[at + offset]] = role
+        elif at in params:
+            roles[at] = role
+        elif kwargs is not None and at == "resources" and role is Role.RES:
+            roles[kwargs] = Role.KW  # **kwargs holding "resources"
+        else:
+            return None
+    return roles
+
+
+def _map_names(params: list[str], args: list[tuple[int | str, Role]], offset: int) -> dict[str, Role] | None:
+    roles: dict[str, Role] = {}
+    for at, role in args:
+        if isinstance(at, int):
+            if at + offset >= len(params):
+                return None
+            roles[params[at + offset]] = role
+        elif at in params:
+            roles[at] = role
+        else:
+            return None
+    return roles
+
+
+def _members(klass: type, keep: Callable[[type], bool]) -> Iterable[tuple[str, type, FunctionType]]:
+    """(name, defining class, function) of every method ``klass`` resolves through its MRO,
+    from the classes ``keep`` accepts: the overridden bodies of parents are not among them."""
+    seen: set[str] = set()
+    for k in klass.__mro__:
+        for name, value in vars(k).items():
+            if name in seen:
+                continue
+            seen.add(name)
+            if not keep(k):
+                continue
+            for fn in _functions_of(value):
+                yield name, k, fn
+
+
+def _functions_of(value: object) -> list[FunctionType]:
+    """The functions a class attribute runs with the instance as first argument."""
+    if isinstance(value, staticmethod | classmethod):
+        return []  # read when a call hands them the generator
+    if isinstance(value, property):
+        candidates: list[Any] = [value.fget, value.fset, value.fdel]
+    elif isinstance(value, FunctionType):
+        candidates = [value]
+    else:
+        candidates = [getattr(value, "func", None)]  # functools.cached_property, partialmethod
+    out = []
+    for c in candidates:
+        if callable(c):
+            c = inspect.unwrap(c)
+            if isinstance(c, FunctionType):
+                out.append(c)
+    return out
+
+
+def _class_decl(klass: type, check: _Check) -> tuple[str, ClassDecl] | None:
+    try:
+        path = inspect.getsourcefile(klass)
+        if path is None:
+            return None
+        path = os.path.abspath(path)
+        decls = [c for c in check.scan_of(path).classes if c.qualname == klass.__qualname__]
+    except (TypeError, OSError, SyntaxError, ValueError):
+        return None
+    if len(decls) > 1:  # the same name defined twice: the one holding this class's code
+        lines = {fn.__code__.co_firstlineno for v in vars(klass).values() for fn in _functions_of(v)}
+        decls = [c for c in decls if any(c.start <= n <= c.end for n in lines)] or decls[-1:]
+    return (path, decls[0]) if decls else None
+
+
+def check_generator(cls: type, files: dict[str, FileScan] | None = None) -> list[Finding]:
     """Every finding of one generator class (``cls.metadata`` must be a GeneratorMetadata)."""
     meta = cls.metadata  # type: ignore[attr-defined]
     name, declared = meta.name, meta.required_resources
-    findings: list[Finding] = []
-    scanned: list[tuple[str, ClassScan]] = []
-    unread = False
-    for klass in plugin_classes(cls):
-        path, scan, why = _source_of(klass)
-        if scan is None:
-            unread = True
-            findings.append(
-                Finding(severity=Severity.NOTE, generator=name, file=path, line=None, col=None, slot=None, message=why)
-            )
-            continue
-        assert path is not None
-        scanned.append((path, scan))
+    check = _Check(cls, files={} if files is None else files)
+    check.read_class(cls, Role.GEN, {}, {}, 0)
+    findings: set[Finding] = set()
     kinds: dict[str, set[str]] = {}
-    for _, scan in scanned:
-        for use in scan.uses:
-            kinds.setdefault(use.slot, set()).update(use.kinds)
-    for path, scan in scanned:
-        for use in scan.uses:
-            if use.slot in declared:
-                continue
+    for _, use in check.uses:
+        kinds.setdefault(use.slot, set()).update(use.kinds)
+    for attr, slot in check.handles.items():
+        kinds.setdefault(slot, set()).update(check.attr_kinds.get(attr, []))
+
+    def add(severity: Severity, file: str | None, at: tuple[int, int] | None, slot: str | None, message: str) -> None:
+        line, col = at if at is not None else (None, None)
+        entry = _entry(slot, kinds[slot])[0] if severity is Severity.ERROR and slot is not None else None
+        findings.add(
+            Finding(
+                severity=severity,
+                generator=name,
+                file=file,
+                line=line,
+                col=col,
+                slot=slot,
+                message=message,
+                suggested_entry=entry,
+            )
+        )
+
+    for path, use in check.uses:
+        if use.slot not in declared:
             entry, about = _entry(use.slot, kinds[use.slot])
-            findings.append(
-                Finding(
-                    severity=Severity.ERROR,
-                    generator=name,
-                    file=path,
-                    line=use.line,
-                    col=use.col,
-                    slot=use.slot,
-                    message=f"uses resource slot {use.slot!r} ({use.how}), which required_resources does not "
-                    f"declare; add {entry} to required_resources{about}",
-                    suggested_entry=entry,
-                )
+            message = (
+                f"uses resource slot {use.slot!r} ({use.how}), which required_resources does not declare; "
+                f"add {entry} to required_resources{about}"
             )
-        for dyn in scan.dynamic:
-            findings.append(
-                Finding(
-                    severity=Severity.WARNING,
-                    generator=name,
-                    file=path,
-                    line=dyn.line,
-                    col=dyn.col,
-                    slot=None,
-                    message=f"{dyn.what}; the check cannot read this use (the runtime guard still holds)",
-                )
-            )
-    dynamic = any(scan.dynamic for _, scan in scanned)
-    if not unread and not dynamic and scanned:  # else a slot may be used where the check cannot see
+            add(Severity.ERROR, path, (use.line, use.col), use.slot, message)
+    for path, dyn in check.dynamic:
+        what = f"{dyn.what}; the check cannot read this use (the runtime guard still holds)"
+        add(Severity.WARNING, path, (dyn.line, dyn.col), None, what)
+    for where, why in check.notes:
+        add(Severity.NOTE, where, None, None, why)
+    if not check.notes and not check.dynamic:  # else a slot may be used where the check cannot see
         owner = next((k for k in cls.__mro__ if "metadata" in vars(k)), cls)
-        path, scan = next(((p, s) for p, s in scanned if s.qualname == owner.__qualname__), scanned[0])
+        decl = _class_decl(owner, check)
         for slot in declared:
             if slot in kinds:
                 continue
-            line, col = scan.declared_at.get(slot) or scan.metadata_at or (scan.start, 1)
-            findings.append(
-                Finding(
-                    severity=Severity.WARNING,
-                    generator=name,
-                    file=path,
-                    line=line,
-                    col=col,
-                    slot=slot,
-                    message=f"declares slot {slot!r}, which no code uses; the pre-flight checks a resource "
-                    "the generator never calls (remove it from required_resources if it is not needed)",
-                )
+            file, at = None, None
+            if decl is not None:
+                file = decl[0]
+                at = decl[1].declared_at.get(slot) or decl[1].metadata_at or (decl[1].start, 1)
+            message = (
+                f"declares slot {slot!r}, which no code uses; the pre-flight checks a resource the generator "
+                "never calls (remove it from required_resources if it is not needed)"
             )
-    return findings
+            add(Severity.WARNING, file, at, slot, message)
+    if files is None:
+        save_all()
+    return sorted(findings, key=lambda f: (f.file or "", f.line or 0, f.col or 0, f.slot or "", f.message))
 
 
 def check_generators(classes: Iterable[type]) -> list[Finding]:
     """The findings of each distinct class, in order: errors, warnings, then notes."""
     findings: list[Finding] = []
     seen: set[type] = set()
+    files: dict[str, FileScan] = {}
     for cls in classes:
         if cls not in seen:
             seen.add(cls)
-            findings.extend(check_generator(cls))
+            findings.extend(check_generator(cls, files))
+    save_all()
     order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.NOTE: 2}
     generators = {name: i for i, name in enumerate(dict.fromkeys(f.generator for f in findings))}
     return sorted(
@@ -639,4 +603,4 @@ def check_generators(classes: Iterable[type]) -> list[Finding]:
     )
 
 
-__all__ = ["ClassScan", "Finding", "Severity", "check_generator", "check_generators", "file_scans", "plugin_classes"]
+__all__ = ["Finding", "Severity", "check_generator", "check_generators", "plugin_classes"]

@@ -9,7 +9,8 @@ def assert_declarations_match(generator_class: type, *, strict: bool = True) -> 
     """Fail (AssertionError listing the findings) when ``generator_class``'s code uses a
     resource slot its ``required_resources`` does not declare. With ``strict`` (the
     default) warnings fail too: a declared slot no code uses, a use the check cannot read
-    (``getattr(self.resources, name)``). Notes (source not found) never fail."""
+    (``getattr(self.resources, name)``, the generator or its resources handed to code
+    outside the plugin's package). Notes (source not found) never fail."""
     failing = {Severity.ERROR, Severity.WARNING} if strict else {Severity.ERROR}
     findings = [f for f in check_generator(generator_class) if f.severity in failing]
     if findings:
