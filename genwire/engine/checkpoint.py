@@ -153,6 +153,7 @@ class Checkpoint:
         self._session = session
         self._rows: IO[bytes] | None = None
         self._failed: IO[bytes] | None = None
+        self.keep_journal = False  # batch mode: batches it names are still open at the provider
 
     # --- opening -----------------------------------------------------------------------
 
@@ -315,7 +316,13 @@ class Checkpoint:
     def remove(self) -> None:
         """After the output is in place: the checkpoint has served its purpose."""
         self.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        if not self.keep_journal:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            return
+        for path in self.directory.iterdir():  # all but the journal of batches still open
+            if path.name != _JOURNAL:
+                with contextlib.suppress(OSError):
+                    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
 
 
 def _read_rows(segments: list[Path], n: int) -> bytearray:
