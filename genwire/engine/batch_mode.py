@@ -11,27 +11,11 @@ from typing import Any
 from genwire.config.schema import OpenAIProviderConfig
 from genwire.container.core import WiredPipeline
 from genwire.engine.batch_journal import BatchJournal
+from genwire.preflight.batch_check import batch_providers
 from genwire.providers.batch.collector import RoundSignal
 from genwire.providers.batch.format import TERMINAL, BatchInfo
 
 __all__ = ["BatchMode", "batch_providers"]
-
-
-def batch_providers(container: WiredPipeline, forced: bool) -> list[str]:
-    """The ``openai`` providers of the models some column reaches that batch: all of
-    them with ``forced`` (``--batch``), else those with ``batch.enabled``. The local
-    provider never batches; an overridden model is an object of this process."""
-    config = container.config
-    used = {
-        config.models[t.name].provider
-        for t in container.plan().targets
-        if t.name in config.models and container.cacheable(t.name)
-    }
-    return sorted(
-        name
-        for name in used
-        if isinstance(config.providers[name], OpenAIProviderConfig) and (forced or config.providers[name].batch.enabled)  # type: ignore[union-attr]
-    )
 
 
 class BatchMode:

@@ -140,6 +140,24 @@ def readable(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def lock_holder(directory: Path) -> str | None:
+    """The PID of the run holding a checkpoint's lock now (``"unknown"`` if it did not
+    say), or None when no run holds it. Asked without taking the lock for long."""
+    try:
+        lock = (directory / _LOCK).open("r", encoding="utf-8")
+    except OSError:
+        return None
+    with lock:
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            return lock.read().strip() or "unknown"
+        fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    return None
+
+
 class Checkpoint:
     """Open with ``Checkpoint.open``; ``close`` releases the lock, ``remove`` deletes it."""
 
