@@ -38,7 +38,7 @@ import logging
 import os
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -68,6 +68,7 @@ SETTLE_MAX_S = 5.0
 MAX_RESUBMITS = 3  # a request no batch ran (expired, cancelled) this many times fails
 OCCURRENCES_KEPT = 65_536  # recent request ids counted for re-asks; more rows than a window
 LIST_PAGES = 20  # of 100 batches, searched for a batch an earlier session created unrecorded
+USER_CANCELLED = "user_cancelled"  # a line of a batch the user cancelled, as this session found it
 SPOOL_PREFIX = "batch-spool-"  # files in the checkpoint directory while being built or read
 
 
@@ -309,7 +310,9 @@ class BatchCollector:
                 self._seal(key, self.round)
 
     def _seal(self, key: tuple[str, str], round_number: int) -> None:
-        spool = self._queue.pop(key)
+        spool = self._queue.pop(key, None)
+        if spool is None:  # dropped by _break while a round was being sealed
+            return
         try:
             spool.handle.close()  # the buffered rest is written now: a full disk shows here
         except OSError as exc:
@@ -479,6 +482,8 @@ class BatchCollector:
                     line = (parse_result(raw) if raw.strip() else None) if whole else self._too_long(custom_id_in(raw))
                     if line is None:
                         continue
+                    if user_cancelled and line.error_code == "batch_cancelled":
+                        line = replace(line, error_code=USER_CANCELLED)  # also for calls not made yet
                     found = waiters.pop(line.custom_id, None)
                     if found is None:
                         self._leftovers[line.custom_id] = line  # its row has not asked yet
@@ -520,7 +525,7 @@ class BatchCollector:
                 return
             self._fail(waiter, error_class, f"{message} (a batch line)")
             return
-        if user_cancelled and line.error_code in ("batch_cancelled", "batch_ended"):
+        if line.error_code == USER_CANCELLED or (user_cancelled and line.error_code == "batch_cancelled"):
             self._fail(
                 waiter,
                 ErrorClass.CANCELLED,
