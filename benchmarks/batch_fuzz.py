@@ -4,7 +4,7 @@ runs to the end. Counted at the fake server: every request id must be answered (
 exactly once, and the output must be whole.
 
 A trial's two interrupted sessions are each stopped after a random number of journal
-lines (0-6) plus a random pause, with SIGKILL or SIGINT at random (a session that wrote
+lines (0-5) plus a random pause, with SIGKILL or SIGINT at random (a session that wrote
 the output before its signal ends the trial: a rerun of a finished run is a new run that
 asks everything again); the fake's batches take a random 0.05-0.5 s. Each line prints
 the trial's outcome; the summary compares the trials with the cache on (the happy path:
@@ -136,7 +136,7 @@ def trial(
             cwd=root,
             env=env,
         )
-        after = rng.randint(0, 6)
+        after = rng.randint(0, 5)  # 6 lines: the run is over (two rounds)
         deadline = time.monotonic() + 60
         while _journal_lines(directory) < after and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
