@@ -39,6 +39,23 @@ def assert_each_request_paid_once(server: FakeOpenAIServer, requests: int) -> No
     assert len(answered) == requests and set(answered.values()) == {1}, {k: v for k, v in answered.items() if v != 1}
 
 
+def killed_with_round_1_open(
+    server: FakeOpenAIServer, root: Path, cfg: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], Path, Path, str]:
+    """``run --batch`` killed (-9) with round 1's batch open at the provider (held): the
+    config, its file, the checkpoint directory and the batch's id."""
+    cfg = pipeline(server, root) if cfg is None else cfg
+    config = write(cfg, root / "genwire.yaml")
+    directory = checkpoint_dir(root / "out.jsonl")
+    server.batches.hold()
+    proc = start_cli("run", config, "--batch")
+    wait_until("the batch in the journal", lambda: len(batch_ids(directory)) == 1, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)
+    [batch] = batch_ids(directory)
+    return cfg, config, directory, batch
+
+
 def poke(server: FakeOpenAIServer, batch_id: str) -> None:
     """A GET of the batch, as a poll would: a released batch completes now."""
     request = urllib.request.Request(
@@ -90,15 +107,7 @@ def test_a_kill_after_round_1_then_a_ctrl_c_then_a_rerun_pays_each_request_once_
 def test_a_fresh_run_that_no_longer_asks_an_open_batch_keeps_the_journal_naming_it(tmp_path: Path) -> None:
     """The journal is removed only when no batch it names is still open at the provider."""
     with FakeOpenAIServer() as server:
-        cfg = pipeline(server, tmp_path, n=8)
-        config = write(cfg, tmp_path / "genwire.yaml")
-        directory = checkpoint_dir(tmp_path / "out.jsonl")
-        server.batches.hold()
-        proc = start_cli("run", config, "--batch")
-        wait_until("the batch in the journal", lambda: len(batch_ids(directory)) == 1, proc)
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=30)
-        [held] = batch_ids(directory)
+        cfg, config, directory, held = killed_with_round_1_open(server, tmp_path, pipeline(server, tmp_path, n=8))
 
         server.batches.hold(False)
         cfg["pipeline"]["columns"][2]["params"]["prompt"] = "Tell me about {{ topic }} {{ uid }}"  # other requests
@@ -219,15 +228,7 @@ def test_a_batch_whose_output_file_is_gone_is_reported_once_and_its_requests_pai
     tmp_path: Path, fresh: bool
 ) -> None:
     with FakeOpenAIServer() as server:
-        cfg = pipeline(server, tmp_path)
-        config = write(cfg, tmp_path / "genwire.yaml")
-        directory = checkpoint_dir(tmp_path / "out.jsonl")
-        server.batches.hold()
-        proc = start_cli("run", config, "--batch")
-        wait_until("the batch in the journal", lambda: len(batch_ids(directory)) == 1, proc)
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=30)
-        [batch] = batch_ids(directory)
+        _, config, directory, batch = killed_with_round_1_open(server, tmp_path)
         server.batches.hold(False)
         server.batches.release()
         poke(server, batch)  # it completes...
@@ -250,15 +251,7 @@ def test_a_damaged_journal_line_is_a_warning_and_its_batch_is_found_again_at_the
     tmp_path: Path, damage: str
 ) -> None:
     with FakeOpenAIServer() as server:
-        cfg = pipeline(server, tmp_path)
-        config = write(cfg, tmp_path / "genwire.yaml")
-        directory = checkpoint_dir(tmp_path / "out.jsonl")
-        server.batches.hold()
-        proc = start_cli("run", config, "--batch")
-        wait_until("the batch in the journal", lambda: len(batch_ids(directory)) == 1, proc)
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=30)
-        [batch] = batch_ids(directory)
+        _, config, directory, batch = killed_with_round_1_open(server, tmp_path)
         journal = directory / JOURNAL_NAME
         lines = journal.read_text(encoding="utf-8").splitlines(keepends=True)
         assert json.loads(lines[0])["event"] == "file"
@@ -337,14 +330,7 @@ def test_batches_list_says_not_ok_for_an_unreadable_batch_and_names_a_provider_g
     tmp_path: Path,
 ) -> None:
     with FakeOpenAIServer() as server:
-        cfg = pipeline(server, tmp_path)
-        config = write(cfg, tmp_path / "genwire.yaml")
-        directory = checkpoint_dir(tmp_path / "out.jsonl")
-        server.batches.hold()
-        proc = start_cli("run", config, "--batch")
-        wait_until("the batch in the journal", lambda: len(batch_ids(directory)) == 1, proc)
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=30)
+        cfg, config, _, _ = killed_with_round_1_open(server, tmp_path)
 
         server.batches.enabled = False  # the provider cannot be asked
         unreadable = cli("batches", "list", config, "--json")
