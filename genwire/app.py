@@ -19,11 +19,18 @@ from genwire.preflight.runner import run_preflight
 class Container(WiredPipeline):
     """What ``genwire.boot`` returns: ``plan``, ``override``, ``preflight``, ``run``, ``aclose``."""
 
-    async def preflight(self, *, use_cache: bool = True, cache_dir: Path | None = None) -> PreflightReport:
+    async def preflight(
+        self, *, use_cache: bool = True, cache_dir: Path | None = None, batch: bool = False
+    ) -> PreflightReport:
         """Check every model and dataset a wired generator can reach, with the requests
         the run will send; never raises for an unhealthy target. ``use_cache=False``
-        ignores the probe cache (``preflight.cache_ttl_s``)."""
-        return await run_preflight(self, use_cache=use_cache, cache_dir=cache_dir)
+        ignores the probe cache (``preflight.cache_ttl_s``). Providers with
+        ``batch.enabled`` (every ``openai`` provider with ``batch=True``, as
+        ``run(batch=True)``) also get their Files and Batches endpoints checked."""
+        from genwire.preflight.batch_check import batch_providers
+
+        providers = batch_providers(self, forced=batch)
+        return await run_preflight(self, use_cache=use_cache, cache_dir=cache_dir, batch_providers=providers)
 
     async def run(
         self,

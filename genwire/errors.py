@@ -86,6 +86,7 @@ class ErrorClass(StrEnum):
     RATE_LIMITED = "rate_limited"
     SERVER_ERROR = "server_error"
     BAD_RESPONSE = "bad_response"
+    CANCELLED = "cancelled"  # batch mode: the batch holding the request was cancelled by the user
 
     @property
     def transient(self) -> bool:
@@ -126,6 +127,11 @@ class DatasetError(GenwireError):
 
 class RunError(GenwireError):
     """The run stopped (failure-rate threshold, a generator bug, an interrupted write)."""
+
+
+class BatchModeFailed(RunError):
+    """Batch mode's collector cannot go on (a spool or journal file it cannot write, a
+    bug): the run stops with this one message; the checkpoint and its journal stay."""
 
 
 class RunSetupError(RunError):

@@ -332,8 +332,14 @@ def test_ctrl_c_leaves_the_batch_running_and_batches_list_and_cancel_manage_it(t
         assert "cancel asked" in cancelled.stdout
         assert server.batches.cancels == 1 and not server.batches.open_batches()
 
-        # The rerun finds the batch cancelled: its requests go out again, once.
+        # The rerun finds the batch cancelled by the user: its rows fail as cancelled, nothing
+        # is resubmitted; the run after that (the user's choice) submits them, once.
         server.batches.hold(False)
+        stopped = cli("run", config, "--batch", "--json")
+        assert stopped.returncode == 1, stopped.stderr
+        errors = [json.loads(line) for line in (tmp_path / "out.jsonl.errors.jsonl").read_text().splitlines()]
+        assert len(errors) == N and {e["error_class"] for e in errors} == {"cancelled"}
+        assert "cancelled" in errors[0]["error"] and server.batches.created == 1
         summary = run_json(config, "--batch")
         assert summary["rows_written"] == N
         assert server.batches.lines["writer"] == 2 * N

@@ -55,39 +55,87 @@ def local_provider_notes(container: Any) -> list[str]:
 
 
 async def _states(container: Any, directory: Path, cancel: bool) -> list[dict[str, Any]]:
-    from genwire.engine.batch_journal import journal_batches
+    from genwire.engine.batch_journal import JOURNAL_NAME, JournalState, journal_batches, journal_tag
+    from genwire.errors import ModelError
+    from genwire.providers.batch.collector import find_batches
+
+    state = JournalState.read(directory / JOURNAL_NAME)
+    for warning in state.damaged:
+        click.echo("warning: " + warning, err=True)
+    rows: list[dict[str, Any]] = []
+    async with container:
+        known = journal_batches(directory)
+        for batch_id, info in known.items():
+            rows.append(await _state(container, batch_id, info["provider"], info["status"], info["requests"], cancel))
+        # A damaged line may have named a batch: found again at the provider by the
+        # journal's tag (or its input file), never left out unseen.
+        for provider in _lost_providers(container, state):
+            idless = {f for (p, f), ids in state.files.items() if p == provider and ids is None}
+            try:
+                async for batch in find_batches(container.client(provider), journal_tag(directory), idless):
+                    if batch["id"] not in known:
+                        row = await _state(container, batch["id"], provider, None, 0, cancel)
+                        row["note"] = "found at the provider (the journal's line of it was damaged)"
+                        rows.append(row)
+            except ModelError as exc:
+                rows.append(_row("(search)", provider, None, 0) | {"error": exc.message})
+    return rows
+
+
+def _lost_providers(container: Any, state: Any) -> list[str]:
+    from genwire.config.schema import OpenAIProviderConfig
+
+    names = [n for n, c in container.config.providers.items() if isinstance(c, OpenAIProviderConfig)]
+    return [n for n in names if n in state.lost or None in state.lost]
+
+
+def _row(batch_id: str, provider: str, status: str | None, requests: int) -> dict[str, Any]:
+    return {
+        "id": batch_id,
+        "provider": provider,
+        "status": status or "unknown",
+        "requests": requests,
+        "completed": None,
+        "failed": None,
+    }
+
+
+async def _state(
+    container: Any, batch_id: str, provider: str, status: str | None, requests: int, cancel: bool
+) -> dict[str, Any]:
+    """One batch's row, its state asked of the provider (cancelled first with ``cancel``)."""
     from genwire.errors import ModelError
     from genwire.providers.batch.collector import control_request
     from genwire.providers.batch.format import TERMINAL
 
-    rows: list[dict[str, Any]] = []
-    async with container:
-        for batch_id, known in journal_batches(directory).items():
-            row: dict[str, Any] = {
-                "id": batch_id,
-                "provider": known["provider"],
-                "status": known["status"] or "unknown",
-                "requests": known["requests"],
-                "completed": None,
-                "failed": None,
-            }
-            try:
-                client = container.client(known["provider"])
-                state = json.loads(await control_request(client, "GET", f"/batches/{batch_id}"))
-                if cancel and state.get("status") not in TERMINAL:
-                    state = json.loads(await control_request(client, "POST", f"/batches/{batch_id}/cancel", body={}))
-                    row["cancelled"] = True
-                counts = state.get("request_counts") or {}
-                row.update(
-                    status=state.get("status", row["status"]),
-                    requests=counts.get("total", row["requests"]),
-                    completed=counts.get("completed"),
-                    failed=counts.get("failed"),
-                )
-            except (ModelError, KeyError, ValueError, AttributeError) as exc:
-                row["error"] = exc.message if isinstance(exc, ModelError) else f"unreadable answer: {exc}"
-            rows.append(row)
-    return rows
+    row = _row(batch_id, provider, status, requests)
+    if provider not in container.config.providers:
+        row["error"] = (
+            f"provider {provider!r} is no longer in the config: its batches cannot be asked for; add the provider "
+            "back to see or cancel them"
+        )
+        return row
+    try:
+        client = container.client(provider)
+        state = json.loads(await control_request(client, "GET", f"/batches/{batch_id}"))
+        if not isinstance(state, dict):
+            raise ValueError("not a JSON object")
+        if cancel and state.get("status") not in TERMINAL:
+            state = json.loads(await control_request(client, "POST", f"/batches/{batch_id}/cancel", body={}))
+            row["cancelled"] = True
+        counts = state.get("request_counts") if isinstance(state, dict) else None
+        counts = counts if isinstance(counts, dict) else {}
+        row.update(
+            status=str(state.get("status", row["status"])),
+            requests=counts.get("total", row["requests"]),
+            completed=counts.get("completed"),
+            failed=counts.get("failed"),
+        )
+    except ModelError as exc:
+        row["error"] = exc.message
+    except (ValueError, AttributeError) as exc:
+        row["error"] = f"GET /batches/{batch_id} gave an unreadable answer: {exc}"
+    return row
 
 
 def _show(rows: list[dict[str, Any]], directory: Path, as_json: bool, verb: str) -> None:
@@ -95,7 +143,8 @@ def _show(rows: list[dict[str, Any]], directory: Path, as_json: bool, verb: str)
     from rich.table import Table
 
     if as_json:
-        click.echo(json.dumps({"ok": True, "checkpoint": str(directory), "batches": rows}))
+        ok = not any("error" in r for r in rows)
+        click.echo(json.dumps({"ok": ok, "checkpoint": str(directory), "batches": rows}))
         return
     console = Console(highlight=False)
     if not rows:
@@ -105,13 +154,28 @@ def _show(rows: list[dict[str, Any]], directory: Path, as_json: bool, verb: str)
     for head in ("id", "provider", "status", "completed", "failed", "requests", "note"):
         table.add_column(head, overflow="fold")
     for r in rows:
-        note = r.get("error") or ("cancel asked" if r.get("cancelled") else "")
+        note = r.get("error") or ("cancel asked" if r.get("cancelled") else "") or r.get("note", "")
         cells = [r["id"], r["provider"], r["status"], r["completed"], r["failed"], r["requests"], note]
         table.add_row(*["–" if c is None else str(c) for c in cells])
     console.print(table)
 
 
-def _command(file: Path, output: Path | None, as_json: bool, cancel: bool) -> None:
+def _refuse_while_running(directory: Path, file: Path) -> None:
+    """``cancel`` while a run holds the output would be undone by nothing and would fail
+    that run's rows: refused, naming the run, unless ``--force``."""
+    from genwire.engine.checkpoint import lock_holder
+    from genwire.errors import RunSetupError
+
+    holder = lock_holder(directory)
+    if holder is not None:
+        raise RunSetupError(
+            f"a genwire run (PID {holder}) holds this output and is waiting on these batches (checkpoint "
+            f"{directory}); cancelling them fails its rows as cancelled. Stop that run first, or cancel anyway "
+            f"with `genwire batches cancel {file} --force`"
+        )
+
+
+def _command(file: Path, output: Path | None, as_json: bool, cancel: bool, force: bool = False) -> None:
     import asyncio
 
     from genwire.app import boot
@@ -120,6 +184,8 @@ def _command(file: Path, output: Path | None, as_json: bool, cancel: bool) -> No
     try:
         container = boot(file)
         directory = _journal_dir(container, output)
+        if cancel and not force:
+            _refuse_while_running(directory, file)
         rows = asyncio.run(_states(container, directory, cancel))
     except GenwireError as exc:  # one message, no traceback; 2 for an invalid config
         if as_json:
@@ -149,6 +215,8 @@ def list_batches(file: Path, output: Path | None, as_json: bool) -> None:
 @_FILE
 @_OUTPUT
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def cancel_batches(file: Path, output: Path | None, as_json: bool) -> None:
-    """Cancel every open batch of FILE's run (a rerun resubmits what they did not answer)."""
-    _command(file, output, as_json, cancel=True)
+@click.option("--force", is_flag=True, help="Cancel even while a run holds the output (its rows fail as cancelled).")
+def cancel_batches(file: Path, output: Path | None, as_json: bool, force: bool) -> None:
+    """Cancel every open batch of FILE's run. The run that finds them cancelled fails
+    their unanswered rows as `cancelled`; the rerun after it submits them again."""
+    _command(file, output, as_json, cancel=True, force=force)

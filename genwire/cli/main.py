@@ -254,6 +254,9 @@ def plugins() -> None:
     type=click.FloatRange(min=0),
     help="With --data-designer: seconds an ok probe is trusted from the probe cache (default 0, off).",
 )
+@click.option(
+    "--batch", is_flag=True, help="Also check every openai provider's Files and Batches API, as `run --batch` would."
+)
 @handle_errors
 def preflight(
     file: Path | None,
@@ -262,6 +265,7 @@ def preflight(
     data_designer: str | None,
     pipeline: Path | None,
     cache_ttl: float | None,
+    batch: bool,
 ) -> None:
     """Check every model and dataset a wired generator can reach, concurrently (or, with
     --data-designer, every model alias of a Data Designer setup)."""
@@ -276,6 +280,8 @@ def preflight(
         if data_designer is not None:
             if file is not None:
                 raise click.UsageError("give FILE or --data-designer, not both")
+            if batch:
+                raise click.UsageError("--batch goes with FILE, not --data-designer")
             report = _or_report(
                 lambda: _data_designer_preflight(data_designer, pipeline, cache_ttl or 0.0, use_cache=not no_cache),
                 as_json,
@@ -289,11 +295,18 @@ def preflight(
                     "--config and --cache-ttl go with --data-designer (genwire.yaml has preflight.cache_ttl_s)"
                 )
             container = _wire_or_report(file, as_json, empty)
+            from genwire.preflight.batch_check import batch_providers
             from genwire.preflight.runner import run_preflight
+
+            # Providers with batch.enabled (all openai ones with --batch): their Files and
+            # Batches endpoints too, as the run checks them.
+            batching = batch_providers(container, forced=batch)
 
             async def go() -> Any:
                 async with container:
-                    return await run_preflight(container, use_cache=not no_cache, on_check=finished.append)
+                    return await run_preflight(
+                        container, use_cache=not no_cache, on_check=finished.append, batch_providers=batching
+                    )
 
             report = run_interruptibly(go())
     except (Interrupted, KeyboardInterrupt) as exc:

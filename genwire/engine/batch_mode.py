@@ -3,6 +3,7 @@ after the pre-flight with the run's journal, what the progress line says of them
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -10,27 +11,11 @@ from typing import Any
 from genwire.config.schema import OpenAIProviderConfig
 from genwire.container.core import WiredPipeline
 from genwire.engine.batch_journal import BatchJournal
+from genwire.preflight.batch_check import batch_providers
 from genwire.providers.batch.collector import RoundSignal
 from genwire.providers.batch.format import TERMINAL, BatchInfo
 
 __all__ = ["BatchMode", "batch_providers"]
-
-
-def batch_providers(container: WiredPipeline, forced: bool) -> list[str]:
-    """The ``openai`` providers of the models some column reaches that batch: all of
-    them with ``forced`` (``--batch``), else those with ``batch.enabled``. The local
-    provider never batches; an overridden model is an object of this process."""
-    config = container.config
-    used = {
-        config.models[t.name].provider
-        for t in container.plan().targets
-        if t.name in config.models and container.cacheable(t.name)
-    }
-    return sorted(
-        name
-        for name in used
-        if isinstance(config.providers[name], OpenAIProviderConfig) and (forced or config.providers[name].batch.enabled)  # type: ignore[union-attr]
-    )
 
 
 class BatchMode:
@@ -50,12 +35,43 @@ class BatchMode:
         self._final: list[BatchInfo] = []
 
     async def start(self) -> None:
+        """Each provider's collector, once it found again what the journal lost."""
         for name in self.providers:
             client = self.container.client(name)
             config = self.container.config.providers[name]
             assert isinstance(config, OpenAIProviderConfig)
             await client.start_batching(config.batch, self.journal, self.directory, self.signal)
             self._clients.append(client)
+        self.journal.searched_everywhere()  # every batching provider looked for its lost batches
+        self.journal.rewrite_if_recovered()
+
+    def raise_if_broken(self) -> None:
+        """A collector that broke (a file it cannot write, a bug) stops the run with its
+        one message, even where a plugin caught the error its calls got."""
+        for client in self._clients:
+            if client.batcher is not None and client.batcher.failure is not None:
+                raise client.batcher.failure
+
+    async def still_open(self) -> list[str]:
+        """The batches the journal names that are still open at the provider (asked):
+        while there are any, the journal stays beside the output."""
+        from genwire.errors import ModelError
+        from genwire.providers.batch.collector import control_request
+
+        still: list[str] = []
+        for provider, batch_id in self.journal.open_batch_ids():
+            if provider not in self.container.config.providers:
+                still.append(batch_id)
+                continue
+            try:
+                client = self.container.client(provider)
+                state = json.loads(await control_request(client, "GET", f"/batches/{batch_id}"))
+            except (ModelError, ValueError):
+                still.append(batch_id)  # unknown is open: the journal is the truth about what was paid
+                continue
+            if not isinstance(state, dict) or state.get("status") not in TERMINAL:
+                still.append(batch_id)
+        return still
 
     async def stop(self) -> None:
         """The collectors stop waiting; submitted batches keep running at the provider."""
@@ -67,8 +83,9 @@ class BatchMode:
 
     @property
     def holds_batches(self) -> bool:
-        """The journal records batches not read to their end: the checkpoint must stay."""
-        return self.journal.open_batches > 0
+        """The journal names batches (a rerun collects what they answered instead of
+        paying again, open or not): a run that stops keeps its checkpoint."""
+        return self.journal.names_batches
 
     def infos(self) -> list[BatchInfo]:
         """Every batch this session submitted or attached to (after ``stop``: as it was)."""

@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from genwire.container.core import WiredPipeline
-from genwire.errors import GenwireError, ModelError, PluginError, UndeclaredResourceError, exception_text
+from genwire.errors import (
+    BatchModeFailed,
+    GenwireError,
+    ModelError,
+    PluginError,
+    UndeclaredResourceError,
+    exception_text,
+)
 from genwire.generators.base import Generator
 from genwire.generators.outcome import RowFailure
 from genwire.providers.request_context import BatchScope, batch_scope, column_scope
@@ -92,8 +99,8 @@ class BatchRunner:
             kept, kept_indices = [], []
             for index, row, value in zip(indices, live, values, strict=True):
                 if isinstance(value, RowFailure):
-                    if isinstance(value.error, UndeclaredResourceError | PluginError):
-                        raise value.error  # a plugin bug, not a row problem: stop the run
+                    if isinstance(value.error, UndeclaredResourceError | PluginError | BatchModeFailed):
+                        raise value.error  # a plugin bug or batch mode broken, not a row problem: stop the run
                     failures.append(failure_record(index, row, gen.column, value.error))
                 else:
                     row[gen.column] = value

@@ -140,6 +140,24 @@ def readable(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def lock_holder(directory: Path) -> str | None:
+    """The PID of the run holding a checkpoint's lock now (``"unknown"`` if it did not
+    say), or None when no run holds it. Asked without taking the lock for long."""
+    try:
+        lock = (directory / _LOCK).open("r", encoding="utf-8")
+    except OSError:
+        return None
+    with lock:
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            return lock.read().strip() or "unknown"
+        fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    return None
+
+
 class Checkpoint:
     """Open with ``Checkpoint.open``; ``close`` releases the lock, ``remove`` deletes it."""
 
@@ -153,6 +171,7 @@ class Checkpoint:
         self._session = session
         self._rows: IO[bytes] | None = None
         self._failed: IO[bytes] | None = None
+        self.keep_journal = False  # batch mode: batches it names are still open at the provider
 
     # --- opening -----------------------------------------------------------------------
 
@@ -315,7 +334,13 @@ class Checkpoint:
     def remove(self) -> None:
         """After the output is in place: the checkpoint has served its purpose."""
         self.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        if not self.keep_journal:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            return
+        for path in self.directory.iterdir():  # all but the journal of batches still open
+            if path.name != _JOURNAL:
+                with contextlib.suppress(OSError):
+                    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
 
 
 def _read_rows(segments: list[Path], n: int) -> bytearray:

@@ -176,11 +176,18 @@ async def run_pipeline(
         ticker = asyncio.create_task(_tick(sink)) if batch_mode is not None else None
         try:
             async for result in batches:
+                if batch_mode is not None:
+                    batch_mode.raise_if_broken()
                 sink.add(result)
         finally:
             if ticker is not None:
                 ticker.cancel()
             await batches.aclose()
+        if batch_mode is not None:
+            batch_mode.raise_if_broken()
+            # The journal is the truth about what was paid: it stays while a batch it names
+            # is still open at the provider (a --fresh run that no longer asks for them).
+            checkpoint.keep_journal = bool(await batch_mode.still_open())
         sink.finish()
     except BaseException:
         if batch_mode is not None:

@@ -1,5 +1,7 @@
 """Batch mode's pre-flight checks (SPEC §14): per batching provider, a listing call to
-its Files and to its Batches endpoint (nothing is uploaded). Probes stay online."""
+its Files and to its Batches endpoint (nothing is uploaded). Probes stay online. Which
+providers batch (``batch_providers``) is decided here, once, for ``run`` and for
+``preflight`` alike: a CI gate on ``genwire preflight`` checks what the run will use."""
 
 from __future__ import annotations
 
@@ -7,10 +9,28 @@ import asyncio
 import time
 from collections.abc import Sequence
 
+from genwire.config.schema import OpenAIProviderConfig
 from genwire.container.core import WiredPipeline
 from genwire.errors import ErrorClass, ModelError, exception_text
 from genwire.preflight.report import CheckResult, PreflightReport
 from genwire.providers.batch.collector import check_batch_api
+
+
+def batch_providers(container: WiredPipeline, forced: bool) -> list[str]:
+    """The ``openai`` providers of the models some column reaches that batch: all of
+    them with ``forced`` (``--batch``), else those with ``batch.enabled``. The local
+    provider never batches; an overridden model is an object of this process."""
+    config = container.config
+    used = {
+        config.models[t.name].provider
+        for t in container.plan().targets
+        if t.name in config.models and container.cacheable(t.name)
+    }
+    return sorted(
+        name
+        for name in used
+        if isinstance(config.providers[name], OpenAIProviderConfig) and (forced or config.providers[name].batch.enabled)  # type: ignore[union-attr]
+    )
 
 
 async def _check(container: WiredPipeline, provider: str) -> CheckResult:

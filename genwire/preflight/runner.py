@@ -312,7 +312,7 @@ async def run_preflight(
     *,
     use_cache: bool = True,
     cache_dir: Path | None = None,
-    batch_providers: Sequence[str] = (),
+    batch_providers: Sequence[str] | None = None,
     on_check: Callable[[CheckResult], None] | None = None,
 ) -> PreflightReport:
     """Check every target some wired generator can reach. Never raises for an unhealthy
@@ -321,10 +321,17 @@ async def run_preflight(
     With ``preflight.cache_ttl_s`` set, ok model probes are read from and written to the
     probe cache (``cache_dir``, default the user cache directory) unless ``use_cache``
     is False. ``on_check`` receives each result as it is decided. ``batch_providers``
-    (batch mode) also get a check of their Files and Batches API (``preflight.batch_check``)."""
+    (batch mode; default: the providers with ``batch.enabled``) also get a check of their
+    Files and Batches API (``preflight.batch_check``)."""
     ttl = container.config.preflight.cache_ttl_s
     cache = ProbeCache(cache_dir or default_cache_dir(), ttl) if use_cache and ttl > 0 else None
     report = await _Preflight(container, cache, on_check).run()
+    if batch_providers is None and any(
+        getattr(getattr(p, "batch", None), "enabled", False) for p in container.config.providers.values()
+    ):
+        from genwire.preflight.batch_check import batch_providers as enabled
+
+        batch_providers = enabled(container, forced=False)
     if batch_providers:
         from genwire.preflight.batch_check import with_batch_checks
 

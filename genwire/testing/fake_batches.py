@@ -5,10 +5,13 @@ Each line of a batch is answered by the same logic as an online request (scripts
 ``fail_when``, structured output, vectors), so a batch run's output equals the online
 run's, but it is not counted in ``server.requests``: ``batches.lines`` counts it.
 
-Modes: complete at once (default), after ``delay_s``, only when released (``hold``), with
-the next batches ``expired`` after a fraction of their lines (``expire_next``) or
-``failed`` before any (``fail_next``); and
-``enabled = False`` answers 404 on every endpoint (a provider without batches)::
+Modes: complete at once (default), after ``delay_s``, only when released (``hold``, or
+``hold_from`` for the batches after the first few), with the next batches ``expired``
+after a fraction of their lines (``expire_next``) or ``failed`` before any
+(``fail_next``), the next output line padded past a size (``oversize_next``), result
+files deleted (``delete_outputs``: gone, as after the provider's retention); and
+``enabled = False`` answers 404 on every endpoint (a provider without batches).
+``answered`` counts the lines run per ``custom_id`` (a request paid twice shows as 2)::
 
     server.batches.hold()            # new batches stay in_progress...
     server.batches.release()         # ...until now
@@ -67,6 +70,7 @@ class _Batch:
     expire_fraction: float | None
     metadata: dict[str, Any] | None
     failure: str | None = None  # scripted: ends failed with this message
+    expiry_message: str | None = None  # scripted: the error message of its unrun lines
     status: str = "validating"
     total: int = 0
     completed: int = 0
@@ -106,8 +110,10 @@ class FakeBatches:
         self.enabled = True
         self.delay_s = 0.0
         self._hold = False
-        self._expire: list[float] = []
+        self._expire: list[tuple[float, str | None]] = []
         self._fail: list[str] = []
+        self._hold_from: int | None = None
+        self._oversize: list[int] = []
         self.files: dict[str, _File] = {}
         self.batches: dict[str, _Batch] = {}
         self.reset_stats()
@@ -126,11 +132,33 @@ class FakeBatches:
                 if batch_id is None or batch.id == batch_id:
                     batch.held = False
 
-    def expire_next(self, done_fraction: float, count: int = 1) -> None:
-        """The next ``count`` batches end ``expired`` with only their first
-        ``done_fraction`` of lines answered; the rest go to the error file."""
+    def hold_from(self, created: int | None) -> None:
+        """Batches created after the first ``created`` (as ``self.created`` counts them)
+        stay ``in_progress`` until ``release``; None: stop."""
         with self._lock:
-            self._expire.extend([done_fraction] * count)
+            self._hold_from = created
+
+    def expire_next(self, done_fraction: float, count: int = 1, message: str | None = None) -> None:
+        """The next ``count`` batches end ``expired`` with only their first
+        ``done_fraction`` of lines answered; the rest go to the error file (with
+        ``message`` as each line's error message, if given)."""
+        with self._lock:
+            self._expire.extend([(done_fraction, message)] * count)
+
+    def oversize_next(self, size: int) -> None:
+        """The next answered line gets a padding field making it ``size`` bytes long."""
+        with self._lock:
+            self._oversize.append(size)
+
+    def delete_outputs(self) -> list[str]:
+        """Delete the output and error files of every batch ended so far (the ids)."""
+        with self._lock:
+            gone = [
+                f for b in self.batches.values() for f in (b.output_file_id, b.error_file_id) if f in self.files
+            ]
+            for file_id in gone:
+                del self.files[file_id]
+        return [f for f in gone if f is not None]
 
     def fail_next(self, message: str = "the input file could not be validated", count: int = 1) -> None:
         """The next ``count`` batches end ``failed`` with ``message``, no line run."""
@@ -153,7 +181,9 @@ class FakeBatches:
         with self._lock:
             self._expire.clear()
             self._fail.clear()
+            self._oversize.clear()
             self._hold = False
+            self._hold_from = None
 
     def reset_stats(self) -> None:
         with self._lock:
@@ -164,6 +194,8 @@ class FakeBatches:
             self.listings = 0  # GET /files, GET /batches
             self.lines: dict[str, int] = defaultdict(int)  # requests answered in batches, per model
             self.custom_ids: list[str] = []  # every line submitted, in order
+            self.answered: dict[str, int] = defaultdict(int)  # lines run (paid), per custom_id
+            self.polls: dict[str, int] = defaultdict(int)  # GET /batches/{id}, per batch
 
     def open_batches(self) -> list[str]:
         with self._lock:
@@ -242,8 +274,9 @@ class FakeBatches:
         with self._lock:
             if file_id not in self.files:
                 return _error(404, f"No such file: {file_id}")
-            fraction = self._expire.pop(0) if self._expire else None
+            fraction, expiry = self._expire.pop(0) if self._expire else (None, None)
             failure = self._fail.pop(0) if self._fail else None
+            held = self._hold or (self._hold_from is not None and self.created >= self._hold_from)
             batch = _Batch(
                 self._new_id("batch"),
                 endpoint,
@@ -251,10 +284,11 @@ class FakeBatches:
                 str(body.get("completion_window", "24h")),
                 dict(request.headers),
                 time.monotonic(),
-                self._hold,
+                held,
                 fraction,
                 body.get("metadata"),
                 failure,
+                expiry,
             )
             batch.total = self.files[file_id].content.count(b"\n")
             self.batches[batch.id] = batch
@@ -291,6 +325,7 @@ class FakeBatches:
         with self._lock:
             batch = self.batches.get(request.match_info["id"])
             self.retrievals += 1
+            self.polls[request.match_info["id"]] += 1
         if batch is None:
             return _error(404, "No such batch")
         await self._advance(batch)
@@ -352,16 +387,20 @@ class FakeBatches:
                 self.custom_ids.append(custom_id)
             if number >= done:
                 code = "batch_expired" if status == "expired" else "batch_cancelled"
-                message = f"This request could not be executed before the batch was {status}."
+                message = batch.expiry_message or f"This request could not be executed before the batch was {status}."
                 errors.append(_line(custom_id, None, {"code": code, "message": message}))
                 continue
             with self._lock:
                 self.lines[model] += 1
+                self.answered[custom_id] += 1
+                oversize = self._oversize.pop(0) if self._oversize else None
             code_, answer = await self._answer(_ENDPOINTS[url], model, body, batch.headers)
             try:
                 decoded = json.loads(answer)
             except ValueError:
                 decoded = answer.decode("utf-8", "replace")
+            if oversize is not None and isinstance(decoded, dict):
+                decoded["padding"] = "x" * oversize
             response = {"status_code": code_, "request_id": f"req-{custom_id}", "body": decoded}
             (output if 200 <= code_ < 300 else errors).append(_line(custom_id, response, None))
         now = int(time.time())

@@ -13,30 +13,44 @@ output and error files are streamed to disk and each line resolves its call.
 
 A call whose id the ledger knows (an earlier session submitted it) is attached to that
 batch instead: nothing is uploaded or created for it again. Lines a batch never ran
-(``expired``, ``cancelled``, a ``failed`` batch) are resubmitted in the next round, at most
+(``expired``, a ``failed`` batch) are resubmitted in the next round, at most
 ``MAX_RESUBMITS`` times; error lines follow the online rules (``retry_on`` statuses are
-retried in a later round up to ``retries``, others fail their row with their class).
+retried in a later round up to ``retries``, others fail their row with their class). A
+batch the user cancelled is not resubmitted: the session that finds it cancelled fails
+its unrun requests as ``cancelled`` (a later rerun, the user's choice, submits them). A
+batch whose output file is gone at the provider is reported once and its requests are
+submitted again (paid again, the warning says). Output lines are read as a stream, each
+bounded by ``max_response_mb``.
+
+Every error message the collector records goes through ``_fail`` or ``_break``, which
+scrub the provider's secrets: no branch can forget it. Any failure of the collector
+itself (a spool or journal file it cannot write, a bug) is ``_break``: every waiting call
+and the run fail with one message naming the file and the error; nothing waits forever.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
+import logging
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from genwire.config.schema import BatchConfig, OpenAIProviderConfig
-from genwire.errors import ErrorClass, ModelError, exception_text
+from genwire.errors import BatchModeFailed, ErrorClass, ModelError, exception_text
 from genwire.providers.batch.format import (
     NOT_RUN,
     TERMINAL,
     BatchInfo,
     ResultLine,
+    bounded_lines,
+    custom_id_in,
     parse_result,
     request_id,
     request_line,
@@ -45,13 +59,16 @@ from genwire.providers.batch.ledger import Ledger
 from genwire.providers.failures import MAX_RETRY_WAIT_S, AttemptFailure
 from genwire.providers.usage import ModelUsage
 
-__all__ = ["SPOOL_PREFIX", "BatchCollector", "check_batch_api", "control_request"]
+__all__ = ["SPOOL_PREFIX", "BatchCollector", "check_batch_api", "control_request", "find_batches"]
+
+log = logging.getLogger("genwire.batch")
 
 SETTLE_MIN_S = 0.5  # without the count: a round waits this long after the last call
 SETTLE_MAX_S = 5.0
 MAX_RESUBMITS = 3  # a request no batch ran (expired, cancelled) this many times fails
 OCCURRENCES_KEPT = 65_536  # recent request ids counted for re-asks; more rows than a window
 LIST_PAGES = 20  # of 100 batches, searched for a batch an earlier session created unrecorded
+USER_CANCELLED = "user_cancelled"  # a line of a batch the user cancelled, as this session found it
 SPOOL_PREFIX = "batch-spool-"  # files in the checkpoint directory while being built or read
 
 
@@ -131,13 +148,16 @@ class BatchCollector:
         self._spool_dir = spool_dir
         self._settle_s = min(max(SETTLE_MIN_S, config.poll_interval_s / 10), SETTLE_MAX_S)
         self._max_bytes = int(config.max_file_mb * 1024 * 1024)
+        self._max_line = int(host.config.max_response_mb * 1024 * 1024)  # one output line
         self.round = 0  # rounds submitted by this session
         self.infos: dict[str, BatchInfo] = {}  # every batch this session submitted or attached to
+        self.failure: BatchModeFailed | None = None  # the collector broke: the run stops with this
         self._queue: dict[tuple[str, str], _Spool] = {}  # (path, model) -> the spool being built
         self._arrivals = 0
         self._wake: asyncio.Event | None = None
         self._pump: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._pending: set[_Waiter] = set()  # every call not answered yet
         self._attached: dict[str, dict[str, _Waiter]] = {}  # batch -> its waiting calls
         self._following: set[str] = set()
         self._finished: set[str] = set()
@@ -157,8 +177,11 @@ class BatchCollector:
 
     async def ask(self, alias: str, path: str, body: dict[str, Any], custom_id: str) -> tuple[Any, int]:
         """The response body of ``body`` sent through a batch, and the batches it took."""
+        if self.failure is not None:
+            raise self.failure
         waiter = _Waiter(custom_id, alias, path, body, asyncio.get_running_loop().create_future())
         self.waiting += 1
+        self._pending.add(waiter)
         waiter.future.add_done_callback(self._answered)
         left = self._leftovers.pop(custom_id, None)
         batch = self._ledger.batch_of(self.name, custom_id) if left is None else None
@@ -185,8 +208,9 @@ class BatchCollector:
         if future.cancelled():  # its row was cancelled; answered calls were counted in _resolve
             self.waiting -= 1
 
-    def _resolve(self, waiter: _Waiter, result: tuple[Any, int] | None, error: ModelError | None = None) -> None:
+    def _resolve(self, waiter: _Waiter, result: tuple[Any, int] | None, error: Exception | None = None) -> None:
         """Answer a call; it stops counting as waiting now (not when its callbacks run)."""
+        self._pending.discard(waiter)
         if waiter.future.done():
             return
         self.waiting -= 1
@@ -196,10 +220,37 @@ class BatchCollector:
             waiter.future.set_result(result)  # type: ignore[arg-type]
 
     def _fail(self, waiter: _Waiter, error_class: ErrorClass, message: str) -> None:
+        """The one place a call's failure is recorded (its row's errors-file line, the
+        log, the summary): scrubbed here, whatever branch said it."""
+        message = self._host._scrub(message)
         error = ModelError(error_class, message, target=waiter.alias, attempts=max(waiter.submissions, 1))
         self._resolve(waiter, None, error)
 
+    def _break(self, exc: BaseException) -> None:
+        """The collector cannot go on: every waiting call fails with one message naming
+        the file and the error, and so does the run (``failure``)."""
+        if self.failure is None:
+            if isinstance(exc, OSError) and exc.filename:
+                what = f"cannot write {exc.filename}: {exc.strerror or exc}"
+            else:
+                what = exception_text(exc)
+            self.failure = BatchModeFailed(
+                self._host._scrub(
+                    f"batch mode stopped (provider {self.name}): {what}; the checkpoint and its journal of "
+                    "batches are kept: fix the cause and rerun the same command (nothing paid for is asked again)"
+                )
+            )
+        for spool in self._queue.values():
+            _close_quietly(spool.handle)
+            spool.path.unlink(missing_ok=True)
+        self._queue.clear()
+        for waiter in list(self._pending):
+            self._resolve(waiter, None, self.failure)
+
     def _enqueue(self, waiter: _Waiter) -> None:
+        if self.failure is not None:
+            self._resolve(waiter, None, self.failure)
+            return
         key = (waiter.path, str(waiter.body.get("model")))
         line = request_line(waiter.custom_id, waiter.path, waiter.body)
         spool = self._queue.get(key)
@@ -208,10 +259,18 @@ class BatchCollector:
         ):
             self._seal(key, self.round + 1)  # a split: this file is full, submit it now
             spool = None
-        if spool is None:
-            path = self._spool_dir / f"{SPOOL_PREFIX}{os.getpid()}-{next(self._serial)}.jsonl"
-            spool = self._queue[key] = _Spool(path, "/v1" + waiter.path, path.open("wb"))
-        spool.handle.write(line)
+            if self.failure is not None:
+                self._resolve(waiter, None, self.failure)
+                return
+        path = spool.path if spool is not None else self._spool_path(".jsonl")
+        try:
+            if spool is None:
+                spool = self._queue[key] = _Spool(path, "/v1" + waiter.path, path.open("wb"))
+            spool.handle.write(line)
+        except OSError as exc:  # a full disk, say: the run stops, naming the file
+            self._break(OSError(exc.errno, exc.strerror or str(exc), str(path)))
+            self._resolve(waiter, None, self.failure)
+            return
         spool.count += 1
         spool.size += len(line)
         spool.waiters.append(waiter)
@@ -221,8 +280,11 @@ class BatchCollector:
         if self._wake is None:
             self._wake = asyncio.Event()
         if self._pump is None or self._pump.done():
-            self._pump = asyncio.create_task(self._rounds())
+            self._pump = asyncio.create_task(self._guarded(self._rounds()))
         self._wake.set()
+
+    def _spool_path(self, suffix: str) -> Path:
+        return self._spool_dir / f"{SPOOL_PREFIX}{os.getpid()}-{next(self._serial)}{suffix}"
 
     async def _rounds(self) -> None:
         """Submit a round whenever the calls settle (see the module docstring)."""
@@ -248,14 +310,31 @@ class BatchCollector:
                 self._seal(key, self.round)
 
     def _seal(self, key: tuple[str, str], round_number: int) -> None:
-        spool = self._queue.pop(key)
-        spool.handle.close()
+        spool = self._queue.pop(key, None)
+        if spool is None:  # dropped by _break while a round was being sealed
+            return
+        try:
+            spool.handle.close()  # the buffered rest is written now: a full disk shows here
+        except OSError as exc:
+            self._queue[key] = spool  # failed by _break with the rest
+            self._break(OSError(exc.errno, exc.strerror or str(exc), str(spool.path)))
+            return
         self._spawn(self._submit(spool, round_number))
 
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
+        task = asyncio.create_task(self._guarded(coro))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _guarded(self, coro: Any) -> None:
+        """A task of the collector: whatever it raises breaks the collector (and the run)
+        instead of dying unseen while calls wait on it."""
+        try:
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._break(exc)
 
     # --- submitting ----------------------------------------------------------------------
 
@@ -271,17 +350,16 @@ class BatchCollector:
                     "input_file_id": file_id,
                     "endpoint": spool.endpoint,
                     "completion_window": self.config.completion_window,
-                    "metadata": {"made_by": "genwire"},
+                    "metadata": {"made_by": "genwire", "genwire_journal": self._ledger.tag},
                 },
             )
             batch_id = created.get("id") if isinstance(created, dict) else None
             if not isinstance(batch_id, str):
                 raise ModelError(ErrorClass.BAD_RESPONSE, "batch mode: POST /batches answered without a batch id")
             self._ledger.submitted(self.name, batch_id, file_id)  # before the run waits on it
-        except Exception as exc:
-            error_class, message = _error_of(exc)
+        except ModelError as exc:  # the provider refused: those calls fail (anything else breaks the run)
             for waiter in spool.waiters:
-                self._fail(waiter, error_class, message)
+                self._fail(waiter, exc.error_class, exc.message)
             return
         finally:
             spool.path.unlink(missing_ok=True)
@@ -319,37 +397,56 @@ class BatchCollector:
                 if status in TERMINAL:
                     break
                 await asyncio.sleep(self.config.poll_interval_s)
-            lines: list[ResultLine] = []
-            for key in ("output_file_id", "error_file_id"):
-                file_id = batch.get(key)
-                if isinstance(file_id, str):
-                    lines += await self._results(file_id)
-        except Exception as exc:
-            error_class, message = _error_of(exc)
-            for waiter in self._attached.pop(batch_id, {}).values():
-                self._fail(waiter, error_class, f"{message} (following batch {batch_id})")
-            return
-        finally:
+        except ModelError as exc:
             self._following.discard(batch_id)
-        self._finished.add(batch_id)
-        self._ledger.ended(self.name, batch_id, status)
+            for waiter in self._attached.pop(batch_id, {}).values():
+                self._fail(waiter, exc.error_class, f"{exc.message} (following batch {batch_id})")
+            return
+        # A cancelled batch is the user's (genwire never cancels its own): the session that
+        # finds it fails its unrun calls; a later rerun, the user's choice, submits them.
+        user_cancelled = status == "cancelled" and not self._ledger.has_ended(self.name, batch_id)
         why = _batch_errors(batch) or f"the batch ended {status}"
         # All of the batch's lines at once, then one look at the round: calls sent back
         # (retries, lines never run) go out together, not one round each.
         self._distributing = True
         try:
-            waiters: dict[str, _Waiter] = self._attached.pop(batch_id, {})
-            for line in lines:
-                found = waiters.pop(line.custom_id, None)
-                if found is None:
-                    self._leftovers[line.custom_id] = line  # its row has not asked yet
-                else:
-                    self._settle(found, line)
+            gone: list[str] = []
+            for key in ("output_file_id", "error_file_id"):
+                file_id = batch.get(key)
+                if not isinstance(file_id, str):
+                    continue
+                try:
+                    await self._read_results(batch_id, file_id, user_cancelled)
+                except ModelError as exc:
+                    if exc.error_class is not ErrorClass.NOT_FOUND:
+                        for waiter in self._attached.pop(batch_id, {}).values():
+                            self._fail(waiter, exc.error_class, f"{exc.message} (reading batch {batch_id})")
+                        return  # not recorded as ended: a rerun reads it again
+                    gone.append(file_id)
+            self._ledger.ended(self.name, batch_id, status, gone=bool(gone))
+            self._finished.add(batch_id)
+            waiters = self._attached.pop(batch_id, {})
+            if gone and waiters:
+                log.warning(
+                    "batch %s (provider %s) ended %s but its result file %s is gone at the provider (deleted, or past "
+                    "its retention): its %d unanswered requests are submitted again and will be paid again",
+                    batch_id,
+                    self.name,
+                    status,
+                    ", ".join(gone),
+                    len(waiters),
+                )
+                for waiter in waiters.values():
+                    waiter.earlier = False
+                    self._enqueue(waiter)
+                return
             for waiter in waiters.values():
-                self._settle(waiter, ResultLine(waiter.custom_id, None, None, "batch_" + status, why))
+                code = "batch_" + status
+                self._settle(waiter, ResultLine(waiter.custom_id, None, None, code, why), user_cancelled)
         finally:
+            self._following.discard(batch_id)
             self._distributing = False
-        self._round_if_all_waiting()
+            self._round_if_all_waiting()
 
     def _note(self, batch_id: str, batch: Any) -> str:
         if not isinstance(batch, dict):
@@ -364,18 +461,47 @@ class BatchCollector:
             info.failed = _int(counts.get("failed"), info.failed)
         return status
 
-    async def _results(self, file_id: str) -> list[ResultLine]:
-        """The result lines of a file, streamed through disk (parsed lines stay: they
-        are this batch's, whose calls are in memory anyway)."""
-        path = self._spool_dir / f"{SPOOL_PREFIX}{os.getpid()}-{next(self._serial)}.out.jsonl"
+    async def _download(self, file_id: str) -> Path:
+        """A file's content, streamed to a spool file on disk (the caller removes it)."""
+        path = self._spool_path(".out.jsonl")
         try:
             await self._call("GET", f"/files/{file_id}/content", sink=path)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return path
+
+    async def _read_results(self, batch_id: str, file_id: str, user_cancelled: bool) -> None:
+        """Settle the calls of a result file's lines, read as a stream, each line bounded
+        by ``max_response_mb`` (a longer one fails its call, as an online answer would)."""
+        path = await self._download(file_id)
+        waiters = self._attached.get(batch_id, {})
+        try:
             with path.open("rb") as handle:
-                return [line for raw in handle if raw.strip() and (line := parse_result(raw)) is not None]
+                for raw, whole in bounded_lines(handle, self._max_line):
+                    line = (parse_result(raw) if raw.strip() else None) if whole else self._too_long(custom_id_in(raw))
+                    if line is None:
+                        continue
+                    if user_cancelled and line.error_code == "batch_cancelled":
+                        line = replace(line, error_code=USER_CANCELLED)  # also for calls not made yet
+                    found = waiters.pop(line.custom_id, None)
+                    if found is None:
+                        self._leftovers[line.custom_id] = line  # its row has not asked yet
+                    else:
+                        self._settle(found, line, user_cancelled)
         finally:
             path.unlink(missing_ok=True)
 
-    def _settle(self, waiter: _Waiter, line: ResultLine) -> None:
+    def _too_long(self, custom_id: str | None) -> ResultLine | None:
+        if custom_id is None:
+            return None  # no call to name: its call is treated as never run
+        message = (
+            f"batch mode: a batch output line larger than {self._host.config.max_response_mb:g} MB (max_response_mb); "
+            "raise the provider's max_response_mb if such an answer is legitimate"
+        )
+        return ResultLine(custom_id, None, None, "too_large", message)
+
+    def _settle(self, waiter: _Waiter, line: ResultLine, user_cancelled: bool = False) -> None:
         usage = self._host._usage(waiter.alias)
         if line.status is not None and 200 <= line.status < 300:
             usage.count_tokens(line.body)
@@ -399,6 +525,17 @@ class BatchCollector:
                 return
             self._fail(waiter, error_class, f"{message} (a batch line)")
             return
+        if line.error_code == USER_CANCELLED or (user_cancelled and line.error_code == "batch_cancelled"):
+            self._fail(
+                waiter,
+                ErrorClass.CANCELLED,
+                "batch mode: the batch holding this request was cancelled (genwire batches cancel, or at the "
+                "provider) before it ran; it is not submitted again by this run: rerun to submit it",
+            )
+            return
+        if line.error_code == "too_large":
+            self._fail(waiter, ErrorClass.BAD_RESPONSE, line.error_message)
+            return
         if line.error_code in NOT_RUN or (line.error_code or "").startswith("batch_"):
             if waiter.resubmits < MAX_RESUBMITS:
                 waiter.resubmits += 1
@@ -410,8 +547,7 @@ class BatchCollector:
                 f"batch mode: no batch ran this request in {waiter.resubmits + 1} tries ({line.error_message})",
             )
             return
-        detail = self._host._scrub(line.error_message)
-        self._fail(waiter, ErrorClass.BAD_RESPONSE, f"batch mode: {line.error_code}: {detail}")
+        self._fail(waiter, ErrorClass.BAD_RESPONSE, f"batch mode: {line.error_code}: {line.error_message}")
 
     # --- HTTP ----------------------------------------------------------------------------
 
@@ -438,23 +574,52 @@ class BatchCollector:
         return iter(self.infos.values())
 
     async def recover(self) -> None:
-        """Batches an earlier session created but was killed before recording: found by
-        their input file among the provider's batches, and recorded now."""
-        files = self._ledger.unbatched_files(self.name)
-        after: str | None = None
-        for _ in range(LIST_PAGES if files else 0):
-            page = await self._json("GET", "/batches?limit=100" + (f"&after={after}" if after else ""))
-            data = page.get("data") if isinstance(page, dict) else None
-            if not isinstance(data, list) or not data:
-                return
-            for batch in data:
-                file_id = batch.get("input_file_id") if isinstance(batch, dict) else None
-                if file_id in files and isinstance(batch.get("id"), str):
-                    self._ledger.submitted(self.name, batch["id"], file_id)
-                    del files[file_id]
-            if not files or not page.get("has_more"):
-                return
-            after = data[-1].get("id")
+        """Batches an earlier session created but did not record (killed before the
+        journal's line, or the line was damaged): found among the provider's batches by
+        their input file (and, for a damaged journal, by the journal's tag in their
+        metadata), their request ids read from that file, and recorded now."""
+        ledger = self._ledger
+        files = ledger.unbatched_files(self.name)
+        lost = ledger.lost(self.name)
+        if files or lost:
+            async for batch in find_batches(self._host, ledger.tag if lost else None, set(files)):
+                batch_id, file_id = batch["id"], batch["input_file_id"]
+                if file_id in files:
+                    ids = files.pop(file_id)
+                    if ids is None:
+                        ledger.found(self.name, batch_id, file_id, await self._input_ids(file_id, batch_id))
+                    else:
+                        ledger.submitted(self.name, batch_id, file_id)
+                elif not ledger.known(self.name, batch_id):
+                    ledger.found(self.name, batch_id, file_id, await self._input_ids(file_id, batch_id))
+            ledger.searched(self.name)
+        for file_id, batch_id in ledger.idless_files(self.name).items():
+            ledger.found(self.name, batch_id, file_id, await self._input_ids(file_id, batch_id))
+
+    async def _input_ids(self, file_id: str, batch_id: str) -> list[str]:
+        """The request ids of a batch's input file, read from the provider (a damaged
+        journal lost them). A file gone there is a warning: its requests are asked again."""
+        try:
+            path = await self._download(file_id)
+        except ModelError as exc:
+            log.warning(
+                "batch %s: its input file %s cannot be read at the provider (%s); the requests it held are "
+                "submitted again when asked, and paid again",
+                batch_id,
+                file_id,
+                exc.message,
+            )
+            return []
+        ids: list[str] = []
+        try:
+            with path.open("rb") as handle:
+                for raw, whole in bounded_lines(handle, self._max_bytes):
+                    found = _custom_id(raw) if whole else custom_id_in(raw)
+                    if found is not None:
+                        ids.append(found)
+        finally:
+            path.unlink(missing_ok=True)
+        return ids
 
     async def aclose(self) -> None:
         """Stop waiting (the provider's batches keep running: a rerun collects them)."""
@@ -463,9 +628,55 @@ class BatchCollector:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         for spool in self._queue.values():
-            spool.handle.close()
+            _close_quietly(spool.handle)
             spool.path.unlink(missing_ok=True)
         self._queue.clear()
+
+
+def _close_quietly(handle: Any) -> None:
+    with contextlib.suppress(OSError):  # a spool that cannot be written is removed anyway
+        handle.close()
+
+
+def _custom_id(raw: bytes) -> str | None:
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return custom_id_in(raw[:4096])
+    value = record.get("custom_id") if isinstance(record, dict) else None
+    return value if isinstance(value, str) else None
+
+
+async def find_batches(host: BatchHost, tag: str | None, files: set[str]) -> AsyncIterator[dict[str, Any]]:
+    """The provider's batches (newest first, up to ``LIST_PAGES`` pages) made from one of
+    ``files`` or carrying ``tag`` (a journal's) in their metadata."""
+    files = set(files)
+    after: str | None = None
+    for _ in range(LIST_PAGES):
+        raw = await control_request(host, "GET", "/batches?limit=100" + (f"&after={after}" if after else ""))
+        try:
+            page = json.loads(raw)
+        except ValueError:
+            raise ModelError(
+                ErrorClass.BAD_RESPONSE, "batch mode: GET /batches answered with a body that is not JSON"
+            ) from None
+        data = page.get("data") if isinstance(page, dict) else None
+        if not isinstance(data, list) or not data:
+            return
+        for batch in data:
+            if not isinstance(batch, dict) or not isinstance(batch.get("id"), str):
+                continue
+            file_id = batch.get("input_file_id")
+            metadata = batch.get("metadata")
+            tagged = tag is not None and isinstance(metadata, dict) and metadata.get("genwire_journal") == tag
+            if isinstance(file_id, str) and (file_id in files or tagged):
+                files.discard(file_id)
+                yield batch
+        if (not files and tag is None) or not page.get("has_more"):
+            return
+        after = data[-1].get("id") if isinstance(data[-1], dict) else None
+        if not isinstance(after, str):
+            return
 
 
 async def control_request(
@@ -503,18 +714,24 @@ async def control_request(
             async with session.request(method, url, **kwargs) as resp:
                 status = resp.status
                 if 200 <= status < 300 and sink is not None:
-                    with sink.open("wb") as out:
-                        async for chunk in resp.content.iter_chunked(1 << 20):
-                            out.write(chunk)
+                    await _save(resp, sink)
                     return b""
                 raw = await host._read_body(resp, url)  # bounded by max_response_mb, as model answers
             if 200 <= status < 300:
                 return raw
             error_class, message, retry = host.failure_of(url, status, raw)
             message = message.replace("from POST", f"from {method}", 1)
+            if status == 404 and path.startswith("/files/"):  # not a model name: a file the provider dropped
+                file_id = path.split("/")[2].split("?")[0]
+                message = (
+                    f"the file {file_id} is gone at the provider (HTTP 404 from {method} {host._where(url)}): "
+                    "deleted, or past the provider's retention of batch files"
+                )
         except AttemptFailure as failure:  # a body past max_response_mb
             error_class, retry = failure.error_class, failure.retry
             message = failure.message.replace("from POST", f"from {method}", 1)
+        except _LocalWriteError as exc:  # the disk, not the network: the collector breaks
+            raise exc.error from None
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             error_class = ErrorClass.TIMEOUT if isinstance(exc, TimeoutError) else ErrorClass.UNREACHABLE
             message, retry = f"{method} {host._where(url)} failed: {exception_text(exc)}", True
@@ -527,17 +744,37 @@ async def control_request(
         raise ModelError(error_class, host._scrub(f"batch mode: {message}"), attempts=tries)
 
 
+class _LocalWriteError(Exception):
+    """Writing a downloaded file to the local disk failed: not a network error."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+async def _save(resp: Any, sink: Path) -> None:
+    """A response body streamed to ``sink``; a local write error is ``OSError`` naming it."""
+    try:
+        out = sink.open("wb")
+    except OSError as exc:
+        raise _LocalWriteError(OSError(exc.errno, exc.strerror or str(exc), str(sink))) from None
+    with out:
+        async for chunk in resp.content.iter_chunked(1 << 20):
+            try:
+                out.write(chunk)
+            except OSError as exc:
+                raise _LocalWriteError(OSError(exc.errno, exc.strerror or str(exc), str(sink))) from None
+        try:
+            out.flush()
+        except OSError as exc:
+            raise _LocalWriteError(OSError(exc.errno, exc.strerror or str(exc), str(sink))) from None
+
+
 async def check_batch_api(host: BatchHost) -> None:
     """The pre-flight's check of batch mode: the Files and Batches endpoints answer a
     listing call with this key (raises ``ModelError``, nothing is uploaded)."""
     await control_request(host, "GET", "/files?purpose=batch&limit=1")
     await control_request(host, "GET", "/batches?limit=1")
-
-
-def _error_of(exc: Exception) -> tuple[ErrorClass, str]:
-    if isinstance(exc, ModelError):
-        return exc.error_class, exc.message
-    return ErrorClass.BAD_RESPONSE, f"batch mode: {exception_text(exc)}"
 
 
 def _int(value: Any, default: int) -> int:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
-__all__ = ["BatchInfo", "ResultLine", "parse_result", "request_id", "request_line"]
+__all__ = ["BatchInfo", "ResultLine", "bounded_lines", "custom_id_in", "parse_result", "request_id", "request_line"]
 
 # A batch that ended in one of these statuses will not change any more.
 TERMINAL = frozenset({"completed", "expired", "cancelled", "failed"})
@@ -61,6 +63,35 @@ def parse_result(raw: bytes) -> ResultLine | None:
         code = str(error.get("code") or "")
         message = str(error.get("message") or "")
     return ResultLine(record["custom_id"], None, None, code or "unknown", message)
+
+
+_HEAD = 4096  # of a line past the bound: kept to find its custom_id
+_SKIP_CHUNK = 1 << 20
+_CUSTOM_ID = re.compile(rb'"custom_id"\s*:\s*"([^"\\]{1,200})"')
+
+
+def bounded_lines(handle: IO[bytes], limit: int) -> Iterator[tuple[bytes, bool]]:
+    """The lines of a file as a stream, each read up to ``limit`` bytes: ``(line, True)``,
+    or ``(its first bytes, False)`` for a line past the bound (the rest is skipped
+    unread into memory), so one huge line never costs more than ``limit``."""
+    while True:
+        line = handle.readline(limit + 1)
+        if not line:
+            return
+        if len(line) <= limit or line.endswith(b"\n"):
+            yield line, True
+            continue
+        head = line[:_HEAD]
+        del line
+        while (rest := handle.readline(_SKIP_CHUNK)) and not rest.endswith(b"\n"):
+            pass
+        yield head, False
+
+
+def custom_id_in(head: bytes) -> str | None:
+    """The ``custom_id`` of a line from its first bytes (a line too long to parse)."""
+    match = _CUSTOM_ID.search(head)
+    return match.group(1).decode("utf-8", "replace") if match else None
 
 
 @dataclass
