@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from genwire.config.tools import ToolServerConfig
+
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]*$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
 # The output formats, defined once: the schema, the CLI and the writers all use these.
@@ -207,6 +209,7 @@ class DefaultsConfig(StrictModel):
     embedding_model: Name | None = None
     dataset: Name | None = None
     model_registry: list[Name] | Literal["*"] | None = None
+    tools: Name | None = None
 
 
 _NAME_RE = re.compile(NAME_PATTERN)
@@ -276,6 +279,7 @@ class GenwireConfig(StrictModel):
     providers: dict[Name, ProviderConfig] = Field(default_factory=dict)
     models: dict[Name, ModelConfig] = Field(default_factory=dict)
     datasets: dict[Name, DatasetConfig] = Field(default_factory=dict)
+    tools: dict[Name, ToolServerConfig] = Field(default_factory=dict)  # MCP servers (SPEC §18)
     defaults: DefaultsConfig = Field(default_factory=DefaultsConfig)
     pipeline: PipelineConfig
     preflight: PreflightConfig = Field(default_factory=PreflightConfig)

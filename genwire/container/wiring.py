@@ -28,7 +28,9 @@ _DEFAULT_FIELD = {
     ResourceKind.EMBEDDING_MODEL: "embedding_model",
     ResourceKind.DATASET: "dataset",
     ResourceKind.MODEL_REGISTRY: "model_registry",
+    ResourceKind.TOOLS: "tools",
 }
+_NOT_MODELS = (ResourceKind.DATASET, ResourceKind.TOOLS)  # what a model registry never serves
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ def resource_kinds(loaded: LoadedConfig) -> dict[str, ResourceKind]:
     cfg = loaded.config
     kinds = {alias: model_resource_kind(m.kind) for alias, m in cfg.models.items()}
     kinds.update({name: ResourceKind.DATASET for name in cfg.datasets})
+    kinds.update({name: ResourceKind.TOOLS for name in cfg.tools})
     return kinds
 
 
@@ -88,7 +91,7 @@ def _user_path(loc: tuple[str | int, ...], data: Any, *, missing: bool) -> tuple
 
 def _names_of_kind(kinds: Mapping[str, ResourceKind], kind: ResourceKind) -> list[str]:
     if kind is ResourceKind.MODEL_REGISTRY:
-        return sorted(n for n, k in kinds.items() if k is not ResourceKind.DATASET)
+        return sorted(n for n, k in kinds.items() if k not in _NOT_MODELS)
     return sorted(n for n, k in kinds.items() if k is kind)
 
 
@@ -131,7 +134,7 @@ class _Wirer:
                 f"{kind.value} resources defined: {', '.join(known) or 'none'}",
             )
             return False
-        wanted_ok = actual is kind or (kind is ResourceKind.MODEL_REGISTRY and actual is not ResourceKind.DATASET)
+        wanted_ok = actual is kind or (kind is ResourceKind.MODEL_REGISTRY and actual not in _NOT_MODELS)
         if not wanted_ok:
             fits = _names_of_kind(self.kinds, kind)
             self.problem(
