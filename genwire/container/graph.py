@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dependency_injector import providers as di
@@ -79,8 +80,8 @@ def _client_factory(graph: ProviderGraph, name: str, config: Any) -> ProviderCli
     return client
 
 
-def _tool_server_factory(graph: ProviderGraph, name: str, config: Any) -> Any:
-    server = make_tool_server(name, config)
+def _tool_server_factory(graph: ProviderGraph, name: str, config: Any, cwd: Path | None) -> Any:
+    server = make_tool_server(name, config, cwd)
     graph.live_tool_servers.append(server)
     return server
 
@@ -100,7 +101,9 @@ def build_graph(loaded: LoadedConfig, wirings: list[ColumnWiring]) -> ProviderGr
     for name, tcfg in cfg.tools.items():
         # One server client per tools entry, shared by every column bound to it; each
         # column's handle comes from it (the handle leads to nothing else).
-        server = graph.tool_servers[name] = di.Singleton(_tool_server_factory, graph, name, tcfg)
+        # A stdio server runs in its cwd resolved against the config's directory (default: that directory).
+        cwd = loaded.resolve_path(tcfg.cwd or ".") if tcfg.transport == "stdio" else None
+        server = graph.tool_servers[name] = di.Singleton(_tool_server_factory, graph, name, tcfg, cwd)
         graph.targets[name] = Target(name, ResourceKind.TOOLS, di.Singleton(make_tools_handle, server), probe_tools)
     for w in wirings:
         bound: dict[str, Any] = {}

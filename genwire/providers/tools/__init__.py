@@ -11,12 +11,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from genwire.config.tools import HttpToolServerConfig, StdioToolServerConfig
     from genwire.providers.tools.handle import ToolServerBase
 
 
-def make_tool_server(name: str, config: StdioToolServerConfig | HttpToolServerConfig) -> ToolServerBase:
-    """The server client of ``tools.<name>`` (nothing starts until its first use)."""
+def make_tool_server(
+    name: str, config: StdioToolServerConfig | HttpToolServerConfig, cwd: Path | None = None
+) -> ToolServerBase:
+    """The server client of ``tools.<name>`` (nothing starts until its first use); a stdio
+    server runs in ``cwd`` (its ``cwd`` resolved against the config file's directory)."""
     from genwire.providers.tools.server import McpToolServer
 
-    return McpToolServer(name, config)
+    return McpToolServer(name, config, cwd)

@@ -21,6 +21,7 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 from mcp import ClientSession, StdioServerParameters
@@ -49,8 +50,11 @@ class _Connection:
 
 
 class McpToolServer(ToolServerBase):
-    def __init__(self, name: str, config: StdioToolServerConfig | HttpToolServerConfig) -> None:
+    def __init__(
+        self, name: str, config: StdioToolServerConfig | HttpToolServerConfig, cwd: Path | None = None
+    ) -> None:
         super().__init__(name, config)
+        self._cwd = cwd
         self._conn: _Connection | None = None
         self._lock: asyncio.Lock | None = None
         self._lock_loop: asyncio.AbstractEventLoop | None = None
@@ -136,7 +140,7 @@ class McpToolServer(ToolServerBase):
                 "--",
                 *cfg.command,
             ]
-            params = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=cfg.cwd)
+            params = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=self._cwd)
             return stdio_client(params, errlog=errlog or sys.stderr)
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
