@@ -48,6 +48,9 @@ _KIND_BY_METHOD = {
     "row": ResourceKind.DATASET,
     "sample": ResourceKind.DATASET,
     "get": ResourceKind.MODEL_REGISTRY,
+    "call": ResourceKind.TOOLS,  # a tool server's handle (SPEC §18)
+    "list": ResourceKind.TOOLS,
+    "converse": ResourceKind.CHAT_MODEL,
 }
 _KIND_BY_ATTRIBUTE = {
     "dimensions": ResourceKind.EMBEDDING_MODEL,
