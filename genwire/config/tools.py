@@ -33,6 +33,9 @@ class _ToolServerBase(BaseModel):
     # What a generator may call (None: every tool the server lists).
     allow: list[ToolName] | None = None
     timeout_s: Annotated[float, Field(gt=0)] = 30.0  # per tool call
+    # Starting (stdio) or connecting (http) and initialising; the pre-flight's per-check
+    # timeout bounds it there too.
+    start_timeout_s: Annotated[float, Field(gt=0)] = 60.0
     # A tool result larger than this fails its call as bad_response (memory stays bounded).
     max_result_mb: Annotated[float, Field(gt=0)] = 8.0
     health_check: bool = True

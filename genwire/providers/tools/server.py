@@ -88,12 +88,12 @@ class McpToolServer(ToolServerBase):
                         await self._discard(conn)
                     conn = self._conn = self._open(loop)
         try:
-            async with asyncio.timeout(self.config.timeout_s):
+            async with asyncio.timeout(self.config.start_timeout_s):
                 return await asyncio.shield(conn.ready)
         except TimeoutError:
             raise self._error(
                 ErrorClass.TIMEOUT,
-                f"did not start and initialise within {self.config.timeout_s:g} s (timeout_s)",
+                f"did not start and initialise within {self.config.start_timeout_s:g} s (start_timeout_s)",
             ) from None
 
     def _open(self, loop: asyncio.AbstractEventLoop) -> _Connection:
