@@ -237,7 +237,9 @@ async def test_a_server_that_dies_is_started_again_once_then_fails_unreachable(t
         web = container.generator("a").resources.web
         with pytest.raises(ModelError) as first:
             await web.call("crash_once", {})
-        assert first.value.error_class is ErrorClass.UNREACHABLE and "went away during tool 'crash_once'" in str(first.value)
+        assert first.value.error_class is ErrorClass.UNREACHABLE and "went away during tool 'crash_once'" in str(
+            first.value
+        )
         assert (await web.call("crash_once", {})).text == "ok after restart"  # started again
         with pytest.raises(ModelError):
             await web.call("crash", {})
@@ -276,7 +278,12 @@ def test_preflight_reports_every_broken_server_classified_in_one_pass(tmp_path: 
         "pipeline": {
             "output": str(out),
             "columns": [
-                {"name": f"c_{n}", "generator": "llm-tools", "resources": {"model": "m", "tools": n}, "params": {"prompt": "q"}}
+                {
+                    "name": f"c_{n}",
+                    "generator": "llm-tools",
+                    "resources": {"model": "m", "tools": n},
+                    "params": {"prompt": "q"},
+                }
                 for n in ("good", "missing", "lacking")
             ],
         },
@@ -331,11 +338,15 @@ async def test_an_http_server_is_checked_and_called_with_its_headers() -> None:
                     break
             await asyncio.sleep(0.1)
         http = {"kind": "mcp", "transport": "http", "url": f"http://127.0.0.1:{port}/mcp", "headers": {"X-Key": CANARY}}
-        container = genwire.boot(one_column("echo-user", {"web": {**http, "allow": ["echo"]}}, web="web"), generators=[EchoUser])
+        container = genwire.boot(
+            one_column("echo-user", {"web": {**http, "allow": ["echo"]}}, web="web"), generators=[EchoUser]
+        )
         async with container:
             report = await container.preflight()
             assert report.ok, report
-            assert (await container.generator("a").resources.web.call("echo", {"text": "over http"})).text == "over http"
+            assert (
+                await container.generator("a").resources.web.call("echo", {"text": "over http"})
+            ).text == "over http"
         down = {**http, "url": f"http://127.0.0.1:{free_port()}/mcp"}
         container = genwire.boot(one_column("echo-user", {"web": down}, web="web"), generators=[EchoUser])
         async with container:
@@ -386,7 +397,9 @@ async def test_llm_tools_runs_the_tool_loop_and_traces_it(fake_openai_server: Fa
     assert result.rows_written == 3
     by_q = {r["item"]["q"]: r["a"] for r in rows(tmp_path / "out.jsonl")}
     plain = by_q["beta"]
-    assert plain["calls"] == [{"tool": "echo", "arguments": {"text": "beta question"}, "result_chars": 13, "is_error": False}]
+    assert plain["calls"] == [
+        {"tool": "echo", "arguments": {"text": "beta question"}, "result_chars": 13, "is_error": False}
+    ]
     assert "beta question" in plain["answer"] and "1 tool results" in plain["answer"]
     scripted = by_q["alpha"]["calls"]
     assert [(c["tool"], c["is_error"]) for c in scripted] == [("fail", True), ("nope", True), ("echo", True)]
@@ -401,7 +414,9 @@ async def test_llm_tools_fails_a_row_with_the_class_of_a_failed_call(
 ) -> None:
     fake_openai_server.tool_calls_when("gamma", [[("slow", {"seconds": 30})]])
     fake_openai_server.tool_calls_when("beta", [[("echo", {"text": "x"})]] * 10)
-    cfg = llm_tools_cfg(fake_openai_server.url, tmp_path, {"web": stdio(allow=["echo", "slow"], timeout_s=1.5)}, max_turns=3)
+    cfg = llm_tools_cfg(
+        fake_openai_server.url, tmp_path, {"web": stdio(allow=["echo", "slow"], timeout_s=1.5)}, max_turns=3
+    )
     cfg["pipeline"]["max_failure_rate"] = 1.0
     container = genwire.boot(cfg)
     async with container:
@@ -412,7 +427,9 @@ async def test_llm_tools_fails_a_row_with_the_class_of_a_failed_call(
     assert errors["beta"]["error_class"] == "bad_response" and "max_turns=3" in errors["beta"]["error"]
 
 
-async def test_model_turns_are_cached_and_tool_calls_are_not(fake_openai_server: FakeOpenAIServer, tmp_path: Path) -> None:
+async def test_model_turns_are_cached_and_tool_calls_are_not(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
     calls = tmp_path / "calls.txt"
     cfg = llm_tools_cfg(fake_openai_server.url, tmp_path, {"web": stdio("--calls-file", str(calls), allow=["echo"])})
     cfg["cache"] = {"dir": str(tmp_path / "cache")}
@@ -443,7 +460,9 @@ def wait_gone(pid: int, timeout: float = 30.0) -> bool:
     return False
 
 
-def test_kill_9_during_a_tool_call_leaves_no_server_process(fake_openai_server: FakeOpenAIServer, tmp_path: Path) -> None:
+def test_kill_9_during_a_tool_call_leaves_no_server_process(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
     pid_file, calls = tmp_path / "pid", tmp_path / "calls.txt"
     fake_openai_server.tool_calls_when("question", [[("slow", {"seconds": 600})]])
     tools = {"web": stdio("--pid-file", str(pid_file), "--calls-file", str(calls), allow=["slow"], timeout_s=900)}
@@ -477,7 +496,12 @@ def test_a_canary_secret_in_a_server_env_appears_nowhere(fake_openai_server: Fak
     cfg = llm_tools_cfg(fake_openai_server.url, tmp_path, {"web": leaky})
     path = write(cfg, tmp_path / "genwire.yaml")
     texts = []
-    for args in (("preflight", path, "--json"), ("preflight", path), ("plan", path, "--format", "json"), ("validate", path)):
+    for args in (
+        ("preflight", path, "--json"),
+        ("preflight", path),
+        ("plan", path, "--format", "json"),
+        ("validate", path),
+    ):
         proc = cli(*args)
         texts += [proc.stdout, proc.stderr]
     assert "key=***" in "".join(texts)  # the stderr tail is shown, scrubbed
@@ -516,5 +540,29 @@ def test_mcp_is_imported_only_when_a_config_has_tools(tmp_path: Path) -> None:
 async def test_the_ray_engine_refuses_tools(tmp_path: Path) -> None:
     container = genwire.boot(one_column("echo-user", {"web": stdio()}, web="web"), generators=[EchoUser])
     async with container:
-        with pytest.raises(genwire.errors.RunError, match="tool servers .* run on the local engine"):
+        with pytest.raises(genwire.errors.RunError, match=r"tool servers .* run on the local engine"):
             await container.run(num_records=1, output=tmp_path / "o.jsonl", engine="ray", skip_preflight=True)
+
+
+# --- the example ----------------------------------------------------------------------------------------------
+
+
+def test_the_tools_example_runs_offline_and_its_rows_show_tool_use(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    example = Path(__file__).parent.parent / "examples" / "tools" / "genwire.yaml"
+    out = tmp_path / "qa.jsonl"
+    env = {
+        **os.environ,
+        "GENWIRE_LLM_URL": fake_openai_server.url,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",  # its `python`
+    }
+    proc = cli("run", example, "-o", out, "--no-response-cache", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["rows_written"] == 5 and summary["rows_failed"] == 0
+    for row in rows(out):
+        (call,) = row["answer"]["calls"]
+        assert call["tool"] == "search_docs" and call["arguments"] == {"query": row["item"]["question"]}
+        assert call["result_chars"] > 0 and not call["is_error"]
+        assert "from 1 tool results" in row["answer"]["answer"]

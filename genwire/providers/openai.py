@@ -27,7 +27,6 @@ from yarl import URL
 from genwire.config.schema import ModelConfig, OpenAIProviderConfig
 from genwire.errors import ErrorClass, ModelError, exception_text
 from genwire.providers.base import chat_messages, count_attempt, note_rate_limited
-from genwire.providers.tool_calls import assistant_message, is_assistant_message
 from genwire.providers.batch.format import uncached_base
 from genwire.providers.failures import MAX_RETRY_WAIT_S, AttemptFailure
 from genwire.providers.pacing import ProviderGate, estimate_tokens
@@ -41,6 +40,7 @@ from genwire.providers.request_context import (
 )
 from genwire.providers.response_cache import HOLE
 from genwire.providers.routes import Route, open_route, resolve_route
+from genwire.providers.tool_calls import assistant_message, is_assistant_message
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
 
 if TYPE_CHECKING:  # batch mode is loaded only when a run turns it on

@@ -33,7 +33,9 @@ def assistant_message(data: Any) -> dict[str, Any] | str:
             arguments = fn.get("arguments", "{}")
             if not isinstance(arguments, str):
                 return f"has a tool_calls[{i}].function.arguments that is not a JSON string"
-            checked.append({"id": call["id"], "type": "function", "function": {"name": fn["name"], "arguments": arguments}})
+            checked.append(
+                {"id": call["id"], "type": "function", "function": {"name": fn["name"], "arguments": arguments}}
+            )
         out["tool_calls"] = checked
     elif not isinstance(content, str) or not content.strip():
         finish = choices[0].get("finish_reason")

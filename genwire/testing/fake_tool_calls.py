@@ -36,7 +36,8 @@ def _default_arguments(parameters: Any, prompt: str) -> dict[str, Any]:
 
     if not isinstance(parameters, dict):
         return {}
-    props = parameters.get("properties") if isinstance(parameters.get("properties"), dict) else {}
+    found = parameters.get("properties")
+    props: dict[str, Any] = found if isinstance(found, dict) else {}
     out: dict[str, Any] = {}
     for name in parameters.get("required") or []:
         prop = props.get(name, {})
@@ -57,8 +58,9 @@ def tool_turn(body: Mapping[str, Any], scripts: Sequence[ToolScript]) -> tuple[s
     if script is not None:
         calls = script.turns[turn] if turn < len(script.turns) else ()
     elif turn == 0:
-        tools = body.get("tools") or []
-        first = tools[0].get("function", {}) if isinstance(tools[0], dict) else {}
+        tools = body.get("tools") or [{}]
+        first = tools[0].get("function") if isinstance(tools[0], dict) else None
+        first = first if isinstance(first, dict) else {}
         calls = [(str(first.get("name")), _default_arguments(first.get("parameters"), prompt))]
     else:
         calls = ()

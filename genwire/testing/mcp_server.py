@@ -41,19 +41,18 @@ def passages(docs: Path | None) -> list[dict[str, str]]:
 
 def search(corpus: list[dict[str, str]], query: str, k: int) -> list[dict[str, Any]]:
     wanted = set(_WORD.findall(query.lower()))
-    scored = []
+    scored: list[dict[str, Any]] = []
     for item in corpus:
         words = set(_WORD.findall(item["text"].lower()))
         score = len(wanted & words) / (len(wanted) or 1)
         if score > 0:
             scored.append({"id": item["id"], "text": item["text"], "score": round(score, 4)})
-    scored.sort(key=lambda s: (-s["score"], s["id"]))
+    scored.sort(key=lambda s: (-float(s["score"]), str(s["id"])))
     return scored[: max(k, 0)]
 
 
 def build(args: argparse.Namespace) -> Any:
     from mcp.server.mcpserver import MCPServer
-
     from mcp.server.mcpserver.exceptions import ToolError
 
     server = MCPServer("genwire-test-tools", log_level="ERROR")

@@ -81,7 +81,9 @@ class LLMTools(Generator[LLMToolsParams]):
         specs = await self.resources.tools.list()
         offered = [spec.openai() for spec in specs]
         names = {spec.name for spec in specs}
-        return await gather_rows(self._row(row, index, offered, names) for row, index in zip(rows, indices, strict=True))
+        return await gather_rows(
+            self._row(row, index, offered, names) for row, index in zip(rows, indices, strict=True)
+        )
 
     async def _row(self, row: dict[str, Any], index: int | None, offered: list[Any], names: set[str]) -> Any:
         prompt, system = self._templates.render(row)
@@ -127,7 +129,7 @@ class LLMTools(Generator[LLMToolsParams]):
 def _arguments(raw: str) -> tuple[dict[str, Any], str | None]:
     try:
         value = json.loads(raw or "{}")
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         return {}, f"the arguments are not valid JSON ({exc.msg})"
     if not isinstance(value, dict):
         return {}, "the arguments are not a JSON object"

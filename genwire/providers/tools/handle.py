@@ -157,7 +157,7 @@ def schema_problem(schema: Any) -> str | None:
     from jsonschema.validators import validator_for
 
     try:
-        validator_for(schema).check_schema(schema)
+        validator_for(schema).check_schema(dict(schema))
     except SchemaError as exc:
         return f"not a valid JSON Schema: {exc.message}"
     return None

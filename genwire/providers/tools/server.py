@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TextIO, cast
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -117,7 +117,7 @@ class McpToolServer(ToolServerBase):
                 await session.initialize()
                 ready.set_result(session)
                 await stop.wait()
-        except BaseException as exc:  # noqa: BLE001  # reported through ``ready``
+        except BaseException as exc:  # reported through ``ready``
             if not ready.done():
                 ready.set_exception(self._start_failure(exc, errlog))
             if isinstance(exc, asyncio.CancelledError):
@@ -141,7 +141,7 @@ class McpToolServer(ToolServerBase):
                 *cfg.command,
             ]
             params = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=self._cwd)
-            return stdio_client(params, errlog=errlog or sys.stderr)
+            return stdio_client(params, errlog=cast(TextIO, errlog or sys.stderr))
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
 
