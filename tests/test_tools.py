@@ -51,6 +51,18 @@ class Outsider(Generator[Any]):
         return [(await self.resources.web.call("env_names", {})).text for _ in rows]
 
 
+class DynamicOutsider(Generator[Any]):
+    """Calls a tool outside allow by a name the static check cannot read."""
+
+    metadata = GeneratorMetadata(
+        name="dynamic-outsider", description="x", required_resources={"web": ResourceKind.TOOLS}
+    )
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        name = "".join(["env", "_names"])
+        return [(await self.resources.web.call(name, {})).text for _ in rows]
+
+
 class Sneaky(Generator[Any]):
     """Declares nothing and reaches for a tools slot anyway."""
 
@@ -106,8 +118,8 @@ def test_plan_shows_tool_bindings_and_targets() -> None:
 
 
 async def test_a_tool_outside_allow_stops_the_run_like_an_undeclared_model(tmp_path: Path) -> None:
-    cfg = one_column("outsider", {"web": stdio(allow=["echo"])}, web="web")
-    container = genwire.boot(cfg, generators=[Outsider])
+    cfg = one_column("dynamic-outsider", {"web": stdio(allow=["echo"])}, web="web")
+    container = genwire.boot(cfg, generators=[DynamicOutsider])
     async with container:
         with pytest.raises(genwire.UndeclaredResourceError) as caught:
             await container.run(num_records=2, output=tmp_path / "o.jsonl", skip_preflight=True)
@@ -566,3 +578,16 @@ def test_the_tools_example_runs_offline_and_its_rows_show_tool_use(
         assert call["tool"] == "search_docs" and call["arguments"] == {"query": row["item"]["question"]}
         assert call["result_chars"] > 0 and not call["is_error"]
         assert "from 1 tool results" in row["answer"]["answer"]
+
+
+def test_a_literal_tool_outside_allow_is_a_located_wiring_error_at_load() -> None:
+    cfg = one_column("outsider", {"web": stdio(allow=["echo"])}, web="web")
+    with pytest.raises(genwire.WiringError) as caught:
+        genwire.boot(cfg, generators=[Outsider])
+    (problem,) = caught.value.problems
+    assert problem.startswith(f"{__file__}:")
+    assert "generator 'outsider' (column 'a') calls tool 'env_names' of tool server 'web'" in problem
+    assert "tools.web.allow (allowed: echo)" in problem
+    # Allowed, or no allow list (every tool the server lists): nothing to report.
+    genwire.boot(one_column("outsider", {"web": stdio(allow=["env_names"])}, web="web"), generators=[Outsider])
+    genwire.boot(one_column("outsider", {"web": stdio()}, web="web"), generators=[Outsider])

@@ -256,11 +256,33 @@ def wire_columns(loaded: LoadedConfig, generators: Mapping[str, type[Generator[A
         wirings.append(wiring)
     wirer.check_reads(wirings)
     findings = check_sources(loaded, generators, wirer.problems)
+    check_tool_names(loaded, wirings, wirer.problems)
     for wiring in wirings:
         wiring.source_findings = [f for f in findings if f.generator == wiring.generator_name]
     if wirer.problems:
         raise WiringError(wirer.problems)
     return wirings
+
+
+def check_tool_names(loaded: LoadedConfig, wirings: list[ColumnWiring], problems: list[str]) -> None:
+    """A literal tool name a generator calls through a tools slot must be in the bound
+    server's ``allow`` (SPEC §18): located in the plugin's source, like an undeclared slot."""
+    tools = loaded.config.tools
+    if not tools:
+        return
+    from genwire.generators.tool_names import literal_tool_calls
+
+    for w in wirings:
+        bound = {s.slot: s.resources[0] for s in w.slots.values() if s.kind is ResourceKind.TOOLS}
+        for call in literal_tool_calls(w.generator_cls) if bound else ():
+            server = bound.get(call.slot)
+            allow = tools[server].allow if server is not None else None
+            if allow is not None and call.tool not in allow:
+                problems.append(
+                    f"{call.file}:{call.line}:{call.col}: generator {w.generator_name!r} (column {w.name!r}) "
+                    f"calls tool {call.tool!r} of tool server {server!r}, which is not in tools.{server}.allow "
+                    f"(allowed: {', '.join(allow) or 'none'}); add it there if the generator may call it"
+                )
 
 
 def check_sources(
