@@ -591,3 +591,46 @@ def test_a_literal_tool_outside_allow_is_a_located_wiring_error_at_load() -> Non
     # Allowed, or no allow list (every tool the server lists): nothing to report.
     genwire.boot(one_column("outsider", {"web": stdio(allow=["env_names"])}, web="web"), generators=[Outsider])
     genwire.boot(one_column("outsider", {"web": stdio()}, web="web"), generators=[Outsider])
+
+
+async def test_a_server_that_cannot_start_is_tried_twice_then_its_rows_fail_unreachable(tmp_path: Path) -> None:
+    broken = {"kind": "mcp", "transport": "stdio", "command": [str(tmp_path / "no-such-server")]}
+    cfg = one_column("echo-user", {"web": broken}, web="web")
+    cfg["pipeline"].update(batch_size=1, max_failure_rate=1.0)
+    container = genwire.boot(cfg, generators=[EchoUser])
+    async with container:
+        with pytest.raises(genwire.errors.RunStopped, match="4 of 4 rows failed"):
+            await container.run(num_records=4, output=tmp_path / "o.jsonl", skip_preflight=True)
+        web = container.generator("a").resources.web
+        for _ in range(3):
+            with pytest.raises(ModelError) as caught:
+                await web.call("echo", {"text": "x"})
+            assert caught.value.error_class is ErrorClass.UNREACHABLE
+        assert "not started again" in str(caught.value)
+        (server,) = container._graph.live_tool_servers
+        assert server.starts == 2  # the run's start, one more; then never again
+    errors_file = tmp_path / "o.jsonl.errors.jsonl"
+    errors = [json.loads(line) for line in errors_file.read_text().splitlines()]
+    assert len(errors) == 4 and {e["error_class"] for e in errors} == {"unreachable"}
+    assert "no-such-server" in errors[0]["error"]
+
+
+def test_sigterm_during_a_tool_call_stops_the_server(fake_openai_server: FakeOpenAIServer, tmp_path: Path) -> None:
+    pid_file, calls = tmp_path / "pid", tmp_path / "calls.txt"
+    fake_openai_server.tool_calls_when("question", [[("slow", {"seconds": 600})]])
+    tools = {"web": stdio("--pid-file", str(pid_file), "--calls-file", str(calls), allow=["slow"], timeout_s=900)}
+    proc = start_cli("run", write(llm_tools_cfg(fake_openai_server.url, tmp_path, tools), tmp_path / "genwire.yaml"))
+    try:
+        deadline = time.monotonic() + 120
+        while not (calls.exists() and "slow" in calls.read_text()):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no tool call started"
+            time.sleep(0.1)
+        server_pid = int(pid_file.read_text())
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 143
+        assert wait_gone(server_pid), f"MCP server {server_pid} outlived genwire"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()

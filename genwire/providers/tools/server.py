@@ -91,10 +91,22 @@ class McpToolServer(ToolServerBase):
             async with asyncio.timeout(self.config.start_timeout_s):
                 return await asyncio.shield(conn.ready)
         except TimeoutError:
-            raise self._error(
+            error = self._error(
                 ErrorClass.TIMEOUT,
                 f"did not start and initialise within {self.config.start_timeout_s:g} s (start_timeout_s)",
-            ) from None
+            )
+        except ModelError as exc:
+            error = exc
+        # A start that failed counts like a loss: tried once more, then every call fails at
+        # once (a run of many rows never starts a broken server once per row).
+        if self._conn is conn:
+            await self._discard(conn)
+            if self._restarts >= 1:
+                last = error.message.removeprefix(self._where() + ": ")
+                self._gone = f"could not be started twice; not started again (last: {last})"
+            else:
+                self._restarts += 1
+        raise error
 
     def _open(self, loop: asyncio.AbstractEventLoop) -> _Connection:
         self.starts += 1
@@ -193,6 +205,8 @@ class McpToolServer(ToolServerBase):
         except TimeoutError:
             raise self._error(ErrorClass.TIMEOUT, f"tools/list took over {self.config.timeout_s:g} s") from None
         except MCPError as exc:
+            if exc.error.code == CONNECTION_CLOSED:
+                raise await self._lost(self._conn, "tools/list") from None
             raise self._error(ErrorClass.BAD_RESPONSE, f"tools/list failed: {exc.error.message}") from None
         self._tools = tools
         return tools
@@ -210,22 +224,23 @@ class McpToolServer(ToolServerBase):
             ) from None
         except MCPError as exc:
             if exc.error.code == CONNECTION_CLOSED:
-                raise await self._lost(conn, name) from None
+                raise await self._lost(conn, f"tool {name!r}") from None
             raise self._error(ErrorClass.BAD_RESPONSE, f"tool {name!r}: {exc.error.message}") from None
         except Exception as exc:  # the transport broke under the call
-            raise await self._lost(conn, name, exc) from None
+            raise await self._lost(conn, f"tool {name!r}", exc) from None
         return self._result(name, result)
 
-    async def _lost(self, conn: _Connection | None, tool: str, exc: BaseException | None = None) -> ModelError:
+    async def _lost(self, conn: _Connection | None, during: str, exc: BaseException | None = None) -> ModelError:
         """The server went away during a call: start it again once; after that, fail."""
-        detail = f" ({exception_text(exc)})" if exc is not None else ""
+        tail = _tail(conn.errlog) if conn is not None else ""
+        detail = f" ({exception_text(exc)})" if exc is not None else f"; its stderr: {tail}" if tail else ""
         if conn is not None and self._conn is conn:
             await self._discard(conn)
             if self._restarts >= 1:
-                self._gone = f"the server went away twice (last during tool {tool!r}); not started again"
+                self._gone = f"the server went away twice (last during {during}); not started again"
             else:
                 self._restarts += 1
-        return self._error(ErrorClass.UNREACHABLE, f"the server went away during tool {tool!r}{detail}")
+        return self._error(ErrorClass.UNREACHABLE, f"the server went away during {during}{detail}")
 
     def _result(self, name: str, result: Any) -> ToolResult:
         texts = []
