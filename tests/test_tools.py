@@ -76,6 +76,14 @@ def one_column(generator: str, tools: dict[str, Any], **resources: str) -> dict[
     return {"tools": tools, "pipeline": {"columns": [{"name": "a", "generator": generator, "resources": resources}]}}
 
 
+def echo_columns(tools: dict[str, Any], a: str, b: str) -> dict[str, Any]:
+    """Columns ``a`` and ``b`` of echo-user, bound to the servers ``a`` and ``b``."""
+    columns = [
+        {"name": n, "generator": "echo-user", "resources": {"web": server}} for n, server in (("a", a), ("b", b))
+    ]
+    return {"tools": tools, "pipeline": {"columns": columns}}
+
+
 # --- config ---------------------------------------------------------------------------------
 
 
@@ -176,18 +184,8 @@ async def test_a_tools_handle_reaches_no_session_process_secret_or_other_server(
 
     from genwire.providers.tools.server import McpToolServer
 
-    cfg = {
-        "tools": {
-            "web": stdio(env={"KEY": CANARY}, allow=["echo"]),
-            "other": stdio(env={"OTHER": CANARY + "-other"}),
-        },
-        "pipeline": {
-            "columns": [
-                {"name": "a", "generator": "echo-user", "resources": {"web": "web"}},
-                {"name": "b", "generator": "echo-user", "resources": {"web": "other"}},
-            ]
-        },
-    }
+    tools = {"web": stdio(env={"KEY": CANARY}, allow=["echo"]), "other": stdio(env={"OTHER": CANARY + "-other"})}
+    cfg = echo_columns(tools, "web", "other")
     container = genwire.boot(cfg, generators=[EchoUser])
     async with container:
         gen = container.generator("a")
@@ -223,15 +221,7 @@ async def test_a_stdio_server_gets_only_its_declared_variables_and_path(monkeypa
 
 async def test_one_process_per_server_shared_by_its_columns(tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
-    cfg = {
-        "tools": {"web": stdio("--pid-file", str(pid_file))},
-        "pipeline": {
-            "columns": [
-                {"name": "a", "generator": "echo-user", "resources": {"web": "web"}},
-                {"name": "b", "generator": "echo-user", "resources": {"web": "web"}},
-            ]
-        },
-    }
+    cfg = echo_columns({"web": stdio("--pid-file", str(pid_file))}, "web", "web")
     container = genwire.boot(cfg, generators=[EchoUser])
     async with container:
         result = await container.run(num_records=6, output=tmp_path / "o.jsonl")
@@ -472,14 +462,13 @@ def wait_gone(pid: int, timeout: float = 30.0) -> bool:
     return False
 
 
-def test_kill_9_during_a_tool_call_leaves_no_server_process(
-    fake_openai_server: FakeOpenAIServer, tmp_path: Path
-) -> None:
+def stop_genwire_during_a_tool_call(fake: FakeOpenAIServer, tmp_path: Path, signum: int) -> tuple[int, int]:
+    """``genwire run`` whose rows call a 600 s tool, sent ``signum`` once a call has
+    started: (its exit code, the MCP server's PID)."""
     pid_file, calls = tmp_path / "pid", tmp_path / "calls.txt"
-    fake_openai_server.tool_calls_when("question", [[("slow", {"seconds": 600})]])
+    fake.tool_calls_when("question", [[("slow", {"seconds": 600})]])
     tools = {"web": stdio("--pid-file", str(pid_file), "--calls-file", str(calls), allow=["slow"], timeout_s=900)}
-    cfg = llm_tools_cfg(fake_openai_server.url, tmp_path, tools)
-    proc = start_cli("run", write(cfg, tmp_path / "genwire.yaml"))
+    proc = start_cli("run", write(llm_tools_cfg(fake.url, tmp_path, tools), tmp_path / "genwire.yaml"))
     try:
         deadline = time.monotonic() + 120
         while not (calls.exists() and "slow" in calls.read_text()):
@@ -488,13 +477,20 @@ def test_kill_9_during_a_tool_call_leaves_no_server_process(
             time.sleep(0.1)
         server_pid = int(pid_file.read_text())
         assert psutil.pid_exists(server_pid)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-        assert wait_gone(server_pid), f"MCP server {server_pid} outlived genwire"
+        os.kill(proc.pid, signum)
+        return proc.wait(timeout=60), server_pid
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.communicate()
+
+
+def test_kill_9_during_a_tool_call_leaves_no_server_process(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    code, server_pid = stop_genwire_during_a_tool_call(fake_openai_server, tmp_path, signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    assert wait_gone(server_pid), f"MCP server {server_pid} outlived genwire"
 
 
 def test_a_canary_secret_in_a_server_env_appears_nowhere(fake_openai_server: FakeOpenAIServer, tmp_path: Path) -> None:
@@ -616,21 +612,6 @@ async def test_a_server_that_cannot_start_is_tried_twice_then_its_rows_fail_unre
 
 
 def test_sigterm_during_a_tool_call_stops_the_server(fake_openai_server: FakeOpenAIServer, tmp_path: Path) -> None:
-    pid_file, calls = tmp_path / "pid", tmp_path / "calls.txt"
-    fake_openai_server.tool_calls_when("question", [[("slow", {"seconds": 600})]])
-    tools = {"web": stdio("--pid-file", str(pid_file), "--calls-file", str(calls), allow=["slow"], timeout_s=900)}
-    proc = start_cli("run", write(llm_tools_cfg(fake_openai_server.url, tmp_path, tools), tmp_path / "genwire.yaml"))
-    try:
-        deadline = time.monotonic() + 120
-        while not (calls.exists() and "slow" in calls.read_text()):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no tool call started"
-            time.sleep(0.1)
-        server_pid = int(pid_file.read_text())
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 143
-        assert wait_gone(server_pid), f"MCP server {server_pid} outlived genwire"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate()
+    code, server_pid = stop_genwire_during_a_tool_call(fake_openai_server, tmp_path, signal.SIGTERM)
+    assert code == 143
+    assert wait_gone(server_pid), f"MCP server {server_pid} outlived genwire"
