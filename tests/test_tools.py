@@ -615,3 +615,30 @@ def test_sigterm_during_a_tool_call_stops_the_server(fake_openai_server: FakeOpe
     code, server_pid = stop_genwire_during_a_tool_call(fake_openai_server, tmp_path, signal.SIGTERM)
     assert code == 143
     assert wait_gone(server_pid), f"MCP server {server_pid} outlived genwire"
+
+
+async def test_an_allowed_tool_with_an_invalid_input_schema_fails_the_preflight() -> None:
+    cfg = one_column("echo-user", {"web": stdio("--bad-schema", "echo", allow=["echo"])}, web="web")
+    container = genwire.boot(cfg, generators=[EchoUser])
+    async with container:
+        report = await container.preflight()
+    (check,) = report.checks
+    assert check.error_class is ErrorClass.BAD_RESPONSE and "'echo': not a valid JSON Schema" in check.message
+
+
+async def test_fake_tools_and_a_fake_chat_model_stand_in_for_real_ones(tmp_path: Path) -> None:
+    from genwire.testing import FakeChatModel, FakeTools
+
+    cfg = one_column("echo-user", {"web": stdio()}, web="web")
+    container = genwire.boot(cfg, generators=[EchoUser])
+    tools = FakeTools({"echo": lambda args: f"fake {args['text']}"})
+    async with container:
+        with container.override("web", tools):
+            report = await container.preflight()
+            result = await container.run(num_records=2, output=tmp_path / "o.jsonl")
+        assert report.ok and result.rows_written == 2
+        assert container._graph.live_tool_servers == []  # the real server was never started
+    assert [r["a"] for r in rows(tmp_path / "o.jsonl")] == ["fake row 0", "fake row 1"]
+    assert tools.calls == [("echo", {"text": "row 0"}), ("echo", {"text": "row 1"})]
+    reply = await FakeChatModel("done").converse([{"role": "user", "content": "q"}], tools=[{"type": "function"}])
+    assert reply == {"role": "assistant", "content": "done"}

@@ -11,7 +11,8 @@ Tools (all scripted, deterministic):
 
 Options: ``--transport stdio|http``, ``--port`` (http, on 127.0.0.1), ``--only a,b`` (list
 only these tools), ``--pid-file PATH`` (written at start), ``--calls-file PATH`` (a line
-appended as each call starts, so a test can wait for one), ``--state DIR``.
+appended as each call starts, so a test can wait for one), ``--state DIR``,
+``--bad-schema TOOL`` (list TOOL with an input schema that is not a valid JSON Schema).
 """
 
 from __future__ import annotations
@@ -123,6 +124,11 @@ def build(args: argparse.Namespace) -> Any:
         """This process's id."""
         return str(os.getpid())
 
+    if args.bad_schema:  # advertise a tool whose input schema is not a valid JSON Schema
+        server._tool_manager.get_tool(args.bad_schema).parameters = {
+            "type": "object",
+            "properties": {"q": {"type": 12}},
+        }
     return server
 
 
@@ -135,6 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pid-file")
     parser.add_argument("--calls-file")
     parser.add_argument("--state")
+    parser.add_argument("--bad-schema", metavar="TOOL")
     args = parser.parse_args(argv)
     if args.pid_file:
         Path(args.pid_file).write_text(str(os.getpid()))
