@@ -125,10 +125,9 @@ def build(args: argparse.Namespace) -> Any:
         return str(os.getpid())
 
     if args.bad_schema:  # advertise a tool whose input schema is not a valid JSON Schema
-        server._tool_manager.get_tool(args.bad_schema).parameters = {
-            "type": "object",
-            "properties": {"q": {"type": 12}},
-        }
+        broken = server._tool_manager.get_tool(args.bad_schema)
+        if broken is not None:
+            broken.parameters = {"type": "object", "properties": {"q": {"type": 12}}}
     return server
 
 
