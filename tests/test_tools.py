@@ -642,3 +642,12 @@ async def test_fake_tools_and_a_fake_chat_model_stand_in_for_real_ones(tmp_path:
     assert tools.calls == [("echo", {"text": "row 0"}), ("echo", {"text": "row 1"})]
     reply = await FakeChatModel("done").converse([{"role": "user", "content": "q"}], tools=[{"type": "function"}])
     assert reply == {"role": "assistant", "content": "done"}
+
+
+def test_defaults_tools_binds_an_unbound_tools_slot() -> None:
+    cfg = one_column("echo-user", {"web": stdio(), "other": stdio()})
+    cfg["defaults"] = {"tools": "other"}
+    plan = genwire.boot(cfg, generators=[EchoUser]).plan()
+    (slot,) = plan.columns[0].slots
+    assert slot.resources == ["other"] and slot.source == "defaults"
+    assert [t.name for t in plan.targets] == ["other"] and plan.unreachable == ["web"]
