@@ -8,6 +8,7 @@ unguessable route token that genwire's code resolves.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -97,7 +98,8 @@ class ToolsHandle:
     async def list(self) -> list[ToolSpec]:
         """The tools this handle may call, with their JSON input schemas."""
         listed = await _server(self._token).listing()
-        return [spec for name, spec in listed.items() if self._allow is None or name in self._allow]
+        # Copies: the listing is shared by every column of the server; no plugin changes another's.
+        return [copy.deepcopy(spec) for name, spec in listed.items() if self._allow is None or name in self._allow]
 
     async def call(self, name: str, arguments: Mapping[str, Any] | None = None) -> ToolResult:
         """Call tool ``name``. A tool outside ``allow`` (or that the server lacks) raises

@@ -85,7 +85,15 @@ class McpToolServer(ToolServerBase):
                 conn = self._conn
                 if conn is None or conn.loop is not loop or conn.task.done():
                     if conn is not None:
+                        ready = conn.ready
+                        lost = (
+                            conn.loop is loop and ready.done() and not ready.cancelled() and ready.exception() is None
+                        )
                         await self._discard(conn)
+                        if lost:  # its connection ended by itself: a loss like any other
+                            self._count_loss("the connection closed")
+                            if self._gone is not None:
+                                raise self._error(ErrorClass.UNREACHABLE, self._gone)
                     conn = self._conn = self._open(loop)
         try:
             async with asyncio.timeout(self.config.start_timeout_s):
@@ -101,12 +109,16 @@ class McpToolServer(ToolServerBase):
         # once (a run of many rows never starts a broken server once per row).
         if self._conn is conn:
             await self._discard(conn)
-            if self._restarts >= 1:
-                last = error.message.removeprefix(self._where() + ": ")
-                self._gone = f"could not be started twice; not started again (last: {last})"
-            else:
-                self._restarts += 1
+            last = error.message.removeprefix(self._where() + ": ")
+            self._count_loss(f"could not be started twice; not started again (last: {last})")
         raise error
+
+    def _count_loss(self, gone: str) -> None:
+        """One more start after the first loss; after the second, ``gone`` for good."""
+        if self._restarts >= 1:
+            self._gone = gone
+        else:
+            self._restarts += 1
 
     def _open(self, loop: asyncio.AbstractEventLoop) -> _Connection:
         self.starts += 1
@@ -236,10 +248,7 @@ class McpToolServer(ToolServerBase):
         detail = f" ({exception_text(exc)})" if exc is not None else f"; its stderr: {tail}" if tail else ""
         if conn is not None and self._conn is conn:
             await self._discard(conn)
-            if self._restarts >= 1:
-                self._gone = f"the server went away twice (last during {during}); not started again"
-            else:
-                self._restarts += 1
+            self._count_loss(f"the server went away twice (last during {during}); not started again")
         return self._error(ErrorClass.UNREACHABLE, f"the server went away during {during}{detail}")
 
     def _result(self, name: str, result: Any) -> ToolResult:
