@@ -144,7 +144,7 @@ class McpToolServer(ToolServerBase):
         except BaseException as exc:  # reported through ``ready``
             if not ready.done():
                 ready.set_exception(self._start_failure(exc, errlog))
-            if isinstance(exc, asyncio.CancelledError):
+            if not isinstance(exc, Exception):  # cancelled, interrupted: not ours to swallow
                 raise
         finally:
             if not ready.done():
