@@ -466,7 +466,8 @@ def stop_genwire_during_a_tool_call(fake: FakeOpenAIServer, tmp_path: Path, sign
     started: (its exit code, the MCP server's PID)."""
     pid_file, calls = tmp_path / "pid", tmp_path / "calls.txt"
     fake.tool_calls_when("question", [[("slow", {"seconds": 600})]])
-    tools = {"web": stdio("--pid-file", str(pid_file), "--calls-file", str(calls), allow=["slow"], timeout_s=900)}
+    server = stdio("--pid-file", str(pid_file), "--calls-file", str(calls), allow=["slow"], timeout_s=900)
+    tools = {"web": {**server, "env": {"KEY": CANARY}}}
     proc = start_cli("run", write(llm_tools_cfg(fake.url, tmp_path, tools), tmp_path / "genwire.yaml"))
     try:
         deadline = time.monotonic() + 120
@@ -490,6 +491,9 @@ def test_kill_9_during_a_tool_call_leaves_no_server_process(
     code, server_pid = stop_genwire_during_a_tool_call(fake_openai_server, tmp_path, signal.SIGKILL)
     assert code == -signal.SIGKILL
     assert wait_gone(server_pid), f"MCP server {server_pid} outlived genwire"
+    left = [f for f in tmp_path.rglob("*") if f.is_file() and f.name != "genwire.yaml"]
+    assert any(".checkpoint" in str(f) for f in left)  # the killed run's checkpoint stays...
+    assert [f for f in left if CANARY.encode() in f.read_bytes()] == []  # ...without the server's secret
 
 
 def test_a_canary_secret_in_a_server_env_appears_nowhere(fake_openai_server: FakeOpenAIServer, tmp_path: Path) -> None:
