@@ -410,7 +410,7 @@ async def test_llm_tools_runs_the_tool_loop_and_traces_it(fake_openai_server: Fa
     scripted = by_q["alpha"]["calls"]
     assert [(c["tool"], c["is_error"]) for c in scripted] == [("fail", True), ("nope", True), ("echo", True)]
     assert "3 tool results" in by_q["alpha"]["answer"]  # each error went back to the model
-    bodies = [b for m, b in fake_openai_server.bodies if m == "tool-caller" and b.get("tools")]
+    bodies = [b for m, b in fake_openai_server.bodies if m == "tool-caller" and "question" in json.dumps(b)]
     offered = {t["function"]["name"] for t in bodies[0]["tools"]}
     assert offered == {"echo", "fail"}  # only what allow lists
 
@@ -659,3 +659,27 @@ def test_defaults_tools_binds_an_unbound_tools_slot() -> None:
     (slot,) = plan.columns[0].slots
     assert slot.resources == ["other"] and slot.source == "defaults"
     assert [t.name for t in plan.targets] == ["other"] and plan.unreachable == ["web"]
+
+
+class TextOnlyModel:
+    """A chat model with ``complete`` only (like the embedded one): it cannot call tools."""
+
+    async def complete(self, prompt: str, *, system: str | None = None, **params: Any) -> str:
+        return "text"
+
+
+async def test_the_preflight_probes_an_llm_tools_model_with_tools(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    cfg = llm_tools_cfg(fake_openai_server.url, tmp_path, {"web": stdio(allow=["echo"])})
+    container = genwire.boot(cfg)
+    async with container:
+        report = await container.preflight()
+        assert report.ok, report
+        (probe,) = [b for m, b in fake_openai_server.bodies if m == "tool-caller"]
+        assert probe["tools"][0]["function"]["name"] == "lookup"  # the request the run sends carries tools
+        with container.override("m", TextOnlyModel()):
+            report = await container.preflight()
+    (check,) = [c for c in report.checks if c.target == "m"]
+    assert check.status == "failed" and check.error_class is ErrorClass.BAD_RESPONSE
+    assert "cannot call tools" in check.message
