@@ -76,6 +76,26 @@ class UndeclaredResourceError(GenwireError, AttributeError, KeyError):
         return str(self.args[0])
 
 
+class UndeclaredToolError(UndeclaredResourceError):
+    """A generator called a tool its tool server's ``allow`` does not list (or that the
+    server does not have): the same error, and the same stop, as an undeclared model."""
+
+    def __init__(self, server: str, column: str | None, tool: str, allowed: Sequence[str], *, listed: bool) -> None:
+        self.generator = ""
+        self.column = column or ""
+        self.slot = tool
+        self.server = server
+        where = f"column {column!r}" if column else "a generator"
+        have = ", ".join(sorted(allowed)) or "none"
+        if listed:
+            why = f"which is not in tools.{server}.allow (allowed: {have})"
+            fix = f"Add {tool!r} to tools.{server}.allow in genwire.yaml if the generator may call it."
+        else:
+            why = f"which the server does not offer (its tools: {have})"
+            fix = "Check the tool's name."
+        Exception.__init__(self, f"{where} called tool {tool!r} of tool server {server!r}, {why}. {fix}")
+
+
 class ErrorClass(StrEnum):
     """How a model or dataset call failed; decides whether retrying can help."""
 

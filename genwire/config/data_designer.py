@@ -39,7 +39,8 @@ from genwire.config.loader import (
     validation_problems,
 )
 from genwire.config.messages import shown
-from genwire.config.schema import ModelKind, check_base_url, check_headers
+from genwire.config.schema import ModelKind
+from genwire.config.validators import check_base_url, check_headers
 from genwire.errors import ConfigError, ErrorClass
 
 HOME_ENV_VAR = "DATA_DESIGNER_HOME"

@@ -8,6 +8,17 @@ empty key describes the class itself."""
 
 from __future__ import annotations
 
+# Keys every tool server kind has (SPEC §18).
+_TOOL_SERVER_COMMON = {
+    "kind": "mcp: a Model Context Protocol server.",
+    "allow": "The tools a generator may call (default: every tool the server lists). The pre-flight "
+    "checks that each exists with a valid input schema.",
+    "timeout_s": "Seconds per tool call.",
+    "start_timeout_s": "Seconds to start (stdio) or connect (http) and initialise the server.",
+    "max_result_mb": "A tool result larger than this fails its call as bad_response.",
+    "health_check": "false: the pre-flight skips this server (shown as skipped).",
+}
+
 DESCRIPTIONS: dict[str, dict[str, str]] = {
     "GenwireConfig": {
         "": "A genwire pipeline: where models are served, the models and datasets, and the columns to generate.",
@@ -19,6 +30,8 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "pipeline": "The rows to generate: how many, the columns in order, where the output goes.",
         "preflight": "The checks before generation: time limits, concurrency and the probe cache.",
         "cache": "The response cache: a rerun takes stored answers instead of paying for them again.",
+        "tools": "Tool servers (MCP), by name: declared, wired only where a column binds them, checked "
+        "by the pre-flight like models.",
     },
     "OpenAIProviderConfig": {
         "": "Any OpenAI-compatible endpoint (NVIDIA NIM, vLLM, OpenAI, Ollama, LiteLLM...).",
@@ -86,6 +99,7 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "embedding_model": "The embedding model alias for unbound embedding-model slots.",
         "dataset": "The dataset for unbound dataset slots.",
         "model_registry": 'The aliases an unbound model-registry slot holds: a list, or "*" for every model.',
+        "tools": "The tool server for unbound tools slots.",
     },
     "PipelineConfig": {
         "": "The rows to generate.",
@@ -114,5 +128,20 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "": "The response cache (a rerun pays only for the requests that changed).",
         "enabled": "false: neither read nor write the response cache.",
         "dir": "Where it lives (default .genwire/cache beside the config file); relative to the config file.",
+    },
+    "StdioToolServerConfig": {
+        "": "An MCP server genwire starts as a process and talks to over stdio; it gets only env and PATH.",
+        "transport": "stdio: genwire starts `command` and speaks MCP over its stdin/stdout.",
+        "command": "The server's command as a list (no shell), e.g. [python, -m, my_server].",
+        "env": "The only environment variables the server process gets (besides PATH). Values are secrets.",
+        "cwd": "The server's working directory (default: the config file's directory).",
+        **_TOOL_SERVER_COMMON,
+    },
+    "HttpToolServerConfig": {
+        "": "An MCP server genwire connects to over streamable HTTP.",
+        "transport": "http: streamable HTTP at `url`.",
+        "url": "The server's MCP endpoint URL.",
+        "headers": "Headers sent with every request to the server. Values are secrets: never shown.",
+        **_TOOL_SERVER_COMMON,
     },
 }

@@ -325,12 +325,12 @@ def validation_problems(exc: ValidationError, loaded: SourceMap, prefix: Path_ =
     return problems
 
 
-_UNION_TAGS = {"openai", "local", "jsonl", "csv", "parquet", "documents"}
+_UNION_TAGS = {"openai", "local", "jsonl", "csv", "parquet", "documents", "stdio", "http"}
 
 
 def _strip_union_tag(loc: Path_) -> Path_:
     """pydantic puts the discriminator value into the loc of tagged unions; users never wrote it."""
-    if len(loc) > 2 and loc[0] in ("providers", "datasets") and loc[2] in _UNION_TAGS:
+    if len(loc) > 2 and loc[0] in ("providers", "datasets", "tools") and loc[2] in _UNION_TAGS:
         return (*loc[:2], *loc[3:])
     return loc
 
@@ -349,6 +349,11 @@ def _cross_reference_problems(loaded: LoadedConfig) -> list[str]:
         problems.append(
             f"{loaded.where(('datasets', name))}: {name!r} names both a model and a dataset; "
             "names must be unique across models and datasets"
+        )
+    for name in sorted(set(cfg.tools) & (set(cfg.models) | set(cfg.datasets))):
+        problems.append(
+            f"{loaded.where(('tools', name))}: {name!r} names both a tool server and a model or dataset; "
+            "names must be unique across models, datasets and tools"
         )
     return problems
 

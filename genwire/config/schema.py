@@ -7,6 +7,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from genwire.config.tools import ToolServerConfig
+from genwire.config.validators import check_base_url, check_headers
+
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]*$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
 # The output formats, defined once: the schema, the CLI and the writers all use these.
@@ -65,39 +68,11 @@ class StrictModel(BaseModel):
 # --- providers -----------------------------------------------------------------------
 
 
-def check_base_url(value: str) -> str:
-    """Refuse here what would otherwise crash the first request (bad port, broken IPv6)."""
-    from yarl import URL  # aiohttp's URL type: what the client will parse it with
-
-    try:
-        url = URL(value)
-        url.port  # noqa: B018  # parsing the port is what fails for "h:99999" or "h:abc"
-    except ValueError as exc:
-        raise ValueError(f"got {value!r}: {str(exc).removeprefix('Invalid URL: ')}") from None
-    if not url.host:
-        raise ValueError(f"got {value!r}: the URL has no host")
-    return value
-
-
 class RateLimitConfig(StrictModel):
     """Pacing below an endpoint's published limits (either or both)."""
 
     requests_per_minute: PositiveFloat | None = None
     tokens_per_minute: PositiveFloat | None = None
-
-
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token (RFC 9110)
-
-
-def check_headers(value: dict[str, SecretStr]) -> dict[str, SecretStr]:
-    """Names that are HTTP tokens and values without line breaks (values are not shown:
-    a header may carry a credential)."""
-    for name, header in value.items():
-        if not _HEADER_NAME.match(name):
-            raise ValueError(f"header name {name!r} is not a valid HTTP header name")
-        if any(ch in header.get_secret_value() for ch in "\r\n\0"):
-            raise ValueError(f"the value of header {name!r} holds a line break or NUL")
-    return value
 
 
 def _retry_statuses(value: list[int]) -> list[int]:
@@ -207,6 +182,7 @@ class DefaultsConfig(StrictModel):
     embedding_model: Name | None = None
     dataset: Name | None = None
     model_registry: list[Name] | Literal["*"] | None = None
+    tools: Name | None = None
 
 
 _NAME_RE = re.compile(NAME_PATTERN)
@@ -276,6 +252,7 @@ class GenwireConfig(StrictModel):
     providers: dict[Name, ProviderConfig] = Field(default_factory=dict)
     models: dict[Name, ModelConfig] = Field(default_factory=dict)
     datasets: dict[Name, DatasetConfig] = Field(default_factory=dict)
+    tools: dict[Name, ToolServerConfig] = Field(default_factory=dict)  # MCP servers (SPEC §18)
     defaults: DefaultsConfig = Field(default_factory=DefaultsConfig)
     pipeline: PipelineConfig
     preflight: PreflightConfig = Field(default_factory=PreflightConfig)

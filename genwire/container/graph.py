@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dependency_injector import providers as di
@@ -18,6 +19,8 @@ from genwire.generators.resources import Resources
 from genwire.providers.factory import ProviderClient, make_dataset, make_model, make_provider
 from genwire.providers.probes import Probe, probe_chat, probe_dataset, probe_embedding
 from genwire.providers.registry import ModelRegistryView
+from genwire.providers.tools import make_tool_server
+from genwire.providers.tools.handle import make_tools_handle, probe_tools
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,8 @@ class ProviderGraph:
     generators: dict[str, di.Singleton[Any]] = field(default_factory=dict)
     registries: list[di.Singleton[Any]] = field(default_factory=list)
     live_clients: list[ProviderClient] = field(default_factory=list)
+    tool_servers: dict[str, di.Singleton[Any]] = field(default_factory=dict)
+    live_tool_servers: list[Any] = field(default_factory=list)  # built MCP server clients: closed with the container
 
     def reachable(self, column: str) -> list[str]:
         """Names of the targets the column's generator provider can reach, read from the
@@ -75,6 +80,12 @@ def _client_factory(graph: ProviderGraph, name: str, config: Any) -> ProviderCli
     return client
 
 
+def _tool_server_factory(graph: ProviderGraph, name: str, config: Any, cwd: Path | None) -> Any:
+    server = make_tool_server(name, config, cwd)
+    graph.live_tool_servers.append(server)
+    return server
+
+
 def build_graph(loaded: LoadedConfig, wirings: list[ColumnWiring]) -> ProviderGraph:
     cfg = loaded.config
     graph = ProviderGraph()
@@ -87,6 +98,13 @@ def build_graph(loaded: LoadedConfig, wirings: list[ColumnWiring]) -> ProviderGr
     for name, dcfg in cfg.datasets.items():
         dataset = di.Singleton(make_dataset, name, dcfg, loaded.resolve_path(dcfg.path))
         graph.targets[name] = Target(name, ResourceKind.DATASET, dataset, probe_dataset)
+    for name, tcfg in cfg.tools.items():
+        # One server client per tools entry, shared by every column bound to it; each
+        # column's handle comes from it (the handle leads to nothing else).
+        # A stdio server runs in its cwd resolved against the config's directory (default: that directory).
+        cwd = loaded.resolve_path(tcfg.cwd or ".") if tcfg.transport == "stdio" else None
+        server = graph.tool_servers[name] = di.Singleton(_tool_server_factory, graph, name, tcfg, cwd)
+        graph.targets[name] = Target(name, ResourceKind.TOOLS, di.Singleton(make_tools_handle, server), probe_tools)
     for w in wirings:
         bound: dict[str, Any] = {}
         for slot, sw in w.slots.items():

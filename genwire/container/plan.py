@@ -28,7 +28,7 @@ class ColumnPlan(BaseModel):
 class TargetPlan(BaseModel):
     name: str
     kind: ResourceKind
-    provider: str | None  # model provider name; None for datasets
+    provider: str | None  # model provider name, mcp/<transport> for tool servers; None for datasets
     model: str | None
     health_check: bool
     used_by: list[str]
@@ -81,13 +81,15 @@ def build_plan(loaded: LoadedConfig, wirings: list[ColumnWiring], graph: Provide
         if name not in used_by:
             continue
         model = cfg.models.get(name)
+        tool = cfg.tools.get(name)
+        where = (model.provider, model.model) if model else (f"mcp/{tool.transport}", tool.display()) if tool else None
         targets.append(
             TargetPlan(
                 name=name,
                 kind=target.kind,
-                provider=model.provider if model else None,
-                model=model.model if model else None,
-                health_check=model.health_check if model else True,
+                provider=where[0] if where else None,  # tool servers: mcp/<transport>, and the command or URL
+                model=where[1] if where else None,
+                health_check=model.health_check if model else tool.health_check if tool else True,
                 used_by=used_by[name],
                 dataset_columns=sorted(reads.get(name, set())),
             )

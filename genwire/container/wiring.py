@@ -28,7 +28,9 @@ _DEFAULT_FIELD = {
     ResourceKind.EMBEDDING_MODEL: "embedding_model",
     ResourceKind.DATASET: "dataset",
     ResourceKind.MODEL_REGISTRY: "model_registry",
+    ResourceKind.TOOLS: "tools",
 }
+_NOT_MODELS = (ResourceKind.DATASET, ResourceKind.TOOLS)  # what a model registry never serves
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ def resource_kinds(loaded: LoadedConfig) -> dict[str, ResourceKind]:
     cfg = loaded.config
     kinds = {alias: model_resource_kind(m.kind) for alias, m in cfg.models.items()}
     kinds.update({name: ResourceKind.DATASET for name in cfg.datasets})
+    kinds.update({name: ResourceKind.TOOLS for name in cfg.tools})
     return kinds
 
 
@@ -88,7 +91,7 @@ def _user_path(loc: tuple[str | int, ...], data: Any, *, missing: bool) -> tuple
 
 def _names_of_kind(kinds: Mapping[str, ResourceKind], kind: ResourceKind) -> list[str]:
     if kind is ResourceKind.MODEL_REGISTRY:
-        return sorted(n for n, k in kinds.items() if k is not ResourceKind.DATASET)
+        return sorted(n for n, k in kinds.items() if k not in _NOT_MODELS)
     return sorted(n for n, k in kinds.items() if k is kind)
 
 
@@ -131,7 +134,7 @@ class _Wirer:
                 f"{kind.value} resources defined: {', '.join(known) or 'none'}",
             )
             return False
-        wanted_ok = actual is kind or (kind is ResourceKind.MODEL_REGISTRY and actual is not ResourceKind.DATASET)
+        wanted_ok = actual is kind or (kind is ResourceKind.MODEL_REGISTRY and actual not in _NOT_MODELS)
         if not wanted_ok:
             fits = _names_of_kind(self.kinds, kind)
             self.problem(
@@ -253,11 +256,33 @@ def wire_columns(loaded: LoadedConfig, generators: Mapping[str, type[Generator[A
         wirings.append(wiring)
     wirer.check_reads(wirings)
     findings = check_sources(loaded, generators, wirer.problems)
+    check_tool_names(loaded, wirings, wirer.problems)
     for wiring in wirings:
         wiring.source_findings = [f for f in findings if f.generator == wiring.generator_name]
     if wirer.problems:
         raise WiringError(wirer.problems)
     return wirings
+
+
+def check_tool_names(loaded: LoadedConfig, wirings: list[ColumnWiring], problems: list[str]) -> None:
+    """A literal tool name a generator calls through a tools slot must be in the bound
+    server's ``allow`` (SPEC §18): located in the plugin's source, like an undeclared slot."""
+    tools = loaded.config.tools
+    if not tools:
+        return
+    from genwire.generators.tool_names import literal_tool_calls
+
+    for w in wirings:
+        bound = {s.slot: s.resources[0] for s in w.slots.values() if s.kind is ResourceKind.TOOLS}
+        for call in literal_tool_calls(w.generator_cls) if bound else ():
+            server = bound.get(call.slot)
+            allow = tools[server].allow if server is not None else None
+            if allow is not None and call.tool not in allow:
+                problems.append(
+                    f"{call.file}:{call.line}:{call.col}: generator {w.generator_name!r} (column {w.name!r}) "
+                    f"calls tool {call.tool!r} of tool server {server!r}, which is not in tools.{server}.allow "
+                    f"(allowed: {', '.join(allow) or 'none'}); add it there if the generator may call it"
+                )
 
 
 def check_sources(

@@ -95,6 +95,9 @@ def fingerprint(loaded: LoadedConfig, columns: list[ColumnWiring]) -> Fingerprin
         entries.update(_flatten(f"datasets.{name}", dataset.model_dump(mode="json")))
         content = _file_state(loaded.resolve_path(dataset.path))
         entries[f"datasets.{name}.path (the content of {dataset.path})"] = content
+    for name in sorted(used & set(cfg.tools)):  # what answers (command or URL) and what may be called
+        entries[f"tools.{name}.server"] = cfg.tools[name].display()  # never env or headers (secrets)
+        entries[f"tools.{name}.allow"] = cfg.tools[name].allow
     return {path: _digest(value) for path, value in entries.items()}
 
 

@@ -15,6 +15,7 @@ class ResourceKind(StrEnum):
     EMBEDDING_MODEL = "embedding_model"
     MODEL_REGISTRY = "model_registry"
     DATASET = "dataset"
+    TOOLS = "tools"  # an MCP tool server (SPEC §18)
 
 
 def model_resource_kind(kind: ModelKind) -> ResourceKind:

@@ -40,6 +40,9 @@ KIND_BY_METHOD: dict[str, ResourceKind] = {
     "row": ResourceKind.DATASET,
     "sample": ResourceKind.DATASET,
     "get": ResourceKind.MODEL_REGISTRY,
+    "call": ResourceKind.TOOLS,  # a tool server's handle (SPEC §18)
+    "list": ResourceKind.TOOLS,
+    "converse": ResourceKind.CHAT_MODEL,
 }
 KIND_BY_ATTRIBUTE: dict[str, ResourceKind] = {
     "dimensions": ResourceKind.EMBEDDING_MODEL,

@@ -40,6 +40,7 @@ from genwire.providers.request_context import (
 )
 from genwire.providers.response_cache import HOLE
 from genwire.providers.routes import Route, open_route, resolve_route
+from genwire.providers.tool_calls import assistant_message, is_assistant_message
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
 
 if TYPE_CHECKING:  # batch mode is loaded only when a run turns it on
@@ -500,6 +501,17 @@ class OpenAIChatModel(_Handle):
         payload = self._payload(prompt, system, params)
         return await self._ask("/chat/completions", payload, "messages", self._content, is_text)
 
+    async def converse(
+        self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Mapping[str, Any]] = (), **params: Any
+    ) -> dict[str, Any]:
+        """One turn of a conversation, with OpenAI ``tools``: the assistant's message
+        (``content`` and/or ``tool_calls``). Cached like ``complete`` (the whole message list
+        is part of the key), so a rerun pays only for turns whose inputs changed."""
+        payload = {**self._params, **params, "messages": [dict(m) for m in messages]}
+        if tools:
+            payload["tools"] = [dict(t) for t in tools]
+        return await self._ask("/chat/completions", payload, "messages", self._message, is_assistant_message)
+
     def _cached_completion(
         self, rows: tuple[int, ...], prompt: str, system: str | None, params: Mapping[str, Any]
     ) -> str | None:
@@ -512,6 +524,12 @@ class OpenAIChatModel(_Handle):
     def _payload(self, prompt: str, system: str | None, params: Mapping[str, Any]) -> dict[str, Any]:
         # Config params, then call params (they win); model and messages are ours.
         return {**self._params, **params, "messages": chat_messages(prompt, system)}
+
+    def _message(self, data: Any, attempts: int) -> dict[str, Any]:
+        message = assistant_message(data)
+        if isinstance(message, str):
+            raise ModelError(ErrorClass.BAD_RESPONSE, f"chat response {message}", target=self.alias, attempts=attempts)
+        return message
 
     def _content(self, data: Any, attempts: int) -> str:
         def bad(why: str) -> ModelError:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from genwire.errors import DatasetError, ErrorClass
-from genwire.providers.base import ChatModel, Dataset, EmbeddingModel
+from genwire.providers.base import ChatModel, Dataset, EmbeddingModel, chat_messages
 from genwire.providers.structured import parse_reply, requested_schema
 from genwire.providers.threads import in_daemon_thread
 
@@ -54,6 +54,9 @@ async def probe_chat(model: ChatModel, request: ProbeRequest) -> ProbeResult:
     params, ``response_format``). A structured shape's reply must be JSON that validates."""
     params = dict(request.shape or {})
     system = params.pop("system", None)
+    tools = params.pop("tools", None)
+    if tools:  # a tool-calling column (llm-tools): the endpoint must take `tools`
+        return await _probe_tool_calling(model, system, tools, params, request.max_tokens)
     params.pop("max_completion_tokens", None)  # the probe's budget is probe_max_tokens
     schema = requested_schema(params.get("response_format"))
     max_tokens = request.max_tokens if schema is None else max(request.max_tokens, STRUCTURED_PROBE_TOKENS)
@@ -72,6 +75,23 @@ async def probe_chat(model: ChatModel, request: ProbeRequest) -> ProbeResult:
             "probe_max_tokens in its model config)",
         )
     return ProbeResult(f"replied {len(text)} chars")
+
+
+async def _probe_tool_calling(
+    model: Any, system: str | None, tools: Any, params: dict[str, Any], max_tokens: int
+) -> ProbeResult:
+    converse = getattr(model, "converse", None)
+    if converse is None:
+        raise ProbeFailure(
+            ErrorClass.BAD_RESPONSE, "this model cannot call tools (bind an OpenAI-compatible model, kind: openai)"
+        )
+    params.pop("max_completion_tokens", None)
+    params["max_tokens"] = max_tokens  # the probe's budget is probe_max_tokens
+    reply = await converse(chat_messages(CHAT_PROBE_PROMPT, system), tools=tools, **params)
+    calls = reply.get("tool_calls") if isinstance(reply, dict) else None
+    if calls:
+        return ProbeResult(f"took tools; replied with {len(calls)} tool call(s)")
+    return ProbeResult("took tools; replied in text")
 
 
 async def probe_embedding(model: EmbeddingModel, request: ProbeRequest) -> ProbeResult:

@@ -7,7 +7,14 @@ from genwire.testing.declarations import assert_declarations_match
 from genwire.testing.fakes import FakeChatModel, FakeEmbeddingModel
 from genwire.testing.vectors import hash_vector
 
-__all__ = ["FakeChatModel", "FakeEmbeddingModel", "FakeOpenAIServer", "assert_declarations_match", "hash_vector"]
+__all__ = [
+    "FakeChatModel",
+    "FakeEmbeddingModel",
+    "FakeOpenAIServer",
+    "FakeTools",
+    "assert_declarations_match",
+    "hash_vector",
+]
 
 
 def __getattr__(name: str) -> object:
@@ -16,4 +23,8 @@ def __getattr__(name: str) -> object:
         from genwire.testing.fake_server import FakeOpenAIServer
 
         return FakeOpenAIServer
+    if name == "FakeTools":  # the tools handle's types: loaded only for tool tests
+        from genwire.testing.fake_tools import FakeTools
+
+        return FakeTools
     raise AttributeError(name)

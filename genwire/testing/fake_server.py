@@ -34,6 +34,8 @@ from aiohttp import web
 
 from genwire.providers.structured import requested_schema
 from genwire.testing.fake_batches import FakeBatches
+from genwire.testing.fake_tool_calls import Call, ToolScript, tool_turn
+from genwire.testing.schema_instances import schema_instance
 from genwire.testing.vectors import fake_vector
 
 __all__ = ["SYMBOLS", "FakeOpenAIServer", "FakeResponse", "Scripted", "fake_answer", "fake_vector"]
@@ -134,6 +136,7 @@ class FakeOpenAIServer:
         self._varied: set[str] = set()
         self._padding_mb: dict[str, float] = {}  # per model ("*": all): whitespace before answers
         self._answers_varied = 0
+        self._tool_scripts: list[ToolScript] = []  # see genwire.testing.fake_tool_calls
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -313,6 +316,13 @@ class FakeOpenAIServer:
         with self._lock:
             self._scripts[model].extend(items)
 
+    def tool_calls_when(self, substring: str, turns: Iterable[Iterable[Call]]) -> None:
+        """Conversations whose prompt contains ``substring`` and that offer tools: turn n
+        makes the calls at ``turns[n]`` ((name, arguments) pairs), then answers in text."""
+        script = ToolScript(substring, tuple(tuple(t) for t in turns))
+        with self._lock:
+            self._tool_scripts.insert(0, script)
+
     def fail_when(self, model: str, substring: str, status: Scripted = 500) -> None:
         """Every request for ``model`` whose text contains ``substring`` gets ``status``.
 
@@ -342,6 +352,8 @@ class FakeOpenAIServer:
     def clear(self, model: str | None = None) -> None:
         """Drop scripts, fail_when and fail_rate rules (for ``model``, or all)."""
         with self._lock:
+            if model is None:
+                self._tool_scripts.clear()
             for rules in (self._scripts, self._fail_when, self._fail_rate):
                 if model is None:
                     rules.clear()
@@ -524,6 +536,14 @@ class FakeOpenAIServer:
     ) -> web.Response:
         prompt_tokens = sum(map(count_tokens, texts))
         if endpoint == "chat":
+            if content is None and body.get("tools") and requested_schema(body.get("response_format")) is None:
+                with self._lock:
+                    scripts = list(self._tool_scripts)
+                text, calls = tool_turn(body, scripts)
+                if calls:
+                    self._count_usage(model, prompt_tokens, 1)
+                    return _json(200, _chat_body(model, None, prompt_tokens, 1, calls))
+                content = text
             if content is None:
                 schema = requested_schema(body.get("response_format"))
                 # Structured output: an instance of the requested schema, as JSON text.
@@ -665,48 +685,17 @@ def _texts(endpoint: str, body: dict[str, Any]) -> list[str]:
     return []
 
 
-def schema_instance(schema: Any, root: Any = None) -> Any:
-    """A small value that validates against ``schema`` (the JSON Schema subset models are
-    given: types, properties, required, items, enum, const, minimum, minItems, and local
-    ``$ref``s such as ``#/$defs/name``, followed in ``root``, the whole schema)."""
-    root = schema if root is None else root
-    if not isinstance(schema, dict):
-        return None
-    ref = schema.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#"):
-        target = root
-        for part in filter(None, ref[1:].split("/")):
-            target = target[part.replace("~1", "/").replace("~0", "~")]
-        return schema_instance(target, root)
-    if "const" in schema:
-        return schema["const"]
-    if schema.get("enum"):
-        return schema["enum"][0]
-    kind = schema.get("type", "object")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "null")
-    if kind == "object":
-        props = schema.get("properties", {})
-        return {name: schema_instance(sub, root) for name, sub in props.items()}
-    if kind == "array":
-        return [schema_instance(schema.get("items", {}), root) for _ in range(schema.get("minItems", 1))]
-    if kind == "string":
-        return "x" * max(1, schema.get("minLength", 1))
-    if kind == "integer":
-        return int(schema.get("minimum", 1))
-    if kind == "number":
-        return float(schema.get("minimum", 1.0))
-    if kind == "boolean":
-        return True
-    return None
-
-
 def count_tokens(text: str) -> int:
     """The fake's tokenizer: whitespace-separated words (at least 1 for any text)."""
     return max(1, len(text.split()))
 
 
-def _chat_body(model: str, content: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+def _chat_body(
+    model: str, content: str | None, prompt_tokens: int, completion_tokens: int, tool_calls: Any = None
+) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
     return {
         "id": "chatcmpl-fake",
         "object": "chat.completion",
@@ -715,8 +704,8 @@ def _chat_body(model: str, content: str, prompt_tokens: int, completion_tokens: 
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": "stop",
+                "message": message,
+                "finish_reason": "tool_calls" if tool_calls else "stop",
             }
         ],
         "usage": {

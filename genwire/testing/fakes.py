@@ -22,6 +22,11 @@ class FakeChatModel:
         self.calls.append({"prompt": prompt, "system": system, **params})
         return self._reply(prompt) if callable(self._reply) else self._reply
 
+    async def converse(self, messages: Sequence[Any], *, tools: Sequence[Any] = (), **params: Any) -> dict[str, Any]:
+        """One turn (``llm-tools``): the reply to the last user message, never a tool call."""
+        prompt = next((m["content"] for m in reversed(messages) if m.get("role") == "user"), "")
+        return {"role": "assistant", "content": await self.complete(prompt, **params)}
+
     def __repr__(self) -> str:
         return f"FakeChatModel(model={self.model!r})"
 
