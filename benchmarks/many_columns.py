@@ -1,0 +1,100 @@
+"""Wide rows: `genwire run CONFIG -n 2` of generated configs of N `template` columns (each
+reads the column before it), for N = 1,000 / 2,000 / 4,000 / 10,000, in a real process.
+Beside each time: the time per column once start-up is taken off (the same command on a
+1-column config, measured in this run), and that divided by the smallest size's (the
+baseline: 1.0x everywhere means linear; 10,000 columns used to take 104 s, ~30x the
+1,000-column rate, because every column deep-copied every row).
+
+Two cases: the happy path (every value a string) and the imperfect one: a first column
+holding a mapping (copied for each column that may change it) and a column whose
+template fails for half the rows (stray errors: the run goes on with the others, -n 4).
+
+    python benchmarks/many_columns.py [--sizes 1000,2000,4000,10000] [--runs 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+def happy_config(n: int, out: Path) -> str:
+    lines = [
+        "pipeline:",
+        f"  output: {out}",
+        "  columns:",
+        '    - {name: c0, generator: template, params: {template: "x"}}',
+    ]
+    lines += [
+        f'    - {{name: c{i}, generator: template, params: {{template: "{i}:{{{{ c{i - 1} | length }}}}"}}}}'
+        for i in range(1, n)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def imperfect_config(n: int, out: Path) -> str:
+    lines = [
+        "pipeline:",
+        f"  output: {out}",
+        "  max_failure_rate: 1.0",
+        "  columns:",
+        "    - name: c0",
+        "      generator: sampler",
+        "      params: {kind: category, values: [{name: a, extra: 1, tags: [x, y]}, {name: b, tags: [z]}]}",
+    ]
+    for i in range(1, n):
+        read = "c0.extra" if i == n // 2 else "c0.name"  # rows drawing {name: b} fail here
+        template = f"{i}:{{{{ {read} }}}}{{{{ c{i - 1} | length }}}}"
+        lines.append(f'    - {{name: c{i}, generator: template, params: {{template: "{template}"}}}}')
+    return "\n".join(lines) + "\n"
+
+
+def wall(config: Path, rows: int, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        cmd = [sys.executable, "-m", "genwire.cli.main", "run", str(config), "-n", str(rows), "--fresh", "--json"]
+        started = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        times.append(time.perf_counter() - started)
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-2000:]}")
+    return statistics.median(times)
+
+
+def measure(tmp: str, make: Callable[[int, Path], str], n: int, rows: int, runs: int) -> float:
+    path = Path(tmp) / f"{make.__name__}-{n}.yaml"
+    path.write_text(make(n, Path(tmp) / f"out-{n}.jsonl"), encoding="utf-8")
+    return wall(path, rows, runs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1000,2000,4000,10000")
+    parser.add_argument("--runs", type=int, default=1)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    with tempfile.TemporaryDirectory() as tmp:
+        for case, make, rows in (
+            ("happy path", happy_config, 2),
+            ("mapping column + stray errors", imperfect_config, 4),
+        ):
+            print(f"{case}: genwire run -n {rows}")
+            floor = measure(tmp, make, 2, rows, args.runs)
+            print(f"start-up (2 columns): {floor:.2f} s")
+            print(f"{'columns':>8} {'seconds':>9} {'ms/column':>10} {'vs smallest':>12}")
+            base: float | None = None
+            for n in sizes:
+                seconds = measure(tmp, make, n, rows, args.runs)
+                per_column = max(seconds - floor, 0.0) / n
+                base = base or per_column
+                print(f"{n:>8,} {seconds:>9.2f} {per_column * 1000:>10.2f} {per_column / base:>11.1f}x")
+
+
+if __name__ == "__main__":
+    main()
