@@ -5,7 +5,18 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+
+from genwire.config.limits import too_many_rows
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]*$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
@@ -28,6 +39,16 @@ def _output_path(value: str) -> str:
     problem = output_suffix_problem(value)
     if problem:
         raise ValueError(problem)
+    return value
+
+
+def _row_count(value: Any) -> Any:
+    """Refuse a row count beyond what a row index holds, naming both (pydantic's own
+    message for a huge number names neither the limit nor the field's meaning)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value == value:  # NaN: pydantic's error
+        problem = too_many_rows(value)
+        if problem:
+            raise ValueError(problem)
     return value
 
 
@@ -233,7 +254,7 @@ class ColumnConfig(StrictModel):
 
 
 class PipelineConfig(StrictModel):
-    num_records: PositiveInt = 10
+    num_records: Annotated[PositiveInt, BeforeValidator(_row_count)] = 10
     seed: int = 0
     output: Annotated[str, Field(min_length=1), AfterValidator(_output_path)] = "out/dataset.jsonl"
     batch_size: Annotated[int, Field(gt=0, le=100_000)] = 64
