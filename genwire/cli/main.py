@@ -31,7 +31,6 @@ from genwire.cli.exits import (
     start_command,
     steady_gc,
 )
-from genwire.config.limits import too_many_rows
 from genwire.errors import ConfigError, GenwireError, PluginError, ProblemsError, RunSetupError, WiringError
 
 if TYPE_CHECKING:
@@ -349,6 +348,8 @@ class _RowCount(click.ParamType):  # type: ignore[type-arg]
                 n = self._whole(str(value), param, ctx)
         if n < 1:
             self.fail(f"{value} rows: give at least 1", param, ctx)
+        from genwire.config.limits import too_many_rows  # --help and --version load no config module
+
         problem = too_many_rows(n)
         if problem:
             self.fail(f"{value}: {problem}", param, ctx)
