@@ -11,7 +11,7 @@ take_signals()
 import sys  # noqa: E402  (after the handlers: nothing before them but the package itself)
 from collections.abc import Sequence  # noqa: E402
 
-from genwire.cli.exits import collect_less_while_starting, want_json  # noqa: E402
+from genwire.cli.exits import collect_less_while_starting, divert_stdout, want_json, wants_json  # noqa: E402
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -19,6 +19,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     collect_less_while_starting()
     args = list(sys.argv[1:] if argv is None else argv)
     want_json(args)
+    if wants_json(args):
+        divert_stdout()  # before any plugin is imported: what plugins print goes to stderr
     from genwire.cli.main import cli, run_cli
 
     run_cli(cli, args)
