@@ -36,6 +36,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from genwire.config.paths import user_cache_dir
+from genwire.errors import printable
 from genwire.generators.metadata import ResourceKind
 
 FORMAT_VERSION = 1  # of the on-disk scans; bump when the scanner changes what it records
@@ -83,7 +84,7 @@ class Finding(BaseModel):
     def where(self) -> str:
         if self.file is None:
             return f"generator {self.generator!r}"
-        parts = [self.file, *(str(n) for n in (self.line, self.col) if n is not None)]
+        parts = [printable(self.file), *(str(n) for n in (self.line, self.col) if n is not None)]
         return ":".join(parts)
 
     def text(self) -> str:
