@@ -10,7 +10,9 @@ entries fetched in bulk for a batch and column, ``get_many``) and one writing co
 (used from a worker thread, one transaction per column and batch) open until ``close``.
 A cache that cannot be written (another process holds it locked past ``WRITE_WAIT_S``, a
 read-only file, a full disk) is one warning, then the run goes on without writing to it;
-reads may still hit.
+reads may still hit. A directory or file this process cannot write (a read-only mount,
+another user's cache) is opened read-only from the start (SQLite ``mode=ro``, else
+``immutable``): one warning saying "read-only", and every hit served.
 
 An entry is keyed by a sha256 (``entry_key``) and holds the answer as JSON plus the
 tokens it was paid with, the column and first row (for ``genwire cache info``) and when it
