@@ -25,35 +25,26 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def happy_config(n: int, out: Path) -> str:
-    lines = [
-        "pipeline:",
-        f"  output: {out}",
-        "  columns:",
-        '    - {name: c0, generator: template, params: {template: "x"}}',
-    ]
-    lines += [
-        f'    - {{name: c{i}, generator: template, params: {{template: "{i}:{{{{ c{i - 1} | length }}}}"}}}}'
-        for i in range(1, n)
-    ]
+def _config(out: Path, n: int, first: str, template: Callable[[int], str], extra: str = "") -> str:
+    """``n`` columns: ``first``, then a template column ``c{i}`` rendering ``template(i)``."""
+    lines = ["pipeline:", f"  output: {out}", *([extra] if extra else []), "  columns:", f"    - {first}"]
+    lines += [f'    - {{name: c{i}, generator: template, params: {{template: "{template(i)}"}}}}' for i in range(1, n)]
     return "\n".join(lines) + "\n"
+
+
+def happy_config(n: int, out: Path) -> str:
+    first = '{name: c0, generator: template, params: {template: "x"}}'
+    return _config(out, n, first, lambda i: f"{i}:{{{{ c{i - 1} | length }}}}")
 
 
 def imperfect_config(n: int, out: Path) -> str:
-    lines = [
-        "pipeline:",
-        f"  output: {out}",
-        "  max_failure_rate: 1.0",
-        "  columns:",
-        "    - name: c0",
-        "      generator: sampler",
-        "      params: {kind: category, values: [{name: a, extra: 1, tags: [x, y]}, {name: b, tags: [z]}]}",
-    ]
-    for i in range(1, n):
+    first = "{name: c0, generator: sampler, params: {kind: category, values: [{name: a, extra: 1}, {name: b}]}}"
+
+    def template(i: int) -> str:
         read = "c0.extra" if i == n // 2 else "c0.name"  # rows drawing {name: b} fail here
-        template = f"{i}:{{{{ {read} }}}}{{{{ c{i - 1} | length }}}}"
-        lines.append(f'    - {{name: c{i}, generator: template, params: {{template: "{template}"}}}}')
-    return "\n".join(lines) + "\n"
+        return f"{i}:{{{{ {read} }}}}{{{{ c{i - 1} | length }}}}"
+
+    return _config(out, n, first, template, extra="  max_failure_rate: 1.0")
 
 
 def wall(config: Path, rows: int, runs: int) -> float:
