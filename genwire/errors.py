@@ -19,6 +19,33 @@ def exception_text(exc: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# Control characters (Cc), format characters (Cf: the bidi overrides U+202A-U+202E and
+# isolates U+2066-U+2069, zero-width marks, the BOM) and line/paragraph separators.
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print inside a message, a location or a table cell: control and
+    bidi characters written as escapes (``\\n``, ``\\u202e``), so a name holding them can
+    neither break a line nor reorder what the terminal shows around it. One definition:
+    every location and every table cell goes through it."""
+    if text.isprintable():  # the common case, at C speed (spaces and ordinary letters pass)
+        return text
+    import unicodedata
+
+    out = []
+    for ch in text:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif unicodedata.category(ch) in _UNSAFE_CATEGORIES:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 SHOWN_PROBLEMS = 50  # a generated config can have thousands; the first ones say enough
 
 

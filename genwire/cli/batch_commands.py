@@ -150,13 +150,15 @@ def _show(rows: list[dict[str, Any]], directory: Path, as_json: bool, verb: str)
     if not rows:
         console.print(f"no batches recorded in {directory}", markup=False)
         return
-    table = Table(title=f"Batches of {directory} {verb}", title_justify="left")
+    from genwire.cli.render import cell
+
+    table = Table(title=cell(f"Batches of {directory} {verb}"), title_justify="left")
     for head in ("id", "provider", "status", "completed", "failed", "requests", "note"):
         table.add_column(head, overflow="fold")
     for r in rows:
         note = r.get("error") or ("cancel asked" if r.get("cancelled") else "") or r.get("note", "")
         cells = [r["id"], r["provider"], r["status"], r["completed"], r["failed"], r["requests"], note]
-        table.add_row(*["–" if c is None else str(c) for c in cells])
+        table.add_row(*["–" if c is None else cell(str(c)) for c in cells])
     console.print(table)
 
 

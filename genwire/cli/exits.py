@@ -28,10 +28,12 @@ class Terminated(KeyboardInterrupt):
 
 
 class _Json:
-    """Whether this process owes stdout one JSON object, and whether it has printed it."""
+    """Whether this process owes stdout one JSON object, whether it has printed it, and
+    the file descriptor it goes to (the real stdout, kept apart by ``divert_stdout``)."""
 
     wanted = False
     printed = False
+    fd: int | None = None
 
 
 def wants_json(argv: Sequence[str]) -> bool:
@@ -44,6 +46,35 @@ def wants_json(argv: Sequence[str]) -> bool:
 def want_json(argv: Sequence[str]) -> None:
     """Record, from the raw arguments, whether this process owes stdout a JSON object."""
     _Json.wanted = wants_json(argv)
+
+
+def divert_stdout() -> None:
+    """Under ``--json`` stdout holds the JSON object and nothing else: from here on,
+    whatever else is written to stdout goes to stderr, and the object to the real stdout.
+
+    Done at the file-descriptor level (fd 1 becomes a copy of fd 2; the real stdout is
+    kept on a descriptor of its own), not by swapping ``sys.stdout``: a plugin's
+    ``print()``, ``sys.stdout.write`` from any thread, ``sys.__stdout__``, a reference to
+    ``sys.stdout`` taken at import, a C library's printf, a child process or a Ray worker's
+    forwarded log all end on fd 1, and a swapped ``sys.stdout`` would catch only the first
+    few. Only the console script's own process does this (``run_cli``'s caller): under
+    click's test runner the test process's descriptors stay its own."""
+    if _Json.fd is not None:
+        return
+    with contextlib.suppress(Exception):  # whatever was buffered before belongs where it was headed
+        sys.stdout.flush()
+    _Json.fd = os.dup(1)  # not inherited by child processes (PEP 446)
+    os.dup2(2, 1)
+
+
+def _write_json_line(text: str) -> None:
+    if _Json.fd is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    data = text.encode("utf-8")
+    while data:
+        data = data[os.write(_Json.fd, data) :]
 
 
 def start_command() -> None:
@@ -59,8 +90,7 @@ def emit_json(obj: dict[str, Any], indent: int | None = None) -> None:
     if _Json.printed:
         return
     _Json.printed = True
-    sys.stdout.write(json.dumps(obj, indent=indent) + "\n")
-    sys.stdout.flush()
+    _write_json_line(json.dumps(obj, indent=indent) + "\n")
 
 
 def emit_json_failure(message: str, **known: Any) -> None:
@@ -84,7 +114,9 @@ def _exit_at_once(signum: int, frame: FrameType | None) -> None:
     # buffered stream that the interrupted code may be writing) and leave.
     if _Json.wanted and not _Json.printed:
         _Json.printed = True
-        os.write(1, b'{"ok": false, "error": "interrupted", "errors": ["interrupted"]}\n')
+        os.write(
+            1 if _Json.fd is None else _Json.fd, b'{"ok": false, "error": "interrupted", "errors": ["interrupted"]}\n'
+        )
     os.write(2, b"interrupted\n")
     os._exit(signal_exit_code(signum))
 
@@ -158,6 +190,8 @@ def start_process(argv: Sequence[str] | None) -> list[str]:
     collect_less_while_starting()
     args = list(sys.argv[1:] if argv is None else argv)
     want_json(args)
+    if wants_json(args):
+        divert_stdout()  # before any plugin is imported: what plugins print goes to stderr
     return args
 
 

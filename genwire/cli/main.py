@@ -34,7 +34,6 @@ from genwire.cli.exits import (
 from genwire.errors import ConfigError, GenwireError, PluginError, ProblemsError, RunSetupError, WiringError
 
 if TYPE_CHECKING:
-
     from genwire.container.core import WiredPipeline
     from genwire.preflight.report import CheckResult
 
@@ -346,6 +345,41 @@ def _data_designer_preflight(directory: str, pipeline: Path | None, cache_ttl_s:
     return run_interruptibly(preflight_data_designer(setup, use_cache=use_cache))
 
 
+class _RowCount(click.ParamType):  # type: ignore[type-arg]
+    """``-n``: a whole number of rows (``1e6`` is a million), 1 to ``MAX_NUM_RECORDS``; a
+    count no row index can number is refused naming it and the limit."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            n = value
+        else:
+            try:
+                n = int(value)
+            except ValueError:
+                n = self._whole(str(value), param, ctx)
+        if n < 1:
+            self.fail(f"{value} rows: give at least 1", param, ctx)
+        from genwire.config.limits import too_many_rows  # --help and --version load no config module
+
+        problem = too_many_rows(n)
+        if problem:
+            self.fail(f"{value}: {problem}", param, ctx)
+        return n
+
+    def _whole(self, text: str, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        import decimal
+
+        try:
+            number = decimal.Decimal(text.strip())
+        except decimal.InvalidOperation:
+            number = decimal.Decimal("NaN")
+        if not number.is_finite() or number != number.to_integral_value():
+            self.fail(f"{text!r} is not a whole number of rows", param, ctx)
+        return int(number)
+
+
 def _output_suffix(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
     from genwire.config.schema import output_suffix_problem
 
@@ -357,7 +391,7 @@ def _output_suffix(ctx: click.Context, param: click.Parameter, value: Path | Non
 
 @cli.command()
 @_FILE
-@click.option("-n", "num_records", type=click.IntRange(min=1), help="Rows to generate (default: pipeline.num_records).")
+@click.option("-n", "num_records", type=_RowCount(), help="Rows to generate (default: pipeline.num_records).")
 @click.option(
     "-o",
     "output",

@@ -8,6 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from genwire.errors import printable
+
 # Types only: `plan` must not load the engine, nor anything rich's live display.
 if TYPE_CHECKING:
     from genwire.cli.consoles import LazyConsole
@@ -19,10 +21,15 @@ if TYPE_CHECKING:
 _STATUS_STYLE = {"ok": "green", "failed": "bold red", "skipped": "yellow"}
 
 
+def cell(value: str) -> str:
+    """User- and server-supplied text as a literal cell: ``[local]`` or ``[/]`` in a model
+    name, a path or an error message prints verbatim, never as rich markup, and a control
+    or bidi character (a newline, U+202E) as an escape, never raw (``errors.printable``)."""
+    return escape(printable(value))
+
+
 def _cells(*values: str) -> list[str]:
-    """User- and server-supplied text as literal cells: ``[local]`` or ``[/]`` in a model
-    name, a path or an error message must print verbatim, never as rich markup."""
-    return [escape(v) for v in values]
+    return [cell(v) for v in values]
 
 
 def plan_table(plan: WiringPlan) -> list[Table]:
@@ -58,7 +65,7 @@ def plan_table(plan: WiringPlan) -> list[Table]:
         unused = Table(title="Defined but reached by no column (not probed)", title_justify="left")
         unused.add_column("resource")
         for name in plan.unreachable:
-            unused.add_row(escape(name))
+            unused.add_row(cell(name))
         out.append(unused)
     return out
 
@@ -123,7 +130,7 @@ def run_summary(result: RunResult) -> Table:
     resumed = f" ({result.rows_resumed:,} resumed from the checkpoint)" if result.rows_resumed else ""
     table.add_row("rows written", f"{result.rows_written:,} of {result.rows_requested:,}{resumed}")
     table.add_row(
-        "rows failed", escape(str(result.rows_failed) + (f" → {result.errors_file}" if result.errors_file else ""))
+        "rows failed", cell(str(result.rows_failed) + (f" → {result.errors_file}" if result.errors_file else ""))
     )
     table.add_row("time", f"{result.duration_s:.2f}s ({result.rows_per_s:.1f} rows/s)")
     for alias, u in sorted(result.usage.items()):
@@ -131,7 +138,7 @@ def run_summary(result: RunResult) -> Table:
         cached = f"; {u.cached:,} {answers} from the cache ({u.saved_tokens:,} tokens saved)" if u.cached else ""
         batched = f"{u.batched:,} in batches + " if u.batched else ""
         table.add_row(
-            escape(f"model {alias}"),
+            cell(f"model {alias}"),
             f"{batched}{u.requests:,} requests ({u.retries:,} retries, {u.rate_limited:,} rate-limited), "
             f"{u.prompt_tokens:,} prompt + {u.completion_tokens:,} completion tokens{cached}",
         )
@@ -143,10 +150,10 @@ def run_summary(result: RunResult) -> Table:
     for name, c in sorted(result.concurrency.items()):
         paused = f", paused {c.pauses:,} times by 429s" if c.pauses else ""
         table.add_row(
-            escape(f"provider {name}"),
+            cell(f"provider {name}"),
             f"peak {c.peak_in_flight} in flight of {c.max_concurrency}, ended at {c.limit}{paused}",
         )
-    table.add_row("output", escape(str(result.output)))
+    table.add_row("output", cell(str(result.output)))
     return table
 
 
@@ -162,14 +169,14 @@ def cache_table(info: CacheInfo) -> Table:
     table = Table(title="Response cache", title_justify="left", show_header=False)
     table.add_column("what")
     table.add_column("value")
-    table.add_row("directory", escape(str(info.directory)))
+    table.add_row("directory", cell(str(info.directory)))
     table.add_row("entries", f"{info.entries:,}")
     table.add_row("size", f"{info.bytes:,} bytes")
     table.add_row("hits", f"{info.hits:,} answers served")
     table.add_row("oldest", _when(info.oldest))
     table.add_row("newest", _when(info.newest))
     for column, count in info.columns.items():
-        table.add_row(escape(f"column {column}"), f"{count:,} entries")
+        table.add_row(cell(f"column {column}"), f"{count:,} entries")
     return table
 
 

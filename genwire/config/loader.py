@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from genwire.config.messages import describe, shown, user_path
 from genwire.config.schema import GenwireConfig
-from genwire.errors import ConfigError
+from genwire.errors import ConfigError, printable
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
 MAX_NODES = 200_000  # bounds alias expansion ("billion laughs") and giant files alike
@@ -61,16 +61,16 @@ class _Locating:
             name = self.column_names.get(path[2])
             if name:
                 head = format_path(path[:3])
-                shown = f"{head} ({name}){shown[len(head) :]}"
+                shown = f"{head} ({printable(name)}){shown[len(head) :]}"
         return f"{self._position(path)} {shown}".strip()
 
     def _position(self, path: Path_) -> str:
         for end in range(len(path), -1, -1):
             loc = self.locations.get(path[:end])
             if loc is not None:
-                return f"{self.source}:{loc.line}:{loc.column}"
+                return f"{printable(self.source)}:{loc.line}:{loc.column}"
         # Nothing located (a file that is empty, a list or a scalar): its start.
-        return f"{self.source}:1:1" if self.locations else self.source
+        return f"{printable(self.source)}:1:1" if self.locations else printable(self.source)
 
     def resolve_path(self, value: str) -> Path:
         p = Path(os.path.expanduser(value))
@@ -105,7 +105,7 @@ def format_path(path: Path_) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + str(part)
+            out += ("." if out else "") + printable(str(part))
     return out
 
 

@@ -5,8 +5,18 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 
+from genwire.config.limits import too_many_rows
 from genwire.config.tools import ToolServerConfig
 from genwire.config.validators import check_base_url, check_headers
 
@@ -31,6 +41,16 @@ def _output_path(value: str) -> str:
     problem = output_suffix_problem(value)
     if problem:
         raise ValueError(problem)
+    return value
+
+
+def _row_count(value: Any) -> Any:
+    """Refuse a row count beyond what a row index holds, naming both (pydantic's own
+    message for a huge number names neither the limit nor the field's meaning)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value == value:  # NaN: pydantic's error
+        problem = too_many_rows(value)
+        if problem:
+            raise ValueError(problem)
     return value
 
 
@@ -209,7 +229,7 @@ class ColumnConfig(StrictModel):
 
 
 class PipelineConfig(StrictModel):
-    num_records: PositiveInt = 10
+    num_records: Annotated[PositiveInt, BeforeValidator(_row_count)] = 10
     seed: int = 0
     output: Annotated[str, Field(min_length=1), AfterValidator(_output_path)] = "out/dataset.jsonl"
     batch_size: Annotated[int, Field(gt=0, le=100_000)] = 64

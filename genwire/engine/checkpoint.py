@@ -161,12 +161,12 @@ def lock_holder(directory: Path) -> str | None:
 class Checkpoint:
     """Open with ``Checkpoint.open``; ``close`` releases the lock, ``remove`` deletes it."""
 
-    def __init__(self, directory: Path, lock: IO[str], num_records: int, done: bytearray, session: int) -> None:
+    def __init__(self, directory: Path, lock: IO[str], num_records: int, done: DoneRows, session: int) -> None:
         self.directory = directory
         self.num_records = num_records
         self._lock = lock
-        self._done = done  # one byte per row: 1 = in some rows-* file
-        self.resumed = sum(done)
+        self._done = done  # the rows some rows-* file holds
+        self.resumed = len(done)
         self.kept = self.resumed
         self._session = session
         self._rows: IO[bytes] | None = None
@@ -281,8 +281,7 @@ class Checkpoint:
 
     def pending(self) -> Iterator[int]:
         """Row indices still to generate, in order: never reached, or failed before."""
-        done = self._done
-        return (i for i in range(self.num_records) if not done[i])
+        return self._done.missing(self.num_records)
 
     def append(self, rows: list[tuple[int, bytes]], failures: list[bytes]) -> None:
         """One batch: encoded row lines and failure lines, flushed to the disk before
@@ -296,7 +295,7 @@ class Checkpoint:
                 handle.flush()
                 os.fsync(handle.fileno())
         for index, _ in rows:
-            self._done[index] = 1
+            self._done.add(index)
         self.kept += len(rows)
 
     def rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -343,11 +342,47 @@ class Checkpoint:
                     shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
 
 
-def _read_rows(segments: list[Path], n: int) -> bytearray:
+class DoneRows:
+    """Which row indices are done: one byte per row up to the highest done one, so memory
+    grows with the rows that exist, never with ``num_records`` (a bytearray of
+    ``num_records`` bytes made ``-n 100000000000`` a MemoryError before any row)."""
+
+    def __init__(self) -> None:
+        self._flags = bytearray()
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __contains__(self, index: int) -> bool:
+        return index < len(self._flags) and self._flags[index] == 1
+
+    def add(self, index: int) -> None:
+        size = len(self._flags)
+        if index >= size:  # doubling: appending rows in order costs amortised O(1) each
+            self._flags.extend(bytes(max(index + 1, 2 * size) - size))
+        if not self._flags[index]:
+            self._flags[index] = 1
+            self._count += 1
+
+    def discard(self, index: int) -> None:
+        if index in self:
+            self._flags[index] = 0
+            self._count -= 1
+
+    def missing(self, n: int) -> Iterator[int]:
+        """The indices below ``n`` not done, in order, read lazily."""
+        flags = self._flags  # grows while the run appends: only indices below are read here
+        known = min(n, len(flags))
+        yield from (i for i in range(known) if not flags[i])
+        yield from range(known, n)
+
+
+def _read_rows(segments: list[Path], n: int) -> DoneRows:
     """Which rows the segments hold (one byte per row). A line that cannot be used is one
     warning naming its file and line, and is cut out of its file, so its row is generated
     again, every other row is kept, and the merge at the end reads only good lines."""
-    done = bytearray(n)
+    done = DoneRows()
     bad: dict[Path, set[int]] = {}  # line numbers (from 1) to cut, per file
     repeated: set[int] = set()  # row indices two lines claim: which one is right is unknown
     for segment in segments:
@@ -357,7 +392,7 @@ def _read_rows(segments: list[Path], n: int) -> bytearray:
             for number, line in enumerate(handle, 1):
                 try:
                     index, _ = _record(line, n)
-                    if done[index] or index in repeated:
+                    if index in done or index in repeated:
                         repeated.add(index)
                         raise _Damaged(f"row index {index}, which an earlier line holds too (both lines are set aside)")
                     if index < last:
@@ -368,10 +403,10 @@ def _read_rows(segments: list[Path], n: int) -> bytearray:
                     )
                     bad.setdefault(segment, set()).add(number)
                     continue
-                done[index] = 1
+                done.add(index)
                 last = index
     for index in repeated:
-        done[index] = 0
+        done.discard(index)
     for segment in segments:
         if segment in bad or repeated:
             _rewrite_without(segment, bad.get(segment, set()), repeated, n)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from genwire.config.limits import too_many_rows
 from genwire.container.core import WiredPipeline
 from genwire.engine.batch_journal import open_batch_ids
 from genwire.engine.batch_mode import BatchMode, batch_providers
@@ -123,6 +124,8 @@ async def run_pipeline(
     n = cfg.num_records if num_records is None else num_records
     if n <= 0:
         raise RunError(f"num_records must be positive, got {n}")
+    if too_many_rows(n):
+        raise RunError(f"num_records {n:,}: {too_many_rows(n)}")
     if engine not in ("local", "ray"):
         raise RunError(f"unknown engine {engine!r}; use 'local' or 'ray'")
     if ray_workers is not None and ray_workers < 1:

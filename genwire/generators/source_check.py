@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from genwire.errors import printable
 from genwire.generators.metadata import ResourceKind
 from genwire.generators.source_scan import (
     Call,
@@ -75,7 +76,7 @@ class Finding(BaseModel):
     def where(self) -> str:
         if self.file is None:
             return f"generator {self.generator!r}"
-        parts = [self.file, *(str(n) for n in (self.line, self.col) if n is not None)]
+        parts = [printable(self.file), *(str(n) for n in (self.line, self.col) if n is not None)]
         return ":".join(parts)
 
     def text(self) -> str:

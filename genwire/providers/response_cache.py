@@ -10,7 +10,9 @@ entries fetched in bulk for a batch and column, ``get_many``) and one writing co
 (used from a worker thread, one transaction per column and batch) open until ``close``.
 A cache that cannot be written (another process holds it locked past ``WRITE_WAIT_S``, a
 read-only file, a full disk) is one warning, then the run goes on without writing to it;
-reads may still hit.
+reads may still hit. A directory or file this process cannot write (a read-only mount,
+another user's cache) is opened read-only from the start (SQLite ``mode=ro``, else
+``immutable``): one warning saying "read-only", and every hit served.
 
 An entry is keyed by a sha256 (``entry_key``) and holds the answer as JSON plus the
 tokens it was paid with, the column and first row (for ``genwire cache info``) and when it
@@ -123,6 +125,15 @@ def _cannot_write(exc: sqlite3.Error) -> bool:
     """A lock held too long, a read-only file or a full disk: the cache can still be read."""
     text = str(exc).lower()
     return any(p in text for p in ("locked", "busy", "readonly", "read-only", "full", "disk i/o"))
+
+
+def _read_only(directory: Path, path: Path) -> bool:
+    """Whether this process cannot write the cache: its directory (where WAL mode keeps
+    its -wal and -shm files) or its file is not writable. ``os.access`` asks the kernel,
+    so a read-only mount counts for root too (root passes mode bits, not a ro mount)."""
+    if path.exists():
+        return not (os.access(path, os.W_OK) and os.access(directory, os.W_OK))
+    return directory.is_dir() and not os.access(directory, os.W_OK)
 
 
 # One encoder for every key: ``json.dumps`` with options builds a new one per call. ASCII
@@ -305,6 +316,8 @@ class ResponseCache:
             return None
         if role in self._conns:
             return self._conns[role]
+        if _read_only(self.directory, self.path):
+            return self._open_read_only(role, "this process cannot write there")
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=WRITE_WAIT_S, check_same_thread=False)
@@ -320,6 +333,8 @@ class ResponseCache:
             conn.close()
             if role == "write" and _cannot_write(exc):
                 self._stop_writing(exc)
+            elif any(p in str(exc).lower() for p in ("readonly", "read-only", "unable to open")):
+                return self._open_read_only(role, str(exc))  # e.g. a read-only mount access() did not see
             else:
                 self._disable(f"the response cache {self.path} is unreadable ({exc}); running without it")
             return None
@@ -327,6 +342,37 @@ class ResponseCache:
             self._json_rows = _has_json(conn)
         self._conns[role] = conn
         return conn
+
+    def _open_read_only(self, role: Role, why: str) -> sqlite3.Connection | None:
+        """A cache this process cannot write (a read-only mount, another user's files):
+        its answers are still served, read through SQLite's read-only mode; nothing is
+        written. ``immutable`` when even the WAL index cannot be made beside the file
+        (nobody can be writing it then). One warning saying "read-only"."""
+        self._no_writes = True
+        self.warn_once(
+            "read-only",
+            f"the response cache {self.path} is read-only ({why}): its answers are used, new ones are not stored",
+        )
+        if role == "write":
+            return None
+        if not self.path.is_file():  # nothing stored yet, and nothing can be: every lookup a miss
+            self._broken = True
+            return None
+        uri = self.path.absolute().as_uri()
+        failure: sqlite3.Error | None = None
+        for options in ("mode=ro", "mode=ro&immutable=1"):
+            conn = sqlite3.connect(f"{uri}?{options}", uri=True, timeout=WRITE_WAIT_S, check_same_thread=False)
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {int(WRITE_WAIT_S * 1000)}")
+                conn.execute("SELECT 1 FROM answers LIMIT 1").fetchall()
+            except sqlite3.Error as exc:
+                conn.close()
+                failure = exc
+                continue
+            self._conns[role] = conn
+            return conn
+        self._disable(f"the response cache {self.path} is read-only and cannot be read ({failure}); running without it")
+        return None
 
     def _disable(self, message: str) -> None:
         self.warn_once("disabled", message)
@@ -470,8 +516,8 @@ class ResponseCache:
         empty = CacheInfo(self.directory, 0, size, None, None, 0, {})
         if not self.path.exists():
             return empty
-        with self._locks["write"]:
-            conn = self._connect("write")
+        with self._locks["write"], self._locks["read"]:
+            conn = self._connect("write") or self._connect("read")  # read-only: the reader
             if conn is None:
                 return empty
             try:

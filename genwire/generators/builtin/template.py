@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from genwire.generators.base import Generator
-from genwire.generators.builtin.common import compile_template, template_variables
+from genwire.generators.builtin.common import compile_template, render_over, template_variables
 from genwire.generators.metadata import GeneratorMetadata
 from genwire.generators.outcome import RowFailure
 from genwire.generators.resources import Resources
@@ -46,7 +46,7 @@ class Template(Generator[TemplateParams]):
         out: list[Any] = []
         for row in rows:
             try:
-                out.append(self._template.render(row))
+                out.append(render_over(self._template, row))
             except Exception as exc:  # a missing field fails this row only
                 out.append(RowFailure(ValueError(f"template column {self.column!r}: {exc}")))
         return out
