@@ -364,6 +364,11 @@ def _output_suffix(ctx: click.Context, param: click.Parameter, value: Path | Non
 @click.option(
     "--batch", is_flag=True, help="Send model calls through the Batch API (half price, hours); openai providers only."
 )
+@click.option(
+    "--max-cost",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Stop (exit 3) before spending more than this many USD; a higher cap on the same command goes on.",
+)
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--address", help="Ray cluster address (with --engine ray).")
 @click.option(
@@ -380,6 +385,7 @@ def run(
     no_cache: bool,
     no_response_cache: bool,
     batch: bool,
+    max_cost: float | None,
     engine: Literal["local", "ray"],
     address: str | None,
     workers: int | None,
@@ -389,7 +395,7 @@ def run(
     from genwire.cli.signals import Interrupted, run_interruptibly
     from genwire.engine.checkpoint import checkpoint_dir, kept_rows
     from genwire.engine.run import output_path
-    from genwire.errors import RunStopped
+    from genwire.errors import BudgetStopped, RunStopped
     from genwire.preflight.report import PreflightError
 
     container = _boot_or_report(file, as_json, {})
@@ -415,6 +421,7 @@ def run(
                 probe_cache=not no_cache,
                 response_cache=not no_response_cache,
                 batch=batch,
+                max_cost_usd=max_cost,
             )
 
     steady_gc()  # generation makes garbage all along: the collector's usual pace
@@ -440,16 +447,24 @@ def run(
     except GenwireError as exc:
         if as_json:  # stdout holds one JSON object whatever happened; the message also goes to stderr
             summary = _failure(exc)
-            if isinstance(exc, RunStopped):
+            if isinstance(exc, RunStopped | BudgetStopped):
                 summary.update(rows_kept=exc.kept, checkpoint=str(exc.checkpoint))
+            if isinstance(exc, BudgetStopped):
+                summary.update(spent_usd=exc.spent_usd, max_cost_usd=exc.cap_usd)
             if isinstance(exc, PreflightError):
                 summary["preflight"] = exc.report.model_dump(mode="json")
             emit_json(summary)
+        if isinstance(exc, BudgetStopped):
+            err.print(str(exc), markup=False)
+            sys.exit(3)
         raise
     if as_json:
         emit_json(result.summary())
         return
     out.print(run_summary(result))
+    from genwire.cli.estimate_command import cost_table
+
+    out.print(cost_table(result.cost))
     click.echo(f"dataset written to {result.output}")
 
 
@@ -530,8 +545,10 @@ def init(directory: Path, force: bool) -> None:
 
 def _register_batches() -> None:
     from genwire.cli.batch_commands import batches  # click only at import: costs nothing
+    from genwire.cli.estimate_command import estimate
 
     cli.add_command(batches)
+    cli.add_command(estimate)
 
 
 _register_batches()

@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from genwire.container.core import WiredPipeline
-from genwire.errors import GenwireError, ModelError, PluginError, UndeclaredResourceError, exception_text
+from genwire.errors import (
+    BudgetExhausted,
+    GenwireError,
+    ModelError,
+    PluginError,
+    UndeclaredResourceError,
+    exception_text,
+)
 from genwire.generators.base import Generator
 from genwire.generators.outcome import RowFailure
 from genwire.providers.request_context import BatchScope, batch_scope, column_scope
@@ -94,6 +101,8 @@ class BatchRunner:
                 if isinstance(value, RowFailure):
                     if isinstance(value.error, UndeclaredResourceError | PluginError):
                         raise value.error  # a plugin bug, not a row problem: stop the run
+                    if isinstance(value.error, BudgetExhausted):
+                        continue  # not sent: neither kept nor failed, a resumed run makes it
                     failures.append(failure_record(index, row, gen.column, value.error))
                 else:
                     row[gen.column] = value

@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # batch mode is loaded only when a run turns it on
     from genwire.config.schema import BatchConfig
     from genwire.providers.batch.collector import BatchCollector, RoundSignal
     from genwire.providers.batch.ledger import Ledger
+    from genwire.providers.budget import CostMeter
 
 __all__ = ["OpenAIChatModel", "OpenAIEmbeddingModel", "OpenAIProvider"]
 
@@ -73,6 +74,7 @@ _MISSING_MODEL_PHRASES = (
 )
 
 
+RATE_LIMIT = "x-ratelimit-limit-"  # the endpoint's advertised limits (the estimate reads them)
 _FLOAT: frozenset[type] = frozenset({float})
 _NUMBER: frozenset[type] = frozenset({float, int})
 
@@ -101,6 +103,8 @@ class OpenAIProvider:
         )
         # Batch mode (SPEC §14): set by the run after its pre-flight; calls then go to it.
         self.batcher: BatchCollector | None = None
+        # The run's cost meter (SPEC §16): reserves each request's worst case, settles it.
+        self.meter: CostMeter | None = None
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(name={self.name!r}, base_url={self._display_url!r})"
@@ -206,13 +210,22 @@ class OpenAIProvider:
         estimate = estimate_tokens(body, _max_tokens(payload)) if cfg.rate_limit else 0
         usage = self._usage(alias)
         model = payload["model"]
+        meter = self.meter
+        # The budget's worst case is held before the first attempt (SPEC §16).
+        hold = (
+            None
+            if meter is None
+            else await meter.reserve(alias, len(body), _max_tokens(payload), output=path != "/embeddings")
+        )
         started = time.monotonic()
         attempts = retries = limited = 0
         while True:
             attempts += 1
             reservation = await self.gate.acquire(model, estimate)
+            sent = time.monotonic()
+            limits: dict[str, str] = {}
             try:
-                data = await self._attempt(usage, url, body)
+                data = await self._attempt(usage, url, body, limits if meter is not None else None)
             except AttemptFailure as failure:
                 if failure.retry and failure.error_class is ErrorClass.RATE_LIMITED and cfg.adapt_to_rate_limits:
                     server_wait = self._retry_wait(0, failure.retry_after)
@@ -236,6 +249,8 @@ class OpenAIProvider:
                         usage.retries += 1
                         await asyncio.sleep(wait)
                         continue
+                if meter is not None and hold is not None:
+                    meter.release(hold)
                 raise ModelError(
                     failure.error_class,
                     self._scrub(failure.message),
@@ -245,9 +260,13 @@ class OpenAIProvider:
                 ) from None  # the cause adds nothing the message lacks
             except BaseException:
                 self.gate.release(reservation, tokens=None, ok=None)  # cancelled mid-request
+                if meter is not None and hold is not None:
+                    meter.release(hold)
                 raise
             # Tokens counted once: into the alias's usage and, as the real figure, the pacing.
             self.gate.release(reservation, tokens=usage.count_tokens(data), ok=True)
+            if meter is not None and hold is not None:
+                meter.settle(hold, reported_tokens(data), time.monotonic() - sent, limits)
             note_rate_limited(None)
             return data, attempts
 
@@ -284,7 +303,8 @@ class OpenAIProvider:
         ceiling = min(self.config.backoff_s * 2**retry, MAX_RETRY_WAIT_S)
         return random.uniform(0, ceiling)
 
-    async def _attempt(self, usage: ModelUsage, url: str, body: bytes) -> Any:
+    async def _attempt(self, usage: ModelUsage, url: str, body: bytes, limits: dict[str, str] | None = None) -> Any:
+        """One POST; ``limits`` (when given) receives the answer's advertised rate limits."""
         session = await self._ensure_session()
         count_attempt()
         usage.requests += 1
@@ -294,6 +314,8 @@ class OpenAIProvider:
                 status = resp.status
                 raw = await self._read_body(resp, url)
                 headers = resp.headers
+                if limits is not None:
+                    limits.update((k.lower(), v) for k, v in headers.items() if k.lower().startswith(RATE_LIMIT))
         except TimeoutError:  # aiohttp's timeouts subclass TimeoutError
             raise AttemptFailure(
                 ErrorClass.TIMEOUT,
