@@ -127,7 +127,7 @@ def _estimate(
     from genwire.cli.main import _boot_or_report, _failure, err, out
     from genwire.cli.render import RichProgress, preflight_table
     from genwire.cli.signals import run_interruptibly
-    from genwire.engine.estimate import project
+    from genwire.engine.estimate import estimate_of
     from genwire.engine.options import RunOptions
     from genwire.errors import GenwireError
     from genwire.preflight.report import PreflightError
@@ -154,22 +154,7 @@ def _estimate(
                 summary["preflight"] = exc.report.model_dump(mode="json")
             emit_json(summary)
         raise
-    costs = result.costs
-    assert costs is not None
-    found = project(
-        container,
-        stats=costs.meter.stats,
-        prices=costs.prices,
-        cached={alias: u.cached for alias, u in result.usage.items()},
-        rate_limited={alias: u.rate_limited for alias, u in result.usage.items()},
-        sample_rows=result.rows_written - result.rows_resumed,
-        sample_failed=result.rows_failed,
-        sample_duration_s=result.duration_s,
-        sample_cost_usd=result.cost["this_session_usd"] if result.cost else None,
-        rows_total=result.rows_requested,
-        rows_done=result.rows_written,
-        batch=batch,
-    )
+    found = estimate_of(container, result, batch=batch)
     if as_json:
         emit_json({**found.as_dict(), "cost": result.cost})
         return

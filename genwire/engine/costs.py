@@ -137,6 +137,7 @@ class RunCosts:
                 self._clients.append(client)
 
     def detach(self) -> None:
+        self.meter.end_rows()
         for client in self._clients:
             client.meter = None
         self._clients.clear()

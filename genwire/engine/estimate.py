@@ -15,14 +15,17 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from genwire.config.schema import OpenAIProviderConfig
 from genwire.container.core import WiredPipeline
 from genwire.providers.budget import ModelStats, p95
 from genwire.providers.pricing import Price
 
-__all__ = ["Estimate", "ModelProjection", "project"]
+__all__ = ["Estimate", "ModelProjection", "estimate_of", "project"]
+
+if TYPE_CHECKING:
+    from genwire.engine.run import RunResult
 
 SECONDS_PER_MINUTE = 60.0
 
@@ -104,6 +107,7 @@ def project(
     sample_cost_usd: float | None,
     rows_total: int,
     rows_done: int,
+    sample_cpu_s: float = 0.0,
     batch: bool = False,
 ) -> Estimate:
     config = container.config
@@ -141,6 +145,9 @@ def project(
             )
         )
     providers = _durations(container, models, stats, batch)
+    if tried and sample_cpu_s and not batch:
+        # genwire's own work per row (templates, JSON, checkpoint) on this machine's CPU.
+        providers.append(ProviderDuration("this process", sample_cpu_s / tried * rows_left, "this machine's CPU"))
     slowest = max(providers, key=lambda p: p.duration_s, default=None)
     # A row's own path: its requests one after another (the first rows and the last wait it out).
     chain = sum(m.latency_s_mean * math.ceil(m.requests_per_row) for m in models) if rows_left else 0.0
@@ -212,3 +219,25 @@ def _durations(
         seconds, binding = max(bounds, key=lambda b: b[0])
         out.append(ProviderDuration(name, seconds, binding))
     return out
+
+
+def estimate_of(container: WiredPipeline, sample: RunResult, *, batch: bool = False) -> Estimate:
+    """The projection from a run made with ``RunOptions(sample_rows=K)``."""
+    costs = sample.costs
+    if costs is None:
+        raise ValueError("the sample run kept no cost measurements")
+    return project(
+        container,
+        stats=costs.meter.stats,
+        prices=costs.prices,
+        cached={alias: u.cached for alias, u in sample.usage.items()},
+        rate_limited={alias: u.rate_limited for alias, u in sample.usage.items()},
+        sample_rows=sample.rows_written - sample.rows_resumed,
+        sample_failed=sample.rows_failed,
+        sample_duration_s=sample.duration_s,
+        sample_cost_usd=sample.cost["this_session_usd"] if sample.cost else None,
+        rows_total=sample.rows_requested,
+        rows_done=sample.rows_written,
+        sample_cpu_s=costs.meter.rows_cpu_s,
+        batch=batch,
+    )

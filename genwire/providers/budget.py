@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -94,6 +95,8 @@ class CostMeter:
         self._freed: asyncio.Event | None = None  # set (and replaced) when a hold is freed
         self.exhausted = False
         self.stats: dict[str, ModelStats] = {}
+        self._rows_cpu_started: float | None = None
+        self.rows_cpu_s = 0.0  # this process's CPU time while rows were generated (the estimate's own bound)
 
     @property
     def capped(self) -> bool:
@@ -113,6 +116,12 @@ class CostMeter:
             stats.output_tokens.clear()
             stats.latencies.clear()
             stats.usd = 0.0
+        self._rows_cpu_started = time.process_time()
+
+    def end_rows(self) -> None:
+        if self._rows_cpu_started is not None:
+            self.rows_cpu_s = time.process_time() - self._rows_cpu_started
+            self._rows_cpu_started = None
 
     # --- before a request ----------------------------------------------------------------
 
