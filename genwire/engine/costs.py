@@ -97,6 +97,29 @@ class RunCosts:
     def exhausted(self) -> bool:
         return self.meter.exhausted
 
+    def hold_rows(self, rows_done: int, rows_live: int, batch_rows: int) -> bool:
+        """Near the cap, take no new rows for now: what is left would be spent on rows
+        that cannot all finish (each would keep only its first columns' answers)."""
+        meter = self.meter
+        if meter.exhausted:
+            return True
+        if not meter.capped:
+            return False
+        if meter.waiting or rows_done == 0:
+            return True  # requests already wait for room; or no row has shown yet what one costs
+        # What a row costs, from this session (the live rows' spend so far included: an
+        # overestimate), against what the live rows and one more batch would need.
+        needed = (rows_live + batch_rows) / rows_done
+        if meter.max_cost_usd is not None:
+            left = meter.max_cost_usd - meter.spent_usd - meter.reserved_usd
+            if left < meter.session_usd * needed:
+                return True
+        if meter.max_tokens is not None:
+            left_tokens = meter.max_tokens - meter.spent_tokens - meter.reserved_tokens
+            if left_tokens < meter.session_tokens * needed:
+                return True
+        return False
+
     @property
     def paid(self) -> bool:
         """Some answer was paid for in this run (the checkpoint keeps the ledger)."""
@@ -120,7 +143,10 @@ class RunCosts:
         left_usd = None if self.max_cost_usd is None else self.max_cost_usd - self.meter.spent_usd
         left_tokens = None if self.max_tokens is None else self.max_tokens - self.meter.spent_tokens
         if (left_usd is not None and usd > left_usd) or (left_tokens is not None and tokens > left_tokens):
-            left = f"${left_usd:.6f}" if left_usd is not None else f"{left_tokens:,} tokens"
+            if left_usd is not None:
+                left = f"${left_usd:.6f} of ${self.max_cost_usd:g} (${self.meter.spent_usd:.6f} spent)"
+            else:
+                left = f"{left_tokens:,} of {self.max_tokens:,} tokens ({self.meter.spent_tokens:,} spent)"
             raise RunSetupError(
                 f"the budget is below what the pre-flight alone may cost (up to ${usd:.6f}, {tokens:,} tokens; "
                 f"left: {left}); raise --max-cost (or pipeline.budget), or run with --skip-preflight"

@@ -144,10 +144,10 @@ def project(
                 price_source=price.source if price is not None else "unknown",
             )
         )
-    providers = _durations(container, models, stats, batch)
-    if tried and sample_cpu_s and not batch:
-        # genwire's own work per row (templates, JSON, checkpoint) on this machine's CPU.
-        providers.append(ProviderDuration("this process", sample_cpu_s / tried * rows_left, "this machine's CPU"))
+    # genwire's own work per row (templates, JSON, checkpoint) on this machine's CPU: one
+    # event loop does it, so under load it adds to every request's time in flight.
+    cpu_s = sample_cpu_s / tried * rows_left if tried else 0.0
+    providers = _durations(container, models, stats, batch, cpu_s)
     slowest = max(providers, key=lambda p: p.duration_s, default=None)
     # A row's own path: its requests one after another (the first rows and the last wait it out).
     chain = sum(m.latency_s_mean * math.ceil(m.requests_per_row) for m in models) if rows_left else 0.0
@@ -175,7 +175,7 @@ def project(
 
 
 def _durations(
-    container: WiredPipeline, models: list[ModelProjection], stats: dict[str, ModelStats], batch: bool
+    container: WiredPipeline, models: list[ModelProjection], stats: dict[str, ModelStats], batch: bool, cpu_s: float
 ) -> list[ProviderDuration]:
     config = container.config
     out: list[ProviderDuration] = []
@@ -183,9 +183,9 @@ def _durations(
         mine = [m for m in models if m.provider == name]
         provider = config.providers[name]
         limit = provider.max_concurrency
-        bounds: list[tuple[float, str]] = [
-            (sum(m.requests * m.latency_s_mean for m in mine) / limit, f"max_concurrency {limit} ({name})")
-        ]
+        waiting = sum(m.requests * m.latency_s_mean for m in mine) / limit
+        busy = f"max_concurrency {limit} ({name})" if waiting >= cpu_s else "this machine's CPU (genwire's own work)"
+        bounds: list[tuple[float, str]] = [(waiting + cpu_s, busy)]
         if isinstance(provider, OpenAIProviderConfig):
             if batch:  # a batch ends within its window, whatever the online limits
                 window = provider.batch.completion_window

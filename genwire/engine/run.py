@@ -160,7 +160,13 @@ async def run_pipeline(
 
         source = RayBatches(container, options.ray_address, ray_workers, responses_at)
     else:
-        source = LocalBatches(container, responses, batch_mode=bool(batching), stop=costs.exhausted)
+        source = LocalBatches(
+            container,
+            responses,
+            batch_mode=bool(batching),
+            stop=costs.exhausted,
+            hold=lambda live: costs.hold_rows(sink.written if sink is not None else 0, live, cfg.batch_size),
+        )
     sink: OutputSink | None = None
     live_rows = source.live_rows if isinstance(source, LocalBatches) else (lambda: 0)
     batch_mode = BatchMode(container, batching, directory, live_rows) if batching else None
@@ -292,9 +298,13 @@ class LocalBatches:
         *,
         batch_mode: bool = False,
         stop: Callable[[], bool] | None = None,
+        hold: Callable[[int], bool] | None = None,
     ) -> None:
         self._container = container
-        self._stop = stop  # true: take no new batch (the budget is spent); running ones finish
+        # The budget: stop() true, no new batch at all (running ones finish); hold(live
+        # rows) true, none for now (what is left would not finish them).
+        self._stop = stop
+        self._hold = hold
         self._cache = cache
         # Batch mode: the whole window at once (a round holds every row of it), nothing to grow.
         self._batch_mode = batch_mode
@@ -327,17 +337,22 @@ class LocalBatches:
             nonlocal exhausted
             if self._stop is not None and self._stop():
                 exhausted = True
+                return
+            fresh = 0  # rows of the batches started here: not live until they first run
             while (
                 not exhausted
                 and len(running) < up_to
                 and len(running) + len(finished) < ahead
                 and (not only_if_idle or self._idle_slots())
+                # The budget: when nothing runs, one more batch learns whether anything still fits.
+                and not (self._hold is not None and (running or finished) and self._hold(runner.live + fresh))
             ):
                 item = next(todo, None)
                 if item is None:
                     exhausted = True
                     return
                 running[asyncio.create_task(runner.run(item[1]))] = item[0]
+                fresh += len(item[1])
 
         try:
             while True:

@@ -88,6 +88,8 @@ class CostMeter:
         self.spent_usd = spent_usd  # the run's, earlier sessions included (the ledger)
         self.spent_tokens = spent_tokens
         self.session_usd = 0.0
+        self.session_tokens = 0
+        self.waiting = 0  # requests waiting for room under the cap
         self._record = record
         self._reserved_usd = 0.0
         self._reserved_tokens = 0
@@ -97,6 +99,14 @@ class CostMeter:
         self.stats: dict[str, ModelStats] = {}
         self._rows_cpu_started: float | None = None
         self.rows_cpu_s = 0.0  # this process's CPU time while rows were generated (the estimate's own bound)
+
+    @property
+    def reserved_usd(self) -> float:
+        return self._reserved_usd
+
+    @property
+    def reserved_tokens(self) -> int:
+        return self._reserved_tokens
 
     @property
     def capped(self) -> bool:
@@ -160,7 +170,11 @@ class CostMeter:
                 break
             if self._freed is None:
                 self._freed = asyncio.Event()
-            await self._freed.wait()
+            self.waiting += 1
+            try:
+                await self._freed.wait()
+            finally:
+                self.waiting -= 1
         if self.exhausted:
             raise BudgetExhausted(self.exhausted_message(), target=alias)
         self._reserved_usd += usd
@@ -212,6 +226,7 @@ class CostMeter:
             self.spent_usd += usd
             self.session_usd += usd
         self.spent_tokens += input_tokens + output_tokens
+        self.session_tokens += input_tokens + output_tokens
         if self._record is not None:
             self._record(Paid(alias, input_tokens, output_tokens, usd, batched))
         self._free(hold)
