@@ -314,3 +314,19 @@ async def test_the_meter_waits_for_room_then_refuses_when_nothing_is_in_flight()
     with pytest.raises(Exception, match="budget is spent"):
         await meter.reserve("m", 100, 300)  # 0.00068 spent + 0.00047 > 0.001, nothing in flight
     assert meter.exhausted
+
+
+def test_batch_mode_is_metered_at_the_batch_price(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        server.realistic_usage("*", RealisticUsage(seed=2))
+        cfg = pipeline(server, tmp_path, 12)
+        cfg["providers"]["srv"]["batch"] = {"poll_interval_s": 0.05}
+        cfg["models"]["writer"]["price"]["batch_discount"] = 0.5
+        cfg["pipeline"]["columns"] = cfg["pipeline"]["columns"][:3]  # the chat columns
+        code, summary, err = run_json("run", write(cfg, tmp_path / "genwire.yaml"), "--batch", "--max-cost", "1")
+        assert code == 0, err
+        assert server.batches.lines["writer"] == 24 and server.requests["writer"] == 1  # the probe went online
+        full_price = server.prompt_tokens["writer"] * 0.15e-6 + server.completion_tokens["writer"] * 0.6e-6
+        writer = summary["cost"]["by_model"]["writer"]
+        assert writer["requests"] == 25 and writer["input_tokens"] == server.prompt_tokens["writer"]
+        assert writer["usd"] == pytest.approx(full_price / 2, rel=0.02)  # the probe alone paid the full price

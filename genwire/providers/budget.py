@@ -17,15 +17,20 @@ endpoint's advertised limits) and hands each paid answer to ``record`` (the run'
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from genwire.errors import BudgetExhausted
 from genwire.providers.pricing import Price
+from genwire.providers.usage import reported_tokens
 
-__all__ = ["CostMeter", "Hold", "ModelStats", "Paid"]
+__all__ = ["CostMeter", "Hold", "ModelStats", "Paid", "metered_batch_call"]
+
+T = TypeVar("T")
 
 FIRST_CHARS_PER_TOKEN = 1.0  # before any answer: a token is at least a character
 MARGIN = 0.1  # on top of a request's worst case
@@ -267,3 +272,24 @@ def p95(values: list[int] | list[float]) -> float:
 def worst_output(stats: ModelStats, max_tokens: int) -> int:
     """An output's worst case for the projection: ``max_tokens`` or the largest seen."""
     return max_tokens or max(stats.output_tokens, default=0)
+
+
+async def metered_batch_call(
+    meter: CostMeter | None, alias: str, path: str, body: Mapping[str, Any], call: Callable[[], Awaitable[T]]
+) -> T:
+    """Batch mode: a line's worst case is held before it joins a file, so a whole file is
+    reserved before it is uploaded; its answer settles at the batch price."""
+    if meter is None:
+        return await call()
+    raw = body.get("max_completion_tokens", body.get("max_tokens"))
+    max_tokens = raw if type(raw) is int and raw > 0 else 0
+    chars = len(json.dumps(body, separators=(",", ":")))
+    hold = await meter.reserve(alias, chars, max_tokens, output=path != "/embeddings")
+    try:
+        answer = await call()
+    except BaseException:
+        meter.release(hold)
+        raise
+    data = answer[0] if isinstance(answer, tuple) else answer
+    meter.settle(hold, reported_tokens(data), 0.0, batched=True)
+    return answer

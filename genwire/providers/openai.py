@@ -28,6 +28,7 @@ from genwire.config.schema import ModelConfig, OpenAIProviderConfig
 from genwire.errors import ErrorClass, ModelError, exception_text
 from genwire.providers.base import chat_messages, count_attempt, note_rate_limited
 from genwire.providers.batch.format import uncached_base
+from genwire.providers.budget import CostMeter, metered_batch_call
 from genwire.providers.failures import MAX_RETRY_WAIT_S, AttemptFailure
 from genwire.providers.pacing import ProviderGate, estimate_tokens
 from genwire.providers.request_context import (
@@ -46,7 +47,6 @@ if TYPE_CHECKING:  # batch mode is loaded only when a run turns it on
     from genwire.config.schema import BatchConfig
     from genwire.providers.batch.collector import BatchCollector, RoundSignal
     from genwire.providers.batch.ledger import Ledger
-    from genwire.providers.budget import CostMeter
 
 __all__ = ["OpenAIChatModel", "OpenAIEmbeddingModel", "OpenAIProvider"]
 
@@ -504,7 +504,10 @@ class _Handle:
         if batcher is not None:  # batch mode: the call waits for its line of a batch
             column = current_column()
             base = slot.key if slot is not None else uncached_base(provider.cache_endpoint, path, body, column)
-            data, attempts = await batcher.ask(route.alias, path, body, batcher.request_id(base))
+            custom_id = batcher.request_id(base)
+            data, attempts = await metered_batch_call(
+                provider.meter, route.alias, path, body, lambda: batcher.ask(route.alias, path, body, custom_id)
+            )
         else:
             data, attempts = await provider.post(route.alias, path, body)
         answer = answer_of(data, attempts)
