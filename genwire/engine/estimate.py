@@ -223,13 +223,13 @@ def _durations(
 
 def estimate_of(container: WiredPipeline, sample: RunResult, *, batch: bool = False) -> Estimate:
     """The projection from a run made with ``RunOptions(sample_rows=K)``."""
-    costs = sample.costs
-    if costs is None:
+    meter = sample.meter
+    if meter is None:
         raise ValueError("the sample run kept no cost measurements")
     return project(
         container,
-        stats=costs.meter.stats,
-        prices=costs.prices,
+        stats=meter.stats,
+        prices=meter.prices,
         cached={alias: u.cached for alias, u in sample.usage.items()},
         rate_limited={alias: u.rate_limited for alias, u in sample.usage.items()},
         sample_rows=sample.rows_written - sample.rows_resumed,
@@ -238,6 +238,6 @@ def estimate_of(container: WiredPipeline, sample: RunResult, *, batch: bool = Fa
         sample_cost_usd=sample.cost["this_session_usd"] if sample.cost else None,
         rows_total=sample.rows_requested,
         rows_done=sample.rows_written,
-        sample_cpu_s=costs.meter.rows_cpu_s,
+        sample_cpu_s=meter.rows_cpu_s,
         batch=batch,
     )

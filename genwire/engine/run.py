@@ -30,6 +30,7 @@ from genwire.errors import RunError
 from genwire.preflight.report import PreflightError, PreflightReport
 from genwire.preflight.runner import run_preflight
 from genwire.providers.batch.format import BatchInfo
+from genwire.providers.budget import CostMeter
 from genwire.providers.response_cache import ResponseCache, cache_dir
 from genwire.providers.usage import Concurrency, ModelUsage, merge_usage, requests_of
 
@@ -65,7 +66,7 @@ class RunResult:
     preflight: PreflightReport | None = None
     batches: list[BatchInfo] | None = None  # batch mode: every batch it used (None: online)
     cost: dict[str, Any] | None = None  # SPEC §16's "cost" object
-    costs: RunCosts | None = None  # the meter's measurements (the estimate reads them)
+    meter: CostMeter | None = None  # what the answers showed (the estimate reads it)
     finished: bool = True  # False: an estimate's sample, the checkpoint kept for the run
 
     @property
@@ -241,7 +242,7 @@ async def run_pipeline(
         preflight=report,
         batches=batch_mode.infos() if batch_mode is not None else None,
         cost=costs.report(usage),
-        costs=costs,
+        meter=costs.meter,
         finished=options.sample_rows is None,
     )
 

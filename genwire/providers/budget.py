@@ -102,7 +102,8 @@ class CostMeter:
         self._freed: asyncio.Event | None = None  # set (and replaced) when a hold is freed
         self.exhausted = False
         self.stats: dict[str, ModelStats] = {}
-        self._rows_cpu_started: float | None = None
+        self._rows_begun = False
+        self._rows_cpu_started: float | None = None  # at the rows' first request (set-up is not per row)
         self.rows_cpu_s = 0.0  # this process's CPU time while rows were generated (the estimate's own bound)
 
     @property
@@ -131,12 +132,12 @@ class CostMeter:
             stats.output_tokens.clear()
             stats.latencies.clear()
             stats.usd = 0.0
-        self._rows_cpu_started = time.process_time()
+        self._rows_begun = True
 
     def end_rows(self) -> None:
         if self._rows_cpu_started is not None:
             self.rows_cpu_s = time.process_time() - self._rows_cpu_started
-            self._rows_cpu_started = None
+        self._rows_begun, self._rows_cpu_started = False, None
 
     # --- before a request ----------------------------------------------------------------
 
@@ -164,6 +165,8 @@ class CostMeter:
     async def reserve(self, alias: str, chars: int, max_tokens: int, *, output: bool = True) -> Hold:
         """Hold the request's worst case, waiting for in-flight requests to settle if it
         does not fit yet; ``BudgetExhausted`` when it cannot fit at all."""
+        if self._rows_begun and self._rows_cpu_started is None:
+            self._rows_cpu_started = time.process_time()
         if not self.capped:
             self._in_flight += 1
             return Hold(alias, 0.0, 0, chars)
