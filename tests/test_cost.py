@@ -44,7 +44,11 @@ def pipeline(server: FakeOpenAIServer, root: Path, n: int, *, concurrency: int =
             "max_failure_rate": 0.0,
             "output": str(root / "out.jsonl"),
             "columns": [
-                {"name": "n", "generator": "sampler", "params": {"kind": "uniform", "low": 1, "high": 60, "integer": 1}},
+                {
+                    "name": "n",
+                    "generator": "sampler",
+                    "params": {"kind": "uniform", "low": 1, "high": 60, "integer": True},
+                },
                 {"name": "q", "generator": "llm-text", "params": {"prompt": "Ask about {{ 'lorem ipsum ' * n }}"}},
                 {"name": "a", "generator": "llm-text", "params": {"prompt": "Answer: {{ q }}"}},
                 {"name": "e", "generator": "embedding", "params": {"column": "a"}},
