@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from genwire.config.schema import OpenAIProviderConfig
 from genwire.container.core import WiredPipeline
-from genwire.providers.budget import ModelStats, p95
+from genwire.providers.budget import ModelStats, max_tokens_of, p95
 from genwire.providers.pricing import Price
 
 __all__ = ["Estimate", "ModelProjection", "estimate_of", "project"]
@@ -85,11 +85,6 @@ class Estimate:
         return {"ok": True, **out}
 
 
-def _max_tokens(params: dict[str, Any]) -> int:
-    value = params.get("max_completion_tokens", params.get("max_tokens"))
-    return value if type(value) is int and value > 0 else 0
-
-
 def _cost(price: Price | None, inp: float, out: float, batch: bool) -> float | None:
     return None if price is None else price.cost(round(inp), round(out), batched=batch)
 
@@ -121,7 +116,7 @@ def project(
         requests = math.ceil(per_row * rows_left)
         in_mean = statistics.fmean(s.input_tokens) if s.input_tokens else 0.0
         out_mean = statistics.fmean(s.output_tokens) if s.output_tokens else 0.0
-        bound = (_max_tokens(model.params) or max(s.output_tokens, default=0)) if model.kind == "chat" else 0
+        bound = (max_tokens_of(model.params) or max(s.output_tokens, default=0)) if model.kind == "chat" else 0
         price = prices[alias]
         models.append(
             ModelProjection(

@@ -272,11 +272,6 @@ def p95(values: list[int] | list[float]) -> float:
     return float(ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)])
 
 
-def worst_output(stats: ModelStats, max_tokens: int) -> int:
-    """An output's worst case for the projection: ``max_tokens`` or the largest seen."""
-    return max_tokens or max(stats.output_tokens, default=0)
-
-
 async def metered_batch_call(
     meter: CostMeter | None, alias: str, path: str, body: Mapping[str, Any], call: Callable[[], Awaitable[T]]
 ) -> T:
@@ -284,8 +279,7 @@ async def metered_batch_call(
     reserved before it is uploaded; its answer settles at the batch price."""
     if meter is None:
         return await call()
-    raw = body.get("max_completion_tokens", body.get("max_tokens"))
-    max_tokens = raw if type(raw) is int and raw > 0 else 0
+    max_tokens = max_tokens_of(body)
     chars = len(json.dumps(body, separators=(",", ":")))
     hold = await meter.reserve(alias, chars, max_tokens, output=path != "/embeddings")
     try:
@@ -296,3 +290,9 @@ async def metered_batch_call(
     data = answer[0] if isinstance(answer, tuple) else answer
     meter.settle(hold, reported_tokens(data), 0.0, batched=True)
     return answer
+
+
+def max_tokens_of(params: Mapping[str, Any]) -> int:
+    """A request's (or a model's params') bound on its answer; 0 when unset."""
+    value = params.get("max_completion_tokens", params.get("max_tokens"))
+    return value if type(value) is int and value > 0 else 0
