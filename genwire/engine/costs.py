@@ -10,7 +10,7 @@ from typing import Any
 
 from genwire.config.schema import LocalProviderConfig, OpenAIProviderConfig
 from genwire.container.core import WiredPipeline
-from genwire.engine.ledger import RunLedger
+from genwire.engine.ledger import LedgerTotal, RunLedger
 from genwire.errors import BudgetStopped, RunSetupError
 from genwire.providers.budget import CostMeter
 from genwire.providers.pricing import Price, load_price_table, model_prices
@@ -60,6 +60,7 @@ class RunCosts:
     ) -> None:
         """Prices resolved and the caps checked; nothing is opened yet."""
         self.container = container
+        self.engine = engine
         self.prices = priced_models(container)
         budget = container.config.pipeline.budget
         self.max_cost_usd = max_cost_usd if max_cost_usd is not None else (budget.max_cost_usd if budget else None)
@@ -193,6 +194,9 @@ class RunCosts:
         session: float | None = self.meter.session_usd
         saved: float | None = 0.0
         totals = self.ledger.totals if self.ledger is not None else {}
+        if self.engine != "local":  # Ray's workers sent the requests: their usage, this session's
+            totals = {alias: _total_of(u, self.prices.get(alias)) for alias, u in usage.items() if u.requests}
+            session = None if any(t.unpriced for t in totals.values()) else sum(t.usd for t in totals.values())
         for alias in sorted(set(self.prices) | set(totals)):
             price = self.prices.get(alias)
             paid = totals.get(alias)
@@ -227,3 +231,13 @@ class RunCosts:
             "max_cost_usd": self.max_cost_usd,
             "max_tokens": self.max_tokens,
         }
+
+
+def _total_of(usage: ModelUsage, price: Price | None) -> LedgerTotal:
+    paid = usage.requests - usage.retries  # a retried attempt was not answered, nor billed
+    total = LedgerTotal(paid, usage.prompt_tokens, usage.completion_tokens)
+    if price is None:
+        total.unpriced = paid
+    else:
+        total.usd = price.cost(usage.prompt_tokens, usage.completion_tokens)
+    return total
