@@ -78,12 +78,15 @@ class Refine(Generator[RefineParams]):
         return list(await asyncio.gather(*(one(r, i) for r, i in zip(rows, indices, strict=True))))
 
 
+STRAY = "long+3%-errors"  # the imperfect case: stray 503s and 429s, retried (not billed)
+
+
 def pipeline(kind: str) -> list[dict[str, Any]]:
     words = {"name": "n", "generator": "sampler", "params": {"kind": "uniform", "low": 1, "high": 120, "integer": True}}
     if kind == "short":
         pick = {"name": "fruit", "generator": "sampler", "params": {"kind": "category", "values": ["apple", "pear"]}}
         return [pick, {"name": "q", "generator": "llm-text", "params": {"prompt": "Name a dish with {{ fruit }}."}}]
-    if kind == "long":
+    if kind in ("long", STRAY):
         return [
             words,
             {
@@ -137,6 +140,7 @@ def err(projected: float, actual: float) -> str:
 
 async def accuracy(server: FakeOpenAIServer, kind: str, k: int, rows: int, concurrency: int) -> dict[str, Any]:
     server.reset_stats()
+    server.fail_rate("writer", 0.03 if kind == STRAY else 0.0, [503, 429], seed=k)
     with tempfile.TemporaryDirectory() as tmp:
         path = write_config(Path(tmp), server.url, kind, rows, concurrency)
         container = genwire.boot(path, generators=[Refine])
@@ -153,8 +157,8 @@ async def accuracy(server: FakeOpenAIServer, kind: str, k: int, rows: int, concu
     run_usd = server_usd(server) - before_usd
     preflight_s = full.preflight.duration_s if full.preflight else 0.0
     run_s = full.duration_s - preflight_s
-    probes = 2 if kind == "long" else 1
-    sent = server.total_requests - before_requests - probes
+    probes = 2 if kind in ("long", STRAY) else 1
+    sent = server.total_requests - before_requests - probes  # retried attempts included
     return {
         "pipeline": kind,
         "K": k,
@@ -239,11 +243,12 @@ async def main(argv: list[str]) -> None:
     parser.add_argument("--budget-latency", type=float, default=0.005)
     parser.add_argument("--ks", default="5,20,50")
     parser.add_argument("--concurrencies", default="1,16,64,256")
+    parser.add_argument("--pipelines", default=f"short,long,multi-call,{STRAY}")
     args = parser.parse_args(argv)
     with FakeOpenAIServer(latency=args.latency) as server:
         server.realistic_usage("*", RealisticUsage(seed=3))
         results = []
-        for kind in ("short", "long", "multi-call"):
+        for kind in args.pipelines.split(","):
             for k in map(int, args.ks.split(",")):
                 results.append(await accuracy(server, kind, k, args.rows, args.concurrency))
                 print(f"  {kind} K={k} done", file=sys.stderr)
