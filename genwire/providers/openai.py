@@ -204,19 +204,32 @@ class OpenAIProvider:
         ``Retry-After``; a persistent run of them brakes the model (``ModelGate``). Other
         retried failures count against ``retries``.
         """
+        body = json.dumps(payload, separators=(",", ":")).encode()  # encoded once, all tries
+        meter = self.meter
+        if meter is None:
+            return await self._send(alias, path, payload, body, None)
+        # The run's budget (SPEC §16): the worst case is held before the first attempt, and
+        # settled from the answer's usage (released if nothing was answered).
+        hold = await meter.reserve(alias, len(body), _max_tokens(payload), output=path != "/embeddings")
+        seen: dict[str, Any] = {}
+        try:
+            data, attempts = await self._send(alias, path, payload, body, seen)
+        except BaseException:
+            meter.release(hold)
+            raise
+        meter.settle(hold, reported_tokens(data), seen["latency_s"], seen["limits"])
+        return data, attempts
+
+    async def _send(
+        self, alias: str, path: str, payload: dict[str, Any], body: bytes, seen: dict[str, Any] | None
+    ) -> tuple[Any, int]:
+        """``post``'s attempts; ``seen`` (when given) receives the answered attempt's
+        latency and the endpoint's advertised rate limits."""
         cfg = self.config
         url = self.base_url + path
-        body = json.dumps(payload, separators=(",", ":")).encode()  # encoded once, all tries
         estimate = estimate_tokens(body, _max_tokens(payload)) if cfg.rate_limit else 0
         usage = self._usage(alias)
         model = payload["model"]
-        meter = self.meter
-        # The budget's worst case is held before the first attempt (SPEC §16).
-        hold = (
-            None
-            if meter is None
-            else await meter.reserve(alias, len(body), _max_tokens(payload), output=path != "/embeddings")
-        )
         started = time.monotonic()
         attempts = retries = limited = 0
         while True:
@@ -225,7 +238,7 @@ class OpenAIProvider:
             sent = time.monotonic()
             limits: dict[str, str] = {}
             try:
-                data = await self._attempt(usage, url, body, limits if meter is not None else None)
+                data = await self._attempt(usage, url, body, limits if seen is not None else None)
             except AttemptFailure as failure:
                 if failure.retry and failure.error_class is ErrorClass.RATE_LIMITED and cfg.adapt_to_rate_limits:
                     server_wait = self._retry_wait(0, failure.retry_after)
@@ -249,8 +262,6 @@ class OpenAIProvider:
                         usage.retries += 1
                         await asyncio.sleep(wait)
                         continue
-                if meter is not None and hold is not None:
-                    meter.release(hold)
                 raise ModelError(
                     failure.error_class,
                     self._scrub(failure.message),
@@ -260,13 +271,11 @@ class OpenAIProvider:
                 ) from None  # the cause adds nothing the message lacks
             except BaseException:
                 self.gate.release(reservation, tokens=None, ok=None)  # cancelled mid-request
-                if meter is not None and hold is not None:
-                    meter.release(hold)
                 raise
             # Tokens counted once: into the alias's usage and, as the real figure, the pacing.
             self.gate.release(reservation, tokens=usage.count_tokens(data), ok=True)
-            if meter is not None and hold is not None:
-                meter.settle(hold, reported_tokens(data), time.monotonic() - sent, limits)
+            if seen is not None:
+                seen.update(latency_s=time.monotonic() - sent, limits=limits)
             note_rate_limited(None)
             return data, attempts
 
