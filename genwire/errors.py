@@ -134,6 +134,7 @@ class ErrorClass(StrEnum):
     SERVER_ERROR = "server_error"
     BAD_RESPONSE = "bad_response"
     CANCELLED = "cancelled"  # batch mode: the batch holding the request was cancelled by the user
+    BUDGET = "budget"  # not sent: the run's budget (SPEC §16) has no room for the request
 
     @property
     def transient(self) -> bool:
@@ -168,6 +169,14 @@ class ModelError(GenwireError):
         return self.error_class.transient
 
 
+class BudgetExhausted(ModelError):
+    """A request was not sent: its worst case does not fit in what is left of the
+    budget. Its row is neither kept nor failed; a resumed run generates it."""
+
+    def __init__(self, message: str, *, target: str | None = None) -> None:
+        super().__init__(ErrorClass.BUDGET, message, target=target)
+
+
 class DatasetError(GenwireError):
     """A dataset could not be opened or read; names the file and, where known, the line."""
 
@@ -193,4 +202,18 @@ class RunStopped(RunError):
     def __init__(self, message: str, *, checkpoint: Any, kept: int) -> None:
         self.checkpoint = checkpoint
         self.kept = kept
+        super().__init__(message)
+
+
+class BudgetStopped(RunError):
+    """The run stopped at its budget (exit 3): nothing more fit, in-flight requests
+    finished, the rows done are kept in ``checkpoint``; a higher cap resumes."""
+
+    def __init__(
+        self, message: str, *, checkpoint: Any, kept: int, spent_usd: float | None, cap_usd: float | None
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.kept = kept
+        self.spent_usd = spent_usd
+        self.cap_usd = cap_usd
         super().__init__(message)

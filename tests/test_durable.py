@@ -260,7 +260,8 @@ def test_json_summary_counts_tokens_as_the_server_reported_them(tmp_path: Path) 
         assert proc.returncode == 0, proc.stderr
         summary = json.loads(proc.stdout)  # stdout is the summary and nothing else
         assert set(summary) == {
-            "ok", "rows_written", "rows_failed", "rows_resumed", "duration_s", "output", "errors_file", "models"
+            "ok", "rows_written", "rows_failed", "rows_resumed", "duration_s", "output", "errors_file", "models",
+            "cost",
         }  # fmt: skip
         assert summary["ok"] is True and summary["rows_written"] == 25 and summary["rows_resumed"] == 0
         writer = summary["models"]["writer"]

@@ -20,7 +20,8 @@ JUDGE = REPO / "examples" / "judge"
 
 def test_every_example_is_run_by_a_test() -> None:
     examples = sorted(p.parent.name for p in (REPO / "examples").glob("*/genwire.yaml"))
-    assert examples == ["judge", "retrieval"], "a new example needs a test that runs it offline"
+    # retrieval: tests/test_local_pipeline.py; tools: tests/test_tools.py; judge: below.
+    assert examples == ["judge", "retrieval", "tools"], "a new example needs a test that runs it offline"
 
 
 def test_the_judge_example_runs_offline(tmp_path: Path, fake_openai_server: FakeOpenAIServer) -> None:

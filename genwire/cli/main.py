@@ -411,6 +411,11 @@ def _output_suffix(ctx: click.Context, param: click.Parameter, value: Path | Non
 @click.option(
     "--batch", is_flag=True, help="Send model calls through the Batch API (half price, hours); openai providers only."
 )
+@click.option(
+    "--max-cost",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Stop (exit 3) before spending more than this many USD; a higher cap on the same command goes on.",
+)
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--address", help="Ray cluster address (with --engine ray).")
 @click.option(
@@ -427,6 +432,7 @@ def run(
     no_cache: bool,
     no_response_cache: bool,
     batch: bool,
+    max_cost: float | None,
     engine: Literal["local", "ray"],
     address: str | None,
     workers: int | None,
@@ -436,7 +442,7 @@ def run(
     from genwire.cli.signals import Interrupted, run_interruptibly
     from genwire.engine.checkpoint import checkpoint_dir, kept_rows
     from genwire.engine.run import output_path
-    from genwire.errors import RunStopped
+    from genwire.errors import BudgetStopped, RunStopped
     from genwire.preflight.report import PreflightError
 
     container = _boot_or_report(file, as_json, {})
@@ -462,6 +468,7 @@ def run(
                 probe_cache=not no_cache,
                 response_cache=not no_response_cache,
                 batch=batch,
+                max_cost_usd=max_cost,
             )
 
     steady_gc()  # generation makes garbage all along: the collector's usual pace
@@ -487,16 +494,24 @@ def run(
     except GenwireError as exc:
         if as_json:  # stdout holds one JSON object whatever happened; the message also goes to stderr
             summary = _failure(exc)
-            if isinstance(exc, RunStopped):
+            if isinstance(exc, RunStopped | BudgetStopped):
                 summary.update(rows_kept=exc.kept, checkpoint=str(exc.checkpoint))
+            if isinstance(exc, BudgetStopped):
+                summary.update(spent_usd=exc.spent_usd, max_cost_usd=exc.cap_usd)
             if isinstance(exc, PreflightError):
                 summary["preflight"] = exc.report.model_dump(mode="json")
             emit_json(summary)
+        if isinstance(exc, BudgetStopped):
+            err.print(str(exc), markup=False)
+            sys.exit(3)
         raise
     if as_json:
         emit_json(result.summary())
         return
     out.print(run_summary(result))
+    from genwire.cli.estimate_command import cost_table
+
+    out.print(cost_table(result.cost))
     click.echo(f"dataset written to {result.output}")
 
 
@@ -596,6 +611,34 @@ def schema(output: Path | None) -> None:
     except OSError as exc:
         raise ConfigError(f"{output}: cannot write the schema there: {exc.strerror or exc}") from None
     err.print(f"wrote {output}", markup=False)
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "-k",
+    "sample",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Rows generated for real (kept: the run continues after them).",
+)
+@click.option("-n", "num_records", type=click.IntRange(min=1), help="Rows of the run (default: pipeline.num_records).")
+@click.option("-o", "output", type=click.Path(dir_okay=False, path_type=Path), help="The run's output file.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@click.option("--batch", is_flag=True, help="Estimate a --batch run: batch prices, within the completion window.")
+@click.option("--no-cache", is_flag=True, help="Probe everything, ignoring the probe cache.")
+@handle_errors
+def estimate(
+    file: Path, sample: int, num_records: int | None, output: Path | None, as_json: bool, batch: bool, no_cache: bool
+) -> None:
+    """What the run will cost and take: the first K rows for real, kept, and the rest projected."""
+    from genwire.cli.estimate_command import run_estimate
+
+    container = _boot_or_report(file, as_json, {})
+    run_estimate(
+        container, file, sample, num_records, output, as_json, batch, no_cache, out=out, err=err, failure=_failure
+    )
 
 
 def _register_batches() -> None:

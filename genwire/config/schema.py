@@ -161,6 +161,15 @@ ProviderConfig = Annotated[OpenAIProviderConfig | LocalProviderConfig, Field(dis
 ModelKind = Literal["chat", "embedding"]  # the one vocabulary for a model's kind
 
 
+class PriceConfig(StrictModel):
+    """What a model costs, in USD per million tokens (SPEC §16). ``batch_discount``
+    multiplies the price of requests sent through batches (1: no discount)."""
+
+    input_per_mtok: Annotated[float, Field(ge=0)]
+    output_per_mtok: Annotated[float, Field(ge=0)] = 0.0
+    batch_discount: Annotated[float, Field(gt=0, le=1)] = 1.0
+
+
 class ModelConfig(StrictModel):
     provider: Name
     model: Annotated[str, Field(min_length=1)]
@@ -169,6 +178,7 @@ class ModelConfig(StrictModel):
     dimensions: PositiveInt | None = None
     health_check: bool = True
     probe_max_tokens: PositiveInt = 16  # raise for reasoning models that think before answering
+    price: PriceConfig | None = None  # none here nor in pricing.source: cost "unknown", never 0
 
     @model_validator(mode="after")
     def _dimensions_only_for_embeddings(self) -> ModelConfig:
@@ -228,12 +238,20 @@ class ColumnConfig(StrictModel):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
+class BudgetConfig(StrictModel):
+    """A hard budget for the run (SPEC §16): either or both."""
+
+    max_cost_usd: PositiveFloat | None = None
+    max_tokens: PositiveInt | None = None
+
+
 class PipelineConfig(StrictModel):
     num_records: Annotated[PositiveInt, BeforeValidator(_row_count)] = 10
     seed: int = 0
     output: Annotated[str, Field(min_length=1), AfterValidator(_output_path)] = "out/dataset.jsonl"
     batch_size: Annotated[int, Field(gt=0, le=100_000)] = 64
     max_failure_rate: Annotated[float, Field(ge=0, le=1)] = 0.1
+    budget: BudgetConfig | None = None
     columns: Annotated[list[ColumnConfig], Field(min_length=1)]
 
     @field_validator("columns")
@@ -265,6 +283,13 @@ class CacheConfig(StrictModel):
     dir: Annotated[str, Field(min_length=1)] | None = None
 
 
+class PricingConfig(StrictModel):
+    """A JSON price table in LiteLLM's model_prices_and_context_window.json format, for
+    models without ``price:``; a relative path resolves against the config's directory."""
+
+    source: Annotated[str, Field(min_length=1)]
+
+
 # --- the file --------------------------------------------------------------------------
 
 
@@ -277,3 +302,4 @@ class GenwireConfig(StrictModel):
     pipeline: PipelineConfig
     preflight: PreflightConfig = Field(default_factory=PreflightConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)
+    pricing: PricingConfig | None = None

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from genwire.container.core import WiredPipeline
 from genwire.errors import (
     BatchModeFailed,
+    BudgetExhausted,
     GenwireError,
     ModelError,
     PluginError,
@@ -123,6 +124,8 @@ class BatchRunner:
                 if isinstance(value, RowFailure):
                     if isinstance(value.error, UndeclaredResourceError | PluginError | BatchModeFailed):
                         raise value.error  # a plugin bug or batch mode broken, not a row problem: stop the run
+                    if isinstance(value.error, BudgetExhausted):
+                        continue  # not sent: neither kept nor failed, a resumed run makes it
                     failures.append(failure_record(index, row, gen.column, value.error))
                 else:
                     row[gen.column] = value

@@ -62,7 +62,8 @@ _FAILED = re.compile(r"failed-(\d+)\.jsonl")
 # What else a run keeps here (batch mode's journal, and its spool files while a batch file is
 # built or read: providers.batch.collector.SPOOL_PREFIX); anything else is a stray file.
 _JOURNAL = "batch-journal.jsonl"  # engine.batch_journal.JOURNAL_NAME (not imported: batch mode is loaded on demand)
-_OTHER_FILES = frozenset({_META, _LOCK, _JOURNAL})
+_LEDGER = "ledger.jsonl"  # engine.ledger.LEDGER_NAME: what the run paid, per answer (SPEC §16)
+_OTHER_FILES = frozenset({_META, _LOCK, _JOURNAL, _LEDGER})
 _SPOOL = re.compile(r"batch-spool-[\w.-]+\.jsonl")
 
 

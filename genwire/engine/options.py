@@ -23,7 +23,9 @@ class RunOptions:
     ``engine`` (``local`` or ``ray``, with ``ray_address`` and ``ray_workers``),
     ``probe_cache`` (False: probe everything) and ``probe_cache_dir``, ``response_cache``
     (False: neither read nor write model answers) and ``batch`` (True: every ``openai``
-    provider sends its model calls through the Batch API; SPEC §14)."""
+    provider sends its model calls through the Batch API; SPEC §14); ``max_cost_usd``
+    (a cost cap over ``pipeline.budget``'s; SPEC §16) and ``sample_rows`` (the estimate:
+    generate at most this many pending rows, keep them, and leave the run unfinished)."""
 
     num_records: int | None = None
     output: str | Path | None = None
@@ -36,6 +38,8 @@ class RunOptions:
     probe_cache_dir: Path | None = None
     response_cache: bool = True
     batch: bool = False
+    max_cost_usd: float | None = None
+    sample_rows: int | None = None
 
     @classmethod
     def of(cls, base: RunOptions | None = None, **keywords: Any) -> RunOptions:

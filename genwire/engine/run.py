@@ -8,6 +8,7 @@ generates only the rows it does not hold (see ``engine.checkpoint``).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator
@@ -21,6 +22,7 @@ from genwire.engine.batch_journal import open_batch_ids
 from genwire.engine.batch_mode import BatchMode, batch_providers
 from genwire.engine.batches import BatchResult, BatchRunner, batched
 from genwire.engine.checkpoint import Checkpoint, checkpoint_dir
+from genwire.engine.costs import RunCosts
 from genwire.engine.fingerprint import fingerprint
 from genwire.engine.options import Engine, RunOptions
 from genwire.engine.sink import OutputSink, Progress
@@ -29,6 +31,7 @@ from genwire.errors import RunError
 from genwire.preflight.report import PreflightError, PreflightReport
 from genwire.preflight.runner import run_preflight
 from genwire.providers.batch.format import BatchInfo
+from genwire.providers.budget import CostMeter
 from genwire.providers.response_cache import ResponseCache, cache_dir
 from genwire.providers.usage import Concurrency, ModelUsage, merge_usage, requests_of
 
@@ -63,6 +66,9 @@ class RunResult:
     concurrency: dict[str, Concurrency] = field(default_factory=dict)
     preflight: PreflightReport | None = None
     batches: list[BatchInfo] | None = None  # batch mode: every batch it used (None: online)
+    cost: dict[str, Any] | None = None  # SPEC §16's "cost" object
+    meter: CostMeter | None = None  # what the answers showed (the estimate reads it)
+    finished: bool = True  # False: an estimate's sample, the checkpoint kept for the run
 
     @property
     def requests(self) -> dict[str, int]:
@@ -85,6 +91,7 @@ class RunResult:
             "errors_file": str(self.errors_file) if self.errors_file else None,
             "models": {alias: u.as_dict() for alias, u in self.usage.items()},
             **({"batches": [b.as_dict() for b in self.batches]} if self.batches is not None else {}),
+            **({"cost": self.cost} if self.cost is not None else {}),
         }
 
 
@@ -142,9 +149,15 @@ async def run_pipeline(
     directory = checkpoint_dir(target)
     # Before anything is paid for: the output must be writable and must not be an input.
     check_output(target, protected=dataset_files(container), extra=[errors_path(target), directory])
+    costs = RunCosts(container, max_cost_usd=options.max_cost_usd, engine=engine)  # refuses a cap it cannot keep
     checkpoint = Checkpoint.open(
         directory, fingerprint(container.loaded, container.columns), n, fresh=not options.resume, fresh_hint=FRESH_HINT
     )
+    try:
+        costs.open(directory, probing=not options.skip_preflight)
+    except BaseException:
+        checkpoint.close()
+        raise
     if not options.resume:
         warn_of_open_batches(directory, collected=bool(batching))
     started = time.perf_counter()
@@ -156,11 +169,18 @@ async def run_pipeline(
 
         source = RayBatches(container, options.ray_address, ray_workers, responses_at)
     else:
-        source = LocalBatches(container, responses, batch_mode=bool(batching))
+        source = LocalBatches(
+            container,
+            responses,
+            batch_mode=bool(batching),
+            stop=costs.exhausted,
+            hold=lambda live: costs.hold_rows(sink.written if sink is not None else 0, live, cfg.batch_size),
+        )
     sink: OutputSink | None = None
     live_rows = source.live_rows if isinstance(source, LocalBatches) else (lambda: 0)
     batch_mode = BatchMode(container, batching, directory, live_rows) if batching else None
     try:
+        costs.attach()  # the probes are paid for too
         report = None
         if not options.skip_preflight:
             report = await run_preflight(
@@ -170,6 +190,7 @@ async def run_pipeline(
                 on_preflight(report)
             if not report.ok:
                 raise PreflightError(report)
+        costs.meter.begin_rows()  # the estimate measures rows, not probes
         if batch_mode is not None:
             await batch_mode.start()  # after the probes: they stay online
         sink = OutputSink(
@@ -180,7 +201,10 @@ async def run_pipeline(
             progress=progress,
             status=lambda: batch_mode.status() if batch_mode is not None else in_flight_text(container.concurrency()),
         )
-        batches = source.batches(checkpoint.pending(), cfg.batch_size)
+        pending = checkpoint.pending()
+        if options.sample_rows is not None:
+            pending = itertools.islice(pending, options.sample_rows)
+        batches = source.batches(pending, cfg.batch_size)
         ticker = asyncio.create_task(_tick(sink)) if batch_mode is not None else None
         try:
             async for result in batches:
@@ -196,22 +220,30 @@ async def run_pipeline(
             # The journal is the truth about what was paid: it stays while a batch it names
             # is still open at the provider (a --fresh run that no longer asks for them).
             checkpoint.keep_journal = bool(await batch_mode.still_open())
-        sink.finish()
+        if costs.exhausted():
+            sink.suspend()
+            raise costs.stopped(directory, sink.kept, n)
+        if options.sample_rows is None:
+            sink.finish()
+        else:
+            sink.suspend()  # the estimate's rows stay in the checkpoint for the run
     except BaseException:
         if batch_mode is not None:
             await batch_mode.stop()
         if sink is not None:
             sink.suspend()
-        if checkpoint.kept == 0 and (batch_mode is None or not batch_mode.holds_batches):
+        if checkpoint.kept == 0 and not costs.paid and (batch_mode is None or not batch_mode.holds_batches):
             checkpoint.remove()  # nothing was paid for: leave no empty checkpoint behind
         else:
             checkpoint.close()
         raise
     finally:
+        costs.detach()
         if batch_mode is not None:
             await batch_mode.stop()  # idempotent
         if responses is not None:
             responses.close()
+    usage = merge_usage([container.usage_by_model(), source.usage()])
     return RunResult(
         output=target,
         rows_requested=n,
@@ -220,10 +252,13 @@ async def run_pipeline(
         errors_file=sink.errors_target if sink.failed else None,
         duration_s=time.perf_counter() - started,
         rows_resumed=sink.resumed,
-        usage=merge_usage([container.usage_by_model(), source.usage()]),
+        usage=usage,
         concurrency=container.concurrency(),
         preflight=report,
         batches=batch_mode.infos() if batch_mode is not None else None,
+        cost=costs.report(usage),
+        meter=costs.meter,
+        finished=options.sample_rows is None,
     )
 
 
@@ -273,9 +308,19 @@ class LocalBatches:
     """
 
     def __init__(
-        self, container: WiredPipeline, cache: ResponseCache | None = None, *, batch_mode: bool = False
+        self,
+        container: WiredPipeline,
+        cache: ResponseCache | None = None,
+        *,
+        batch_mode: bool = False,
+        stop: Callable[[], bool] | None = None,
+        hold: Callable[[int], bool] | None = None,
     ) -> None:
         self._container = container
+        # The budget: stop() true, no new batch at all (running ones finish); hold(live
+        # rows) true, none for now (what is left would not finish them).
+        self._stop = stop
+        self._hold = hold
         self._cache = cache
         # Batch mode: the whole window at once (a round holds every row of it), nothing to grow.
         self._batch_mode = batch_mode
@@ -306,17 +351,24 @@ class LocalBatches:
         def start(up_to: int, *, only_if_idle: bool = False) -> None:
             """Start batches until ``up_to`` run (while slots sit idle, with ``only_if_idle``)."""
             nonlocal exhausted
+            if self._stop is not None and self._stop():
+                exhausted = True
+                return
+            fresh = 0  # rows of the batches started here: not live until they first run
             while (
                 not exhausted
                 and len(running) < up_to
                 and len(running) + len(finished) < ahead
                 and (not only_if_idle or self._idle_slots())
+                # The budget: when nothing runs, one more batch learns whether anything still fits.
+                and not (self._hold is not None and (running or finished) and self._hold(runner.live + fresh))
             ):
                 item = next(todo, None)
                 if item is None:
                     exhausted = True
                     return
                 running[asyncio.create_task(runner.run(item[1]))] = item[0]
+                fresh += len(item[1])
 
         try:
             while True:

@@ -28,6 +28,7 @@ from genwire.config.schema import ModelConfig, OpenAIProviderConfig
 from genwire.errors import ErrorClass, ModelError, exception_text
 from genwire.providers.base import chat_messages, count_attempt, note_rate_limited
 from genwire.providers.batch.format import uncached_base
+from genwire.providers.budget import CostMeter, metered_batch_call
 from genwire.providers.failures import MAX_RETRY_WAIT_S, AttemptFailure
 from genwire.providers.pacing import ProviderGate, estimate_tokens
 from genwire.providers.request_context import (
@@ -74,6 +75,7 @@ _MISSING_MODEL_PHRASES = (
 )
 
 
+RATE_LIMIT = "x-ratelimit-limit-"  # the endpoint's advertised limits (the estimate reads them)
 _FLOAT: frozenset[type] = frozenset({float})
 _NUMBER: frozenset[type] = frozenset({float, int})
 
@@ -102,6 +104,8 @@ class OpenAIProvider:
         )
         # Batch mode (SPEC §14): set by the run after its pre-flight; calls then go to it.
         self.batcher: BatchCollector | None = None
+        # The run's cost meter (SPEC §16): reserves each request's worst case, settles it.
+        self.meter: CostMeter | None = None
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(name={self.name!r}, base_url={self._display_url!r})"
@@ -201,9 +205,29 @@ class OpenAIProvider:
         ``Retry-After``; a persistent run of them brakes the model (``ModelGate``). Other
         retried failures count against ``retries``.
         """
+        body = json.dumps(payload, separators=(",", ":")).encode()  # encoded once, all tries
+        meter = self.meter
+        if meter is None:
+            return await self._send(alias, path, payload, body, None)
+        # The run's budget (SPEC §16): the worst case is held before the first attempt, and
+        # settled from the answer's usage (released if nothing was answered).
+        hold = await meter.reserve(alias, len(body), _max_tokens(payload), output=path != "/embeddings")
+        seen: dict[str, Any] = {}
+        try:
+            data, attempts = await self._send(alias, path, payload, body, seen)
+        except BaseException:
+            meter.release(hold)
+            raise
+        meter.settle(hold, reported_tokens(data), seen["latency_s"], seen["limits"])
+        return data, attempts
+
+    async def _send(
+        self, alias: str, path: str, payload: dict[str, Any], body: bytes, seen: dict[str, Any] | None
+    ) -> tuple[Any, int]:
+        """``post``'s attempts; ``seen`` (when given) receives the answered attempt's
+        latency and the endpoint's advertised rate limits."""
         cfg = self.config
         url = self.base_url + path
-        body = json.dumps(payload, separators=(",", ":")).encode()  # encoded once, all tries
         estimate = estimate_tokens(body, _max_tokens(payload)) if cfg.rate_limit else 0
         usage = self._usage(alias)
         model = payload["model"]
@@ -212,8 +236,10 @@ class OpenAIProvider:
         while True:
             attempts += 1
             reservation = await self.gate.acquire(model, estimate)
+            sent = time.monotonic()
+            limits: dict[str, str] = {}
             try:
-                data = await self._attempt(usage, url, body)
+                data = await self._attempt(usage, url, body, limits if seen is not None else None)
             except AttemptFailure as failure:
                 if failure.retry and failure.error_class is ErrorClass.RATE_LIMITED and cfg.adapt_to_rate_limits:
                     server_wait = self._retry_wait(0, failure.retry_after)
@@ -249,6 +275,8 @@ class OpenAIProvider:
                 raise
             # Tokens counted once: into the alias's usage and, as the real figure, the pacing.
             self.gate.release(reservation, tokens=usage.count_tokens(data), ok=True)
+            if seen is not None:
+                seen.update(latency_s=time.monotonic() - sent, limits=limits)
             note_rate_limited(None)
             return data, attempts
 
@@ -285,7 +313,8 @@ class OpenAIProvider:
         ceiling = min(self.config.backoff_s * 2**retry, MAX_RETRY_WAIT_S)
         return random.uniform(0, ceiling)
 
-    async def _attempt(self, usage: ModelUsage, url: str, body: bytes) -> Any:
+    async def _attempt(self, usage: ModelUsage, url: str, body: bytes, limits: dict[str, str] | None = None) -> Any:
+        """One POST; ``limits`` (when given) receives the answer's advertised rate limits."""
         session = await self._ensure_session()
         count_attempt()
         usage.requests += 1
@@ -295,6 +324,8 @@ class OpenAIProvider:
                 status = resp.status
                 raw = await self._read_body(resp, url)
                 headers = resp.headers
+                if limits is not None:
+                    limits.update((k.lower(), v) for k, v in headers.items() if k.lower().startswith(RATE_LIMIT))
         except TimeoutError:  # aiohttp's timeouts subclass TimeoutError
             raise AttemptFailure(
                 ErrorClass.TIMEOUT,
@@ -483,7 +514,10 @@ class _Handle:
         if batcher is not None:  # batch mode: the call waits for its line of a batch
             column = current_column()
             base = slot.key if slot is not None else uncached_base(provider.cache_endpoint, path, body, column)
-            data, attempts = await batcher.ask(route.alias, path, body, batcher.request_id(base))
+            custom_id = batcher.request_id(base)
+            data, attempts = await metered_batch_call(
+                provider.meter, route.alias, path, body, lambda: batcher.ask(route.alias, path, body, custom_id)
+            )
         else:
             data, attempts = await provider.post(route.alias, path, body)
         answer = answer_of(data, attempts)

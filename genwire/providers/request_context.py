@@ -44,6 +44,7 @@ __all__ = [
     "cached_row",
     "cached_rows",
     "column_scope",
+    "current_rows",
     "endpoint_id",
     "is_credential_header",
     "is_text",
@@ -242,7 +243,16 @@ def _stored_answer(
     cache.hits += 1
     usage.cached += 1
     usage.saved_tokens += found.prompt_tokens + found.completion_tokens
+    usage.saved_prompt_tokens += found.prompt_tokens  # priced apart: saved_by_cache_usd
+    usage.saved_completion_tokens += found.completion_tokens
     return found
+
+
+def current_rows() -> tuple[int, ...]:
+    """The rows the running request is for (empty outside a row block): the ledger
+    records them beside what the answer cost."""
+    row = _row.get()
+    return () if row is None else row.rows
 
 
 def current_column() -> str | None:

@@ -23,6 +23,8 @@ class ModelUsage:
     cached: int = 0
     saved_tokens: int = 0
     batched: int = 0  # requests sent in Batch API files (SPEC §14), not online
+    saved_prompt_tokens: int = 0  # saved_tokens split, for what the cache saved in USD (SPEC §16)
+    saved_completion_tokens: int = 0
 
     def add(self, other: ModelUsage) -> None:
         self.requests += other.requests
@@ -33,6 +35,8 @@ class ModelUsage:
         self.cached += other.cached
         self.saved_tokens += other.saved_tokens
         self.batched += other.batched
+        self.saved_prompt_tokens += other.saved_prompt_tokens
+        self.saved_completion_tokens += other.saved_completion_tokens
 
     def count_tokens(self, body: Any) -> int | None:
         """Add the tokens an OpenAI-style response reports in ``usage``, and return their

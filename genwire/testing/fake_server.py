@@ -35,6 +35,7 @@ from aiohttp import web
 from genwire.providers.structured import requested_schema
 from genwire.testing.fake_batches import FakeBatches
 from genwire.testing.fake_tool_calls import Call, ToolScript, tool_turn
+from genwire.testing.fake_usage import RealisticUsage
 from genwire.testing.schema_instances import schema_instance
 from genwire.testing.vectors import fake_vector
 
@@ -137,6 +138,8 @@ class FakeOpenAIServer:
         self._padding_mb: dict[str, float] = {}  # per model ("*": all): whitespace before answers
         self._answers_varied = 0
         self._tool_scripts: list[ToolScript] = []  # see genwire.testing.fake_tool_calls
+        self._realistic: dict[str, RealisticUsage] = {}  # per model ("*": all)
+        self._advertised: dict[str, dict[str, str]] = {}  # x-ratelimit-limit-* headers, per model ("*": all)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -282,6 +285,30 @@ class FakeOpenAIServer:
                 self._padding_mb[model] = mb
             else:
                 self._padding_mb.pop(model, None)
+
+    def realistic_usage(self, model: str = "*", usage: RealisticUsage | None = None) -> None:
+        """Answers of ``model`` ("*": every model) report realistic ``usage`` (prompt tokens
+        ≈ characters / 4 with a spread; answers of varying length, at most ``max_tokens``)
+        and chat answers are that long. None turns it off (tokens = words, the default)."""
+        with self._lock:
+            if usage is None:
+                self._realistic.pop(model, None)
+            else:
+                self._realistic[model] = usage
+
+    def advertise_limits(self, model: str = "*", *, requests: int | None = None, tokens: int | None = None) -> None:
+        """Answers of ``model`` ("*": every model) carry ``x-ratelimit-limit-requests`` /
+        ``-tokens`` (per minute, as OpenAI sends them); no argument removes them."""
+        headers = {}
+        if requests is not None:
+            headers["x-ratelimit-limit-requests"] = str(requests)
+        if tokens is not None:
+            headers["x-ratelimit-limit-tokens"] = str(tokens)
+        with self._lock:
+            if headers:
+                self._advertised[model] = headers
+            else:
+                self._advertised.pop(model, None)
 
     def require_api_key(self, key: str | None) -> None:
         """Requests without ``Authorization: Bearer <key>`` get 401 (None: no check)."""
@@ -438,7 +465,12 @@ class FakeOpenAIServer:
         try:
             if latency > 0:
                 await asyncio.sleep(latency)
-            return await self._answer(request, endpoint, model, body)
+            response = await self._answer(request, endpoint, model, body)
+            with self._lock:
+                advertised = self._advertised.get(model, self._advertised.get("*"))
+            if advertised and response.status == 200 and not response.prepared:
+                response.headers.update(advertised)
+            return response
         finally:
             with self._lock:
                 self.in_flight -= 1
@@ -534,7 +566,12 @@ class FakeOpenAIServer:
         content: str | None = None,
         vectors: list[list[float]] | None = None,
     ) -> web.Response:
-        prompt_tokens = sum(map(count_tokens, texts))
+        with self._lock:
+            realistic = self._realistic.get(model, self._realistic.get("*"))
+        if realistic is not None:
+            prompt_tokens = realistic.prompt_tokens(texts, chat=endpoint == "chat")
+        else:
+            prompt_tokens = sum(map(count_tokens, texts))
         if endpoint == "chat":
             if content is None and body.get("tools") and requested_schema(body.get("response_format")) is None:
                 with self._lock:
@@ -544,6 +581,7 @@ class FakeOpenAIServer:
                     self._count_usage(model, prompt_tokens, 1)
                     return _json(200, _chat_body(model, None, prompt_tokens, 1, calls))
                 content = text
+            completion_tokens: int | None = None
             if content is None:
                 schema = requested_schema(body.get("response_format"))
                 # Structured output: an instance of the requested schema, as JSON text.
@@ -558,7 +596,12 @@ class FakeOpenAIServer:
                     number = self._answers_varied
                 if varied and schema is None:
                     content = f"{content} #{number}"
-            completion_tokens = count_tokens(content)
+                if realistic is not None and schema is None:
+                    with self._lock:
+                        completion_tokens = realistic.completion_tokens(_max_tokens(body))
+                    content = realistic.answer(content, completion_tokens)
+            if completion_tokens is None:  # a given, structured or plain-fake answer: counted as it is
+                completion_tokens = count_tokens(content) if realistic is None else realistic.text_tokens(content)
             self._count_usage(model, prompt_tokens, completion_tokens)
             return _json(200, _chat_body(model, content, prompt_tokens, completion_tokens))
         self._count_usage(model, prompt_tokens, 0)
@@ -683,6 +726,11 @@ def _texts(endpoint: str, body: dict[str, Any]) -> list[str]:
     if isinstance(inputs, list):
         return [t if isinstance(t, str) else json.dumps(t) for t in inputs]
     return []
+
+
+def _max_tokens(body: dict[str, Any]) -> int | None:
+    value = body.get("max_completion_tokens", body.get("max_tokens"))
+    return value if type(value) is int and value > 0 else None
 
 
 def count_tokens(text: str) -> int:

@@ -1,0 +1,123 @@
+"""The run's ledger (SPEC §16): ``<output>.checkpoint/ledger.jsonl``, one line per paid
+answer, written as the answer arrives, with the rows and column it belongs to::
+
+    {"m": alias, "in": 812, "out": 95, "usd": 0.0001788, "rows": [17], "col": "question", "b": false}
+
+Each line is one ``write`` on a file opened for appending, so a kill -9 loses at most the
+answer being written (the OS keeps what was written; a torn last line is cut on open). A
+resumed run reads the totals back and adds its own: a request is counted once, when it
+was paid — a row generated again after a kill is a second request, and paid twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from genwire.providers.budget import Paid
+from genwire.providers.request_context import current_column, current_rows
+
+__all__ = ["LEDGER_NAME", "LedgerTotal", "RunLedger"]
+
+LEDGER_NAME = "ledger.jsonl"
+log = logging.getLogger("genwire.ledger")
+
+
+@dataclass
+class LedgerTotal:
+    """One alias's paid answers over every session of the run."""
+
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    usd: float = 0.0
+    unpriced: int = 0  # answers paid without a known price: their cost is unknown
+
+    def add(self, paid: Paid) -> None:
+        self.requests += 1
+        self.input_tokens += paid.input_tokens
+        self.output_tokens += paid.output_tokens
+        if paid.usd is None:
+            self.unpriced += 1
+        else:
+            self.usd += paid.usd
+
+
+class RunLedger:
+    """Open over a checkpoint directory: reads what earlier sessions paid, then appends."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / LEDGER_NAME
+        self.totals: dict[str, LedgerTotal] = {}
+        self._read()
+        self.earlier_usd = sum(t.usd for t in self.totals.values())
+        self.earlier_tokens = sum(t.input_tokens + t.output_tokens for t in self.totals.values())
+        self._fd: int | None = None
+
+    @property
+    def entries(self) -> int:
+        return sum(t.requests for t in self.totals.values())
+
+    def _read(self) -> None:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        good = data.rfind(b"\n") + 1
+        if good < len(data):  # killed mid-line: that answer is not counted (nor was it used)
+            with self.path.open("rb+") as handle:
+                handle.truncate(good)
+        for number, line in enumerate(data[:good].splitlines(), 1):
+            try:
+                record = json.loads(line)
+                paid = Paid(
+                    str(record["m"]),
+                    _count(record["in"]),
+                    _count(record["out"]),
+                    None if record.get("usd") is None else float(record["usd"]),
+                    bool(record.get("b", False)),
+                )
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning(
+                    "ledger %s line %d cannot be read (%s); that answer's cost is not counted", self.path, number, exc
+                )
+                continue
+            self.totals.setdefault(paid.alias, LedgerTotal()).add(paid)
+
+    def record(self, paid: Paid) -> None:
+        """One paid answer: into the totals and, in one write, onto the disk."""
+        self.totals.setdefault(paid.alias, LedgerTotal()).add(paid)
+        line = {
+            "m": paid.alias,
+            "in": paid.input_tokens,
+            "out": paid.output_tokens,
+            "usd": paid.usd,
+            "rows": list(current_rows()),
+            "col": current_column(),
+            "b": paid.batched,
+        }
+        data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
+        try:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+            os.write(self._fd, data)
+        except OSError as exc:  # the totals stay right in this session; say the file is behind
+            log.warning(
+                "cannot write the ledger %s (%s); a resumed run will not know this answer's cost", self.path, exc
+            )
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+
+def _count(value: object) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"a token count that is not a whole number: {value!r}")
+    return value
