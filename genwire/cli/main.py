@@ -530,8 +530,10 @@ def init(directory: Path, force: bool) -> None:
 
 def _register_batches() -> None:
     from genwire.cli.batch_commands import batches  # click only at import: costs nothing
+    from genwire.cli.report_command import report
 
     cli.add_command(batches)
+    cli.add_command(report)
 
 
 _register_batches()

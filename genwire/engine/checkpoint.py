@@ -62,7 +62,8 @@ _FAILED = re.compile(r"failed-(\d+)\.jsonl")
 # What else a run keeps here (batch mode's journal, and its spool files while a batch file is
 # built or read: providers.batch.collector.SPOOL_PREFIX); anything else is a stray file.
 _JOURNAL = "batch-journal.jsonl"  # engine.batch_journal.JOURNAL_NAME (not imported: batch mode is loaded on demand)
-_OTHER_FILES = frozenset({_META, _LOCK, _JOURNAL})
+_METRICS = "metrics.jsonl"  # engine.metrics.METRICS_FILE: the run's per-second aggregates (SPEC §19)
+_OTHER_FILES = frozenset({_META, _LOCK, _JOURNAL, _METRICS})
 _SPOOL = re.compile(r"batch-spool-[\w.-]+\.jsonl")
 
 
@@ -264,6 +265,10 @@ class Checkpoint:
         """Row indices still to generate, in order: never reached, or failed before."""
         done = self._done
         return (i for i in range(self.num_records) if not done[i])
+
+    def is_done(self, index: int) -> bool:
+        """Whether row ``index`` is kept (in some rows-* file)."""
+        return bool(self._done[index])
 
     def append(self, rows: list[tuple[int, bytes]], failures: list[bytes]) -> None:
         """One batch: encoded row lines and failure lines, flushed to the disk before

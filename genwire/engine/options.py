@@ -23,7 +23,8 @@ class RunOptions:
     ``engine`` (``local`` or ``ray``, with ``ray_address`` and ``ray_workers``),
     ``probe_cache`` (False: probe everything) and ``probe_cache_dir``, ``response_cache``
     (False: neither read nor write model answers) and ``batch`` (True: every ``openai``
-    provider sends its model calls through the Batch API; SPEC §14)."""
+    provider sends its model calls through the Batch API; SPEC §14). ``metrics`` (False:
+    record no metrics and write no report page; for measuring their cost)."""
 
     num_records: int | None = None
     output: str | Path | None = None
@@ -36,6 +37,7 @@ class RunOptions:
     probe_cache_dir: Path | None = None
     response_cache: bool = True
     batch: bool = False
+    metrics: bool = True
 
     @classmethod
     def of(cls, base: RunOptions | None = None, **keywords: Any) -> RunOptions:

@@ -29,6 +29,7 @@ from genwire.errors import ErrorClass, ModelError, exception_text
 from genwire.providers.base import chat_messages, count_attempt, note_rate_limited
 from genwire.providers.batch.format import uncached_base
 from genwire.providers.failures import MAX_RETRY_WAIT_S, AttemptFailure
+from genwire.providers.metrics import note_gave_up, timed_attempt
 from genwire.providers.pacing import ProviderGate, estimate_tokens
 from genwire.providers.request_context import (
     are_vectors,
@@ -212,7 +213,7 @@ class OpenAIProvider:
             attempts += 1
             reservation = await self.gate.acquire(model, estimate)
             try:
-                data = await self._attempt(usage, url, body)
+                data = await timed_attempt(alias, self._attempt(usage, url, body))
             except AttemptFailure as failure:
                 if failure.retry and failure.error_class is ErrorClass.RATE_LIMITED and cfg.adapt_to_rate_limits:
                     server_wait = self._retry_wait(0, failure.retry_after)
@@ -236,6 +237,7 @@ class OpenAIProvider:
                         usage.retries += 1
                         await asyncio.sleep(wait)
                         continue
+                note_gave_up(alias, failure.error_class.value)
                 raise ModelError(
                     failure.error_class,
                     self._scrub(failure.message),
