@@ -31,6 +31,7 @@ from genwire.preflight.report import PreflightError, PreflightReport
 from genwire.preflight.runner import run_preflight
 from genwire.providers.batch.format import BatchInfo
 from genwire.providers.response_cache import ResponseCache, cache_dir
+from genwire.providers.tracing import start_run_trace
 from genwire.providers.usage import Concurrency, ModelUsage, merge_usage, requests_of
 
 __all__ = ["Engine", "RunOptions", "RunResult", "run_pipeline"]
@@ -162,6 +163,9 @@ async def run_pipeline(
         if options.metrics
         else None
     )
+    trace = start_run_trace(
+        {"genwire.rows.requested": n, "genwire.engine": engine, "genwire.resumed": checkpoint.resumed}
+    )
     outcome: RunResult | None = None
 
     def completed() -> None:  # the output is in place; the checkpoint is about to go
@@ -182,6 +186,7 @@ async def run_pipeline(
         )
         end_session(
             metrics,
+            trace,
             None,
             target,
             done=checkpoint.is_done,
@@ -229,6 +234,7 @@ async def run_pipeline(
             sink.suspend()
         end_session(
             metrics,
+            trace,
             error,
             target,
             done=checkpoint.is_done,

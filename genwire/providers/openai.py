@@ -41,6 +41,7 @@ from genwire.providers.request_context import (
 )
 from genwire.providers.response_cache import HOLE
 from genwire.providers.routes import Route, open_route, resolve_route
+from genwire.providers.tracing import answered, request_span, trace_cache_hit
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
 
 if TYPE_CHECKING:  # batch mode is loaded only when a run turns it on
@@ -194,6 +195,13 @@ class OpenAIProvider:
     # --- requests ----------------------------------------------------------------------
 
     async def post(self, alias: str, path: str, payload: dict[str, Any]) -> tuple[Any, int]:
+        """``send``, traced when traces are on (``providers.tracing``)."""
+        with request_span(alias, path, payload) as traced:
+            data, attempts = await self.send(alias, path, payload)
+            answered(traced, data, attempts)
+            return data, attempts
+
+    async def send(self, alias: str, path: str, payload: dict[str, Any]) -> tuple[Any, int]:
         """POST ``payload`` to ``{base_url}{path}`` with retries.
 
         Returns the decoded JSON body and the number of attempts it took. A 429 is retried
@@ -458,7 +466,10 @@ class _Handle:
         (counted as a hit), else None; sends nothing."""
         route, body, request = _routed(self._token, path, payload, part)
         provider = route.provider
-        return peek_answer(provider.cache_endpoint, request, body[part], rows, provider._usage(route.alias), usable)
+        found = peek_answer(provider.cache_endpoint, request, body[part], rows, provider._usage(route.alias), usable)
+        if found is not None:
+            trace_cache_hit(route.alias, route.model, path)
+        return found
 
     async def _ask(
         self,
@@ -478,6 +489,7 @@ class _Handle:
         if slot is not None:
             found = slot.get(provider._usage(route.alias), usable)
             if found is not None:
+                trace_cache_hit(route.alias, route.model, path)
                 cached: T = found.answer
                 return cached
         batcher = provider.batcher

@@ -14,6 +14,7 @@ from typing import Any
 
 from genwire.engine.checkpoint import checkpoint_dir
 from genwire.engine.metrics import RunMetrics
+from genwire.providers.tracing import RunTrace
 from genwire.providers.usage import ModelUsage
 
 __all__ = ["end_session", "report_path", "write_report"]
@@ -47,6 +48,7 @@ def write_report(
 
 def end_session(
     metrics: RunMetrics | None,
+    trace: RunTrace | None,
     error: BaseException | None,
     output: Path,
     *,
@@ -59,11 +61,17 @@ def end_session(
     the failure rate or a budget, interrupted): the last metrics, then the report page,
     while the checkpoint is still there. ``usage``: the run's final totals per alias;
     ``summary``: a completed run's ``--json`` summary. Never raises: the run's own outcome
-    is what the user must see."""
-    if metrics is None:
-        return
-    metrics.end(error, usage=usage, summary=summary)
+    is what the user must see. ``trace``: the run's span, ended last."""
     try:
-        write_report(output, done=done, counts=counts)
-    except Exception as exc:  # a full disk, a read-only folder: say so, keep the run's outcome
-        log.warning("cannot write the run's report %s: %s", report_path(output), exc)
+        if metrics is not None:
+            metrics.end(error, usage=usage, summary=summary)
+            try:
+                write_report(output, done=done, counts=counts)
+            except Exception as exc:  # a full disk, a read-only folder: say so, keep the run's outcome
+                log.warning("cannot write the run's report %s: %s", report_path(output), exc)
+    finally:
+        if trace is not None:
+            try:
+                trace.end(error)
+            except Exception as exc:  # an exporter's trouble is not the run's
+                log.warning("cannot end the run's trace: %s", exc)
