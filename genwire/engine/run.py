@@ -159,7 +159,12 @@ async def run_pipeline(
     metrics = (
         RunMetrics(
             directory, container.usage_by_model, lambda: (sink.written, sink.failed) if sink is not None else (0, 0)
-        ).start(num_records=n, engine=engine, columns=[c.name for c in container.columns])
+        ).start(
+            num_records=n,
+            engine=engine,
+            columns=[c.name for c in container.columns],
+            models={alias: model.model for alias, model in container.config.models.items()},
+        )
         if options.metrics
         else None
     )

@@ -107,6 +107,7 @@ class ReportData:
     failures: dict[str, FailureGroup] = field(default_factory=dict)
     samples: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     columns: list[str] = field(default_factory=list)
+    served: dict[str, str] = field(default_factory=dict)  # alias -> the model name it sends
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -228,6 +229,8 @@ def _read_metrics(path: Path, data: ReportData) -> None:
                 data.outcome, data.message, data.summary = "unfinished", "", None
                 if isinstance(record.get("columns"), list):
                     data.columns = [str(c) for c in record["columns"]]
+                if isinstance(record.get("models"), dict):
+                    data.served.update({str(a): str(m) for a, m in record["models"].items()})
             elif kind == "tick" and session_start is not None:
                 t = float(record["t"])
                 session_end = max(session_end, t)

@@ -221,7 +221,7 @@ def _models(data: ReportData) -> str:
 
         usd = m.counters.get("usd")
         rows.append(
-            f'<tr><td class="mono">{a}</td>'
+            f'<tr><td class="mono">{a}<div class="muted">{t(data.served.get(alias, ""))}</div></td>'
             + cell("requests", m.count("requests"))
             + cell("cached", m.count("cached"))
             + cell("batched", m.count("batched"))

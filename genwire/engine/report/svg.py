@@ -108,13 +108,13 @@ def time_chart(
     if bars:
         bar_w = max(1.0, plot_w * width_s / end - 0.5)
         base = [0.0] * len(x0)
-        for i, (_, values) in enumerate(series):
+        for i, (name, values) in enumerate(series):
             for j, v in enumerate(values):
                 if v > 0:
                     y1, y2 = sy(base[j] + v), sy(base[j])
                     parts.append(
                         f'<rect x="{sx(x0[j]):.1f}" y="{y1:.1f}" width="{bar_w:.1f}" height="{max(0.8, y2 - y1):.1f}" '
-                        f'fill="{colour(i)}"/>'
+                        f'fill="{colour(i)}" data-v="{v:g}"><title>{escape(name)}: {escape(number(v))}</title></rect>'
                     )
                     base[j] += v
     else:
