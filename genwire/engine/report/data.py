@@ -21,9 +21,9 @@ from typing import Any
 from genwire.engine.metrics import METRICS_FILE
 from genwire.providers.metrics import bucket_bounds
 
-SAMPLE_ROWS = 20
+SAMPLE_ROWS = 12
 SAMPLE_COLUMNS = 24
-EXAMPLES_PER_CLASS = 5
+EXAMPLES_PER_CLASS = 3
 MAX_CLASSES = 20
 MAX_POINTS = 360  # per plot: about one per 2 px at the page's width
 CELL_CHARS = 240
@@ -121,21 +121,35 @@ class ReportData:
         return {alias: m.counters["usd"] for alias, m in self.models.items()}
 
     def bins(self, count: int = MAX_POINTS) -> list[Bin]:
-        """The points in at most ``count`` equal bins over the run (empty ones included)."""
+        """The points in at most ``count`` equal bins over the run (empty ones included).
+        A tick's counts are spread over the bins its interval overlaps, in proportion
+        (ticks are about a second apart, never exactly: no bin gets two and its neighbour
+        none); its most-in-flight goes to each of them."""
         if not self.points:
             return []
         end = max(self.active_s, max(p.x for p in self.points))
         width = max(1.0, end / count)
         bins = [Bin(i * width, width) for i in range(int(end // width) + 1)]
+        last = len(bins) - 1
         for p in self.points:
-            b = bins[min(int((p.x - p.dt / 2) // width), len(bins) - 1)] if p.x > 0 else bins[0]
-            b.rows += p.rows
-            b.failed += p.failed
-            for target, source in ((b.requests, p.requests), (b.limited, p.limited)):
-                for alias, n in source.items():
-                    target[alias] = target.get(alias, 0) + n
-            for alias, n in p.in_flight.items():
-                b.in_flight[alias] = max(b.in_flight.get(alias, 0), n)
+            start = max(0.0, p.x - p.dt)
+            first, final = min(int(start // width), last), min(int(p.x // width), last)
+            if final > first and p.x == bins[final].x:  # ends exactly where a bin starts
+                final -= 1
+            span = max(p.x - start, 1e-9)
+            for i in range(first, final + 1):
+                b = bins[i]
+                share = 1.0 if first == final else max(0.0, min(p.x, b.x + width) - max(start, b.x)) / span
+                b.rows += p.rows * share
+                b.failed += p.failed * share
+                for alias, n in p.requests.items():
+                    b.requests[alias] = b.requests.get(alias, 0) + n * share
+                for alias, n in p.in_flight.items():
+                    b.in_flight[alias] = max(b.in_flight.get(alias, 0), n)
+            # 429s are events, counted whole: in the bin of the tick's middle.
+            middle = bins[min(int((start + p.x) / 2 // width), last)]
+            for alias, n in p.limited.items():
+                middle.limited[alias] = middle.limited.get(alias, 0) + n
         return bins
 
 

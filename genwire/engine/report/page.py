@@ -42,11 +42,13 @@ white-space:pre-wrap;word-break:break-word}
 .legend{display:flex;gap:14px;flex-wrap:wrap;font-size:12px;color:var(--muted);margin-top:4px}
 .legend i{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:5px;vertical-align:-1px}
 table{border-collapse:collapse;width:100%;background:var(--card);font-variant-numeric:tabular-nums}
-th,td{text-align:left;padding:6px 10px;border-bottom:1px solid var(--line);vertical-align:top}
+th,td{text-align:left;padding:6px 9px;border-bottom:1px solid var(--line);vertical-align:top}
 th{font-size:12px;color:var(--muted);font-weight:600;background:#fafbfc;white-space:nowrap}
 td.n,th.n{text-align:right;white-space:nowrap}
 .wrap{border:1px solid var(--line);border-radius:8px;overflow:auto}
 .cell{max-width:360px;white-space:pre-wrap;word-break:break-word}
+.clip{display:-webkit-box;-webkit-line-clamp:3;-webkit-box-orient:vertical;overflow:hidden}
+.small{font-size:11px}
 .mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px}
 .muted{color:var(--muted)}
 details{background:var(--card);border:1px solid var(--line);border-radius:8px;margin-bottom:8px}
@@ -173,8 +175,8 @@ def _over_time(data: ReportData) -> str:
     end = max(data.active_s, bins[-1].x + width)
     charts = [
         (
-            "Rows per second",
-            [("written", [b.rows / b.width for b in bins]), ("failed", [b.failed / b.width for b in bins])],
+            "Rows done",
+            [("written", _running(b.rows for b in bins)), ("failed", _running(b.failed for b in bins))],
             False,
         ),
         ("Requests per second", [(a, [b.requests.get(a, 0) / b.width for b in bins]) for a in aliases], False),
@@ -197,6 +199,15 @@ def _over_time(data: ReportData) -> str:
     return '<h2>Over time</h2><div class="grid2">' + "".join(panels) + "</div>" + note
 
 
+def _running(values: Iterable[float]) -> list[float]:
+    """Running totals: progress reads better than per-bin rows, which come in batches."""
+    total, out = 0.0, []
+    for value in values:
+        total += value
+        out.append(total)
+    return out
+
+
 def _classes(counts: dict[str, int]) -> str:
     if not counts:
         return '<span class="muted">–</span>'
@@ -208,29 +219,37 @@ def _models(data: ReportData) -> str:
         return ""
     head = (
         "<tr><th>model</th><th class=n>requests</th><th class=n>cache hits</th><th class=n>batched</th>"
-        "<th class=n>input tokens</th><th class=n>output tokens</th><th class=n>cost</th><th class=n>retries</th>"
-        "<th class=n>429s</th><th>retried, by class</th><th>failed, by class</th><th class=n>p50</th>"
-        "<th class=n>p99</th><th class=n>most in flight</th></tr>"
+        "<th class=n>input tokens</th><th class=n>output tokens</th><th class=n>cost</th>"
+        "<th class=n>retries</th><th class=n>429s</th><th>requests failed</th>"
+        "<th class=n>p50</th><th class=n>p99</th><th class=n>peak in flight</th></tr>"
     )
     rows = []
     for alias, m in data.models.items():
         a = t(alias)
 
-        def cell(field: str, value: float, alias: str = a) -> str:
-            return f'<td class=n data-model="{alias}" data-field="{field}">{n(value)}</td>'
+        def cell(field: str, value: float, alias: str = a, extra: str = "") -> str:
+            return f'<td class=n><span data-model="{alias}" data-field="{field}">{n(value)}</span>{extra}</td>'
 
         usd = m.counters.get("usd")
+        retried = m.retries_by_class
         rows.append(
-            f'<tr><td class="mono">{a}<div class="muted">{t(data.served.get(alias, ""))}</div></td>'
+            f'<tr><td class="mono">{a}<div class="muted small">{t(data.served.get(alias, ""))}</div></td>'
             + cell("requests", m.count("requests"))
             + cell("cached", m.count("cached"))
             + cell("batched", m.count("batched"))
             + cell("prompt_tokens", m.count("prompt_tokens"))
             + cell("completion_tokens", m.count("completion_tokens"))
-            + (f'<td class=n data-model="{a}" data-field="usd">{"unknown" if usd is None else f"${usd:,.4f}"}</td>')
-            + cell("retries", m.count("retries"))
+            + (
+                f'<td class=n><span data-model="{a}" data-field="usd">'
+                f"{'unknown' if usd is None else f'${usd:,.4f}'}</span></td>"
+            )
+            + cell(
+                "retries",
+                m.count("retries"),
+                extra=f'<div class="muted small">{_classes(retried)}</div>' if retried else "",
+            )
             + cell("rate_limited", m.count("rate_limited"))
-            + f"<td>{_classes(m.retries_by_class)}</td><td>{_classes(m.gave_up)}</td>"
+            + f"<td>{_classes(m.gave_up)}</td>"
             + f"<td class=n>{t(seconds_text(percentile(m.latency, 0.5)))}</td>"
             + f"<td class=n>{t(seconds_text(percentile(m.latency, 0.99)))}</td>"
             + cell("peak_in_flight", m.peak_in_flight)
@@ -299,8 +318,8 @@ def _failures(data: ReportData) -> str:
     for error_class, group in data.failures.items():
         rows = "".join(
             f'<tr><td class=n>{t(e["row"])}</td><td class="mono">{t(e["column"])}</td>'
-            f'<td class="cell">{t(e["error"])}</td>'
-            f'<td class="cell mono">{t(", ".join(f"{k}={v}" for k, v in e["data"].items()))}</td></tr>'
+            f'<td class="cell"><div class="clip">{t(e["error"])}</div></td>'
+            f'<td class="cell mono"><div class="clip">{t(_row_text(e["data"]))}</div></td></tr>'
             for e in group.examples
         )
         shown = f"{len(group.examples)} example(s)" if group.count > len(group.examples) else ""
@@ -314,6 +333,10 @@ def _failures(data: ReportData) -> str:
     return "".join(parts)
 
 
+def _row_text(row: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in row.items())
+
+
 def _samples(data: ReportData) -> str:
     if not data.samples:
         return '<h2>Sample rows</h2><p class="muted">No row kept yet.</p>'
@@ -321,7 +344,9 @@ def _samples(data: ReportData) -> str:
     head = "<tr><th class=n>row</th>" + "".join(f"<th>{t(c)}</th>" for c in columns) + "</tr>"
     rows = []
     for index, row in data.samples:
-        cells = "".join(f'<td class="cell">{t(cell_text(row[c]) if c in row else "")}</td>' for c in columns)
+        cells = "".join(
+            f'<td class="cell"><div class="clip">{t(cell_text(row[c]) if c in row else "")}</div></td>' for c in columns
+        )
         rows.append(f"<tr><td class=n>{t(index)}</td>{cells}</tr>")
     more = f" (first {len(columns)} of {len(data.columns)} columns)" if len(data.columns) > len(columns) else ""
     return (
