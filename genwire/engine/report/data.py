@@ -311,7 +311,24 @@ def _records(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def _kept_indices(paths: list[Path]) -> set[int]:
-    return {r["i"] for path in paths for r in _records(path) if type(r.get("i")) is int}
+    """The row indices the rows files hold: read from each line's head as the run writes
+    it (``{"i": 12, "row": ...}``, no JSON parse of the row), else from its JSON."""
+    kept: set[int] = set()
+    for path in paths:
+        with contextlib.suppress(OSError), path.open("rb") as handle:
+            for line in handle:
+                if line.startswith(b'{"i": ') and line.endswith(b"}\n"):
+                    head = line[6 : line.find(b",", 6)]
+                    if head.isdigit():
+                        kept.add(int(head))
+                        continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and type(record.get("i")) is int:
+                    kept.add(record["i"])
+    return kept
 
 
 def _merged_rows(paths: list[Path]) -> Iterator[tuple[int, dict[str, Any]]]:
