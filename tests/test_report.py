@@ -25,6 +25,7 @@ from tests.browser import NO_CHROMIUM, find_chromium, open_page
 from tests.support import cli, start_cli, write
 
 CANARY = '<script>document.title="pwned"</script><img src=x onerror="document.title=1"></textarea><b>bold</b>'
+KEY = "sk-report-canary-1b9e4c7d2a"
 MODEL_CANARY = 'gpt"><img src=x onerror="document.title=2">'
 ERROR_CANARY = '</td></tr></table><script>document.title="err"</script><img src=x onerror=alert(3)>'
 
@@ -54,11 +55,12 @@ PROBE = """(() => {
 })()"""
 
 
-def config(url: str, tmp_path: Path, rows: int, **pipeline: Any) -> dict[str, Any]:
+def config(url: str, tmp_path: Path, rows: int, api_key: str | None = None, **pipeline: Any) -> dict[str, Any]:
+    provider = {"kind": "openai", "base_url": url, "max_concurrency": 16, "retries": 1, "backoff_s": 0.05}
+    if api_key is not None:
+        provider["api_key"] = api_key
     return {
-        "providers": {
-            "srv": {"kind": "openai", "base_url": url, "max_concurrency": 16, "retries": 1, "backoff_s": 0.05}
-        },
+        "providers": {"srv": provider},
         "models": {
             "writer": {"provider": "srv", "model": "writer-model", "kind": "chat"},
             "critic": {"provider": "srv", "model": MODEL_CANARY, "kind": "chat"},
@@ -246,7 +248,8 @@ def test_the_metrics_are_aggregates_and_a_resumed_run_appends(tmp_path: Path) ->
     rows = 300
     with FakeOpenAIServer() as server:
         server.fail_when(MODEL_CANARY, "-8", 400)  # a quarter of the rows fail (not the probe): stopped
-        cfg = write(config(server.url, tmp_path, rows, max_failure_rate=0.1), tmp_path / "genwire.yaml")
+        server.require_api_key(KEY)
+        cfg = write(config(server.url, tmp_path, rows, KEY, max_failure_rate=0.1), tmp_path / "genwire.yaml")
         first = cli("run", cfg, "--json")
         assert first.returncode == 1
         second = cli("run", cfg, "--json")
@@ -260,7 +263,9 @@ def test_the_metrics_are_aggregates_and_a_resumed_run_appends(tmp_path: Path) ->
     assert len(lines) < sent / 4  # aggregates: far fewer lines than requests
     recorded = sum(m.get("requests", 0) for line in lines if line["kind"] == "tick" for m in line["models"].values())
     assert recorded == sent  # every request counted once, across both sessions
-    page = Metrics(report_path(tmp_path / "out.jsonl").read_text(encoding="utf-8"))
+    text = report_path(tmp_path / "out.jsonl").read_text(encoding="utf-8")
+    assert KEY not in text and KEY not in metrics.read_text(encoding="utf-8")  # no secret kept or shown
+    page = Metrics(text)
     assert page.metrics["outcome"] == "stopped"
     assert number(page.models["critic"]["requests"]) + number(page.models["writer"]["requests"]) == sent
 
@@ -295,3 +300,21 @@ def test_the_report_is_bounded_whatever_the_rows_hold(tmp_path: Path) -> None:
     assert number(report.metrics["rows_written"]) == 1000 and number(report.metrics["rows_failed"]) == 1000
     assert number(report.models["writer"]["requests"]) == 5 * len(range(1, 86_400, 3))
     assert "other" in text  # failure classes beyond the cap are grouped
+
+
+def test_latency_percentiles_read_from_buckets_are_within_a_bucket() -> None:
+    import random
+
+    from genwire.engine.report.data import percentile
+    from genwire.providers.metrics import GROWTH, latency_bucket
+
+    rng = random.Random(4)
+    latencies = sorted(rng.lognormvariate(-2.5, 0.8) for _ in range(20_000))
+    buckets: dict[int, int] = {}
+    for seconds in latencies:
+        buckets[latency_bucket(seconds)] = buckets.get(latency_bucket(seconds), 0) + 1
+    for q in (0.5, 0.9, 0.99):
+        exact = latencies[int(q * len(latencies)) - 1]
+        estimate = percentile(buckets, q)
+        assert estimate is not None and exact / GROWTH <= estimate <= exact * GROWTH, (q, exact, estimate)
+    assert percentile({}, 0.5) is None

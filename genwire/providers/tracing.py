@@ -71,16 +71,23 @@ def tracer() -> Any:
     if exporter == "none" or (not exporter and not any(env.get(v) for v in ENDPOINT_VARS)):
         return None
     try:
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+        return _start(exporter, env)
     except ImportError:
         log.warning(
             "OpenTelemetry is configured in the environment but genwire[otel] is not installed "
             "(pip install 'genwire[otel]'); no traces are sent"
         )
-        return None
-    span_exporter: SpanExporter
+    except Exception as exc:  # a malformed OTEL_* value: the run goes on without traces
+        log.warning("cannot start OpenTelemetry traces (%s); no traces are sent", exc)
+    return None
+
+
+def _start(exporter: str, env: Mapping[str, str]) -> Any:
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+    span_exporter: Any
     if exporter == "console":
         span_exporter = ConsoleSpanExporter(out=sys.stderr)  # stdout may owe --json its one object
     else:
