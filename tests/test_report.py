@@ -22,7 +22,7 @@ from genwire.engine.report import report_path, write_report
 from genwire.testing import FakeOpenAIServer
 from genwire.testing.fake_server import FakeResponse
 from tests.browser import NO_CHROMIUM, find_chromium, open_page
-from tests.support import cli, start_cli, write
+from tests.support import cli, start_cli, story_and_review, write
 
 CANARY = '<script>document.title="pwned"</script><img src=x onerror="document.title=1"></textarea><b>bold</b>'
 KEY = "sk-report-canary-1b9e4c7d2a"
@@ -73,20 +73,8 @@ def config(url: str, tmp_path: Path, rows: int, api_key: str | None = None, **pi
             "max_failure_rate": 0.5,
             "seed": 7,
             "columns": [
-                {"name": "uid", "generator": "sampler", "params": {"kind": "uuid"}},
+                *story_and_review(),
                 {"name": "canary", "generator": "template", "params": {"template": CANARY + " {{ uid }}"}},
-                {
-                    "name": "story",
-                    "generator": "llm-text",
-                    "resources": {"model": "writer"},
-                    "params": {"prompt": "Write about {{ uid }}"},
-                },
-                {
-                    "name": "review",
-                    "generator": "llm-text",
-                    "resources": {"model": "critic"},
-                    "params": {"prompt": "Critique {{ story }}"},
-                },
             ],
             **pipeline,
         },
@@ -318,3 +306,22 @@ def test_latency_percentiles_read_from_buckets_are_within_a_bucket() -> None:
         estimate = percentile(buckets, q)
         assert estimate is not None and exact / GROWTH <= estimate <= exact * GROWTH, (q, exact, estimate)
     assert percentile({}, 0.5) is None
+
+
+def test_ctrl_c_writes_the_report_and_keeps_the_checkpoint(tmp_path: Path) -> None:
+    rows = 400
+    with FakeOpenAIServer() as server:
+        imperfect(server, latency=0.05)
+        cfg = write(config(server.url, tmp_path, rows, batch_size=20), tmp_path / "genwire.yaml")
+        output = tmp_path / "out.jsonl"
+        proc = start_cli("run", cfg, "--json")
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and _kept(output.with_name(output.name + ".checkpoint")) < 40:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        stdout, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    assert json.loads(stdout)["ok"] is False
+    page = Metrics(report_path(output).read_text(encoding="utf-8"))
+    assert page.metrics["outcome"] == "interrupted"
+    assert number(page.metrics["rows_written"]) == _kept(output.with_name(output.name + ".checkpoint")) >= 40

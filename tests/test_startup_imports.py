@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -132,28 +133,22 @@ def test_validate_and_plan_load_no_client_engine_or_live_display(command: list[s
     assert loaded(modules, NO_RUN) == []
 
 
+def one_model_config(folder: Path, url: str, **pipeline: Any) -> Path:
+    """A config of one llm-text column on one model of the server at ``url``."""
+    config = folder / "genwire.yaml"
+    column = {"name": "q", "generator": "llm-text", "resources": {"model": "writer"}, "params": {"prompt": "hi"}}
+    cfg = {
+        "providers": {"srv": {"kind": "openai", "base_url": url, "api_key": "sk-x"}},
+        "models": {"writer": {"provider": "srv", "model": "writer", "kind": "chat"}},
+        "pipeline": {"columns": [column], **pipeline},
+    }
+    config.write_text(json.dumps(cfg), encoding="utf-8")
+    return config
+
+
 def test_preflight_loads_the_client_but_not_the_engine(tmp_path: Path) -> None:
     with FakeOpenAIServer() as server:
-        config = tmp_path / "genwire.yaml"
-        config.write_text(
-            json.dumps(
-                {
-                    "providers": {"srv": {"kind": "openai", "base_url": server.url, "api_key": "sk-x"}},
-                    "models": {"writer": {"provider": "srv", "model": "writer", "kind": "chat"}},
-                    "pipeline": {
-                        "columns": [
-                            {
-                                "name": "q",
-                                "generator": "llm-text",
-                                "resources": {"model": "writer"},
-                                "params": {"prompt": "hi"},
-                            }
-                        ]
-                    },
-                }
-            ),
-            encoding="utf-8",
-        )
+        config = one_model_config(tmp_path, server.url)
         code, modules, stderr = modules_after("preflight", config, "--json", cwd=tmp_path)
     assert code == 0, stderr
     assert "aiohttp" in modules and server.requests["writer"] == 1  # it did probe, over HTTP
@@ -166,27 +161,7 @@ def test_a_run_loads_opentelemetry_only_when_the_environment_asks_for_traces(tmp
     pytest.importorskip("opentelemetry.sdk", reason="the positive case needs the extra genwire[otel]")
     quiet = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     with FakeOpenAIServer() as server:
-        config = tmp_path / "genwire.yaml"
-        config.write_text(
-            json.dumps(
-                {
-                    "providers": {"srv": {"kind": "openai", "base_url": server.url}},
-                    "models": {"writer": {"provider": "srv", "model": "writer", "kind": "chat"}},
-                    "pipeline": {
-                        "num_records": 3,
-                        "columns": [
-                            {
-                                "name": "q",
-                                "generator": "llm-text",
-                                "resources": {"model": "writer"},
-                                "params": {"prompt": "hi"},
-                            }
-                        ],
-                    },
-                }
-            ),
-            encoding="utf-8",
-        )
+        config = one_model_config(tmp_path, server.url, num_records=3)
         code, modules, stderr = modules_after("run", config, "--json", "--fresh", cwd=tmp_path, env=quiet)
         assert code == 0, stderr
         assert "genwire.engine.report" in modules  # it did run (and wrote its report)

@@ -13,7 +13,7 @@ import pytest
 
 from genwire.testing import FakeOpenAIServer
 from tests.otlp_receiver import OTLPReceiver, ReceivedSpan
-from tests.support import cli, write
+from tests.support import cli, story_and_review, write
 
 pytest.importorskip("opentelemetry.sdk", reason="the traces need the extra genwire[otel] (in the test extra)")
 pytest.importorskip("opentelemetry.proto", reason="decoding the receiver's spans needs opentelemetry-proto")
@@ -43,21 +43,7 @@ def config(url: str, tmp_path: Path) -> dict[str, Any]:
             "batch_size": BATCH,
             "output": str(tmp_path / "out.jsonl"),
             "max_failure_rate": 0.9,
-            "columns": [
-                {"name": "uid", "generator": "sampler", "params": {"kind": "uuid"}},
-                {
-                    "name": "story",
-                    "generator": "llm-text",
-                    "resources": {"model": "writer"},
-                    "params": {"prompt": "Write about {{ uid }}"},
-                },
-                {
-                    "name": "review",
-                    "generator": "llm-text",
-                    "resources": {"model": "critic"},
-                    "params": {"prompt": "Critique {{ story }}"},
-                },
-            ],
+            "columns": story_and_review(),
         },
     }
 
