@@ -190,7 +190,8 @@ def _over_time(data: ReportData) -> str:
     panels = []
     for title, series, bars in charts:
         svg = time_chart(title, x0, width, end, series, bars=bars, boundaries=data.boundaries)
-        panels.append(f'<div class="panel"><h3>{t(title)}</h3>{svg}{_legend(name for name, _ in series)}</div>')
+        total = f' <span class="muted">· {n(sum(sum(v) for _, v in series))} in all</span>' if bars else ""
+        panels.append(f'<div class="panel"><h3>{t(title)}{total}</h3>{svg}{_legend(name for name, _ in series)}</div>')
     note = (
         f'<p class="muted">Dashed lines: where a resumed session began. Bins of {t(f"{width:g}")} s.</p>'
         if data.boundaries
