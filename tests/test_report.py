@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -179,10 +180,7 @@ def test_kill_at_half_then_resume_the_report_covers_both_sessions(tmp_path: Path
         cfg = write(config(server.url, tmp_path, rows, batch_size=20), tmp_path / "genwire.yaml")
         output = tmp_path / "out.jsonl"
         checkpoint = output.with_name(output.name + ".checkpoint")
-        proc = start_cli("run", cfg, "--json")
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and _kept(checkpoint) < rows // 2:
-            time.sleep(0.05)
+        proc = run_until_kept(cfg, checkpoint, rows // 2)
         os.kill(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=60)  # reaps it and closes its pipes
         kept = _kept(checkpoint)
@@ -213,6 +211,15 @@ def test_kill_at_half_then_resume_the_report_covers_both_sessions(tmp_path: Path
         )
     done = cli("report", output)
     assert done.returncode == 0 and "its report is" in done.stdout  # finished: points at the page
+
+
+def run_until_kept(cfg: Path, checkpoint: Path, rows: int) -> subprocess.Popen[str]:
+    """``genwire run CFG --json`` started, returned once its checkpoint holds ``rows`` rows."""
+    proc = start_cli("run", cfg, "--json")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and _kept(checkpoint) < rows:
+        time.sleep(0.05)
+    return proc
 
 
 def _kept(checkpoint: Path) -> int:
@@ -314,10 +321,7 @@ def test_ctrl_c_writes_the_report_and_keeps_the_checkpoint(tmp_path: Path) -> No
         imperfect(server, latency=0.05)
         cfg = write(config(server.url, tmp_path, rows, batch_size=20), tmp_path / "genwire.yaml")
         output = tmp_path / "out.jsonl"
-        proc = start_cli("run", cfg, "--json")
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and _kept(output.with_name(output.name + ".checkpoint")) < 40:
-            time.sleep(0.05)
+        proc = run_until_kept(cfg, output.with_name(output.name + ".checkpoint"), 40)
         proc.send_signal(signal.SIGINT)
         stdout, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130
