@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from genwire.preflight.report import CheckResult, PreflightError, PreflightReport
     from genwire.providers.usage import ModelUsage
 
-__version__ = "0.1.0"
+from genwire.version import __version__
 
 __all__ = [
     "CheckResult",

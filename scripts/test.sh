@@ -10,6 +10,14 @@ PYTHON="${PYTHON:-python}"
 
 "$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[test,parquet]"
 bash scripts/install-local.sh --quiet --disable-pip-version-check
+# The report page's tests open it in a real headless Chromium (Debian's package): install it
+# where apt-get can; without one those tests are skipped, saying so.
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+    { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium; } >/dev/null 2>&1 \
+        || echo "could not install chromium: the report page's browser tests will be skipped" >&2
+fi
 "$PYTHON" -m ruff check genwire tests benchmarks
 "$PYTHON" -m mypy
 # lint-imports, through $PYTHON: the layers and no-cycle contracts of [tool.importlinter]

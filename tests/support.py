@@ -72,3 +72,22 @@ def cli(*args: str | Path, timeout: float = 120, **kwargs: Any) -> subprocess.Co
 def start_cli(*args: str | Path) -> subprocess.Popen[str]:
     """``genwire ARGS`` started in a real process (to signal or kill it), output piped."""
     return subprocess.Popen(_command(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def story_and_review(writer: str = "writer", critic: str = "critic") -> list[dict[str, Any]]:
+    """Three columns: a uuid, a story about it (``writer``), a review of the story (``critic``)."""
+    return [
+        {"name": "uid", "generator": "sampler", "params": {"kind": "uuid"}},
+        {
+            "name": "story",
+            "generator": "llm-text",
+            "resources": {"model": writer},
+            "params": {"prompt": "Write about {{ uid }}"},
+        },
+        {
+            "name": "review",
+            "generator": "llm-text",
+            "resources": {"model": critic},
+            "params": {"prompt": "Critique {{ story }}"},
+        },
+    ]

@@ -10,7 +10,10 @@ from pathlib import Path
 from typing import Any
 
 PACKAGE = Path(__file__).parent.parent / "genwire"
-LAYERS = ["lazy", "errors", "config", "providers", "generators", "container", "preflight", "engine", "app", "cli"]
+LAYERS = [
+    *("version", "lazy", "errors", "config", "providers", "generators"),
+    *("container", "preflight", "engine", "app", "cli"),
+]
 IMPORT = re.compile(r"^\s*(?:from|import) genwire\.(\w+)", re.M)
 
 

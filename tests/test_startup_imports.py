@@ -6,10 +6,12 @@ No timings: the benchmark (benchmarks/startup.py) measures; this keeps the struc
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,8 +39,18 @@ MACHINERY = [
     "genwire.providers",
 ]
 # What validate and plan never need: the network client, the engine, the live display.
-NO_RUN = ["aiohttp", "jsonschema", "rich.live", "rich.progress", "genwire.engine", "genwire.app", "ray", "onnxruntime"]
-NO_ENGINE = ["genwire.engine", "genwire.app", "ray", "rich.live", "rich.progress"]
+NO_RUN = [
+    "aiohttp",
+    "jsonschema",
+    "rich.live",
+    "rich.progress",
+    "genwire.engine",
+    "genwire.app",
+    "ray",
+    "onnxruntime",
+    "opentelemetry",
+]
+NO_ENGINE = ["genwire.engine", "genwire.app", "ray", "rich.live", "rich.progress", "opentelemetry"]
 
 
 def entry_point() -> tuple[str, str]:
@@ -48,7 +60,9 @@ def entry_point() -> tuple[str, str]:
     return module, function
 
 
-def modules_after(*args: str | Path, cwd: Path | None = None) -> tuple[int, set[str], str]:
+def modules_after(
+    *args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[int, set[str], str]:
     """Exit code, the modules loaded when the process ended, and stderr, of ``genwire ARGS``."""
     module, function = entry_point()
     code = (
@@ -58,7 +72,7 @@ def modules_after(*args: str | Path, cwd: Path | None = None) -> tuple[int, set[
         f"from {module} import {function}\n"
         f"{function}()\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=120, env=env)
     head, _, tail = proc.stderr.rpartition("\nMODULES ")
     return proc.returncode, set(json.loads(tail)), head
 
@@ -72,8 +86,9 @@ def test_import_genwire_loads_nothing_but_itself() -> None:
     code = "import json, sys; import genwire; print(json.dumps(sorted(sys.modules)))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     modules = set(json.loads(proc.stdout))
-    # genwire.lazy: the few standard-library lines behind the packages' lazy names.
-    assert sorted(m for m in modules if m.startswith("genwire")) == ["genwire", "genwire.lazy"]
+    # genwire.lazy: the few standard-library lines behind the packages' lazy names;
+    # genwire.version: the one line of __version__.
+    assert sorted(m for m in modules if m.startswith("genwire")) == ["genwire", "genwire.lazy", "genwire.version"]
     assert loaded(modules, [*MACHINERY, "click"]) == []
 
 
@@ -119,29 +134,41 @@ def test_validate_and_plan_load_no_client_engine_or_live_display(command: list[s
     assert loaded(modules, NO_RUN) == []
 
 
+def one_model_config(folder: Path, url: str, **pipeline: Any) -> Path:
+    """A config of one llm-text column on one model of the server at ``url``."""
+    config = folder / "genwire.yaml"
+    column = {"name": "q", "generator": "llm-text", "resources": {"model": "writer"}, "params": {"prompt": "hi"}}
+    cfg = {
+        "providers": {"srv": {"kind": "openai", "base_url": url, "api_key": "sk-x"}},
+        "models": {"writer": {"provider": "srv", "model": "writer", "kind": "chat"}},
+        "pipeline": {"columns": [column], **pipeline},
+    }
+    config.write_text(json.dumps(cfg), encoding="utf-8")
+    return config
+
+
 def test_preflight_loads_the_client_but_not_the_engine(tmp_path: Path) -> None:
     with FakeOpenAIServer() as server:
-        config = tmp_path / "genwire.yaml"
-        config.write_text(
-            json.dumps(
-                {
-                    "providers": {"srv": {"kind": "openai", "base_url": server.url, "api_key": "sk-x"}},
-                    "models": {"writer": {"provider": "srv", "model": "writer", "kind": "chat"}},
-                    "pipeline": {
-                        "columns": [
-                            {
-                                "name": "q",
-                                "generator": "llm-text",
-                                "resources": {"model": "writer"},
-                                "params": {"prompt": "hi"},
-                            }
-                        ]
-                    },
-                }
-            ),
-            encoding="utf-8",
-        )
+        config = one_model_config(tmp_path, server.url)
         code, modules, stderr = modules_after("preflight", config, "--json", cwd=tmp_path)
     assert code == 0, stderr
     assert "aiohttp" in modules and server.requests["writer"] == 1  # it did probe, over HTTP
     assert loaded(modules, NO_ENGINE) == []
+
+
+def test_a_run_loads_opentelemetry_only_when_the_environment_asks_for_traces(tmp_path: Path) -> None:
+    """SPEC §19: without OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_TRACES_EXPORTER nothing of
+    OpenTelemetry is imported, extra installed or not; with it (and the extra) it is."""
+    pytest.importorskip("opentelemetry.sdk", reason="the positive case needs the extra genwire[otel]")
+    quiet = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    with FakeOpenAIServer() as server:
+        config = one_model_config(tmp_path, server.url, num_records=3)
+        code, modules, stderr = modules_after("run", config, "--json", "--fresh", cwd=tmp_path, env=quiet)
+        assert code == 0, stderr
+        assert "genwire.engine.report" in modules  # it did run (and wrote its report)
+        assert loaded(modules, ["opentelemetry"]) == []
+        # The console exporter: traces asked for, nothing to listen on.
+        asked = {**quiet, "OTEL_TRACES_EXPORTER": "console"}
+        code, modules, stderr = modules_after("run", config, "--json", "--fresh", cwd=tmp_path, env=asked)
+        assert code == 0, stderr
+        assert "opentelemetry.sdk.trace" in modules

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar, cast
 
 import click
 
-from genwire import __version__
 from genwire.cli.consoles import LazyConsole
 from genwire.cli.exits import (
     emit_json,
@@ -32,6 +31,7 @@ from genwire.cli.exits import (
     steady_gc,
 )
 from genwire.errors import ConfigError, GenwireError, PluginError, ProblemsError, RunSetupError, WiringError
+from genwire.version import __version__
 
 if TYPE_CHECKING:
     from genwire.container.core import WiredPipeline
@@ -643,8 +643,10 @@ def estimate(
 
 def _register_batches() -> None:
     from genwire.cli.batch_commands import batches  # click only at import: costs nothing
+    from genwire.cli.report_command import report
 
     cli.add_command(batches)
+    cli.add_command(report)
 
 
 _register_batches()

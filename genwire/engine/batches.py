@@ -23,6 +23,7 @@ from genwire.generators.base import Generator
 from genwire.generators.outcome import RowFailure
 from genwire.providers.request_context import BatchScope, batch_scope, column_scope
 from genwire.providers.response_cache import ResponseCache
+from genwire.providers.tracing import batch_span
 
 T = TypeVar("T")
 
@@ -87,14 +88,17 @@ class BatchRunner:
         needs). Indices travel beside the rows: the row dicts hold user columns only.
         Model requests inside see the response cache, the column and (said by the
         generator) the row: ``providers.request_context``."""
-        with batch_scope(self.cache, self.seed) as scope:
+        indices = list(indices)
+        with batch_scope(self.cache, self.seed) as scope, batch_span(indices) as traced:
             try:
-                result = await self._run(list(indices), scope)
+                result = await self._run(indices, scope)
             finally:
                 if scope is not None:  # answers kept by a batch that was cancelled: still stored
                     scope.cache.put_many(scope.take_kept())
             if scope is not None:
                 result.cached = scope.hits
+            if traced is not None:
+                traced.set({"genwire.rows.failed": len(result.failures), "genwire.cache.hits": result.cached})
             return result
 
     async def _run(self, indices: list[int], scope: BatchScope | None) -> BatchResult:

@@ -63,7 +63,8 @@ _FAILED = re.compile(r"failed-(\d+)\.jsonl")
 # built or read: providers.batch.collector.SPOOL_PREFIX); anything else is a stray file.
 _JOURNAL = "batch-journal.jsonl"  # engine.batch_journal.JOURNAL_NAME (not imported: batch mode is loaded on demand)
 _LEDGER = "ledger.jsonl"  # engine.ledger.LEDGER_NAME: what the run paid, per answer (SPEC §16)
-_OTHER_FILES = frozenset({_META, _LOCK, _JOURNAL, _LEDGER})
+_METRICS = "metrics.jsonl"  # engine.metrics.METRICS_FILE: the run's per-second aggregates (SPEC §19)
+_OTHER_FILES = frozenset({_META, _LOCK, _JOURNAL, _LEDGER, _METRICS})
 _SPOOL = re.compile(r"batch-spool-[\w.-]+\.jsonl")
 
 
@@ -283,6 +284,10 @@ class Checkpoint:
     def pending(self) -> Iterator[int]:
         """Row indices still to generate, in order: never reached, or failed before."""
         return self._done.missing(self.num_records)
+
+    def is_done(self, index: int) -> bool:
+        """Whether row ``index`` is kept (in some rows-* file)."""
+        return index in self._done
 
     def append(self, rows: list[tuple[int, bytes]], failures: list[bytes]) -> None:
         """One batch: encoded row lines and failure lines, flushed to the disk before

@@ -25,7 +25,8 @@ class RunOptions:
     (False: neither read nor write model answers) and ``batch`` (True: every ``openai``
     provider sends its model calls through the Batch API; SPEC §14); ``max_cost_usd``
     (a cost cap over ``pipeline.budget``'s; SPEC §16) and ``sample_rows`` (the estimate:
-    generate at most this many pending rows, keep them, and leave the run unfinished)."""
+    generate at most this many pending rows, keep them, and leave the run unfinished); ``metrics`` (False:
+    record no metrics and write no report page; for measuring their cost)."""
 
     num_records: int | None = None
     output: str | Path | None = None
@@ -40,6 +41,7 @@ class RunOptions:
     batch: bool = False
     max_cost_usd: float | None = None
     sample_rows: int | None = None
+    metrics: bool = True
 
     @classmethod
     def of(cls, base: RunOptions | None = None, **keywords: Any) -> RunOptions:

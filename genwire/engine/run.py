@@ -24,7 +24,9 @@ from genwire.engine.batches import BatchResult, BatchRunner, batched
 from genwire.engine.checkpoint import Checkpoint, checkpoint_dir
 from genwire.engine.costs import RunCosts
 from genwire.engine.fingerprint import fingerprint
+from genwire.engine.metrics import RunMetrics
 from genwire.engine.options import Engine, RunOptions
+from genwire.engine.report import end_session
 from genwire.engine.sink import OutputSink, Progress
 from genwire.engine.writers import check_output, errors_path
 from genwire.errors import RunError
@@ -33,6 +35,7 @@ from genwire.preflight.runner import run_preflight
 from genwire.providers.batch.format import BatchInfo
 from genwire.providers.budget import CostMeter
 from genwire.providers.response_cache import ResponseCache, cache_dir
+from genwire.providers.tracing import start_run_trace
 from genwire.providers.usage import Concurrency, ModelUsage, merge_usage, requests_of
 
 __all__ = ["Engine", "RunOptions", "RunResult", "run_pipeline"]
@@ -179,15 +182,66 @@ async def run_pipeline(
     sink: OutputSink | None = None
     live_rows = source.live_rows if isinstance(source, LocalBatches) else (lambda: 0)
     batch_mode = BatchMode(container, batching, directory, live_rows) if batching else None
+    # The session's metrics (SPEC §19): per second, into the checkpoint; the report page at its end.
+    metrics = (
+        RunMetrics(
+            directory, container.usage_by_model, lambda: (sink.written, sink.failed) if sink is not None else (0, 0)
+        ).start(
+            num_records=n,
+            engine=engine,
+            columns=[c.name for c in container.columns],
+            models={alias: model.model for alias, model in container.config.models.items()},
+        )
+        if options.metrics
+        else None
+    )
+    trace = start_run_trace(
+        {"genwire.rows.requested": n, "genwire.engine": engine, "genwire.resumed": checkpoint.resumed}
+    )
+    outcome: RunResult | None = None
+
+    def completed() -> None:  # the output is in place; the checkpoint is about to go
+        nonlocal outcome
+        assert sink is not None
+        usage = merge_usage([container.usage_by_model(), source.usage()])
+        outcome = result = RunResult(
+            output=target,
+            rows_requested=n,
+            rows_written=sink.kept,
+            rows_failed=sink.failed,
+            errors_file=sink.errors_target if sink.failed else None,
+            duration_s=time.perf_counter() - started,
+            rows_resumed=sink.resumed,
+            usage=usage,
+            concurrency=container.concurrency(),
+            preflight=report,
+            batches=batch_mode.infos() if batch_mode is not None else None,
+            cost=costs.report(usage),
+            meter=costs.meter,
+            finished=options.sample_rows is None,
+        )
+        end_session(
+            metrics,
+            trace,
+            None,
+            target,
+            done=checkpoint.is_done,
+            counts=_counts(result),
+            usage=result.usage,
+            summary=result.summary(),
+        )
+
+    report: PreflightReport | None = None
     try:
         costs.attach()  # the probes are paid for too
-        report = None
         if not options.skip_preflight:
             report = await run_preflight(
                 container, use_cache=options.probe_cache, cache_dir=options.probe_cache_dir, batch_providers=batching
             )
             if on_preflight is not None:
                 on_preflight(report)
+            if metrics is not None:
+                metrics.note("preflight", report=report.model_dump(mode="json"))
             if not report.ok:
                 raise PreflightError(report)
         costs.meter.begin_rows()  # the estimate measures rows, not probes
@@ -224,14 +278,24 @@ async def run_pipeline(
             sink.suspend()
             raise costs.stopped(directory, sink.kept, n)
         if options.sample_rows is None:
-            sink.finish()
+            sink.finish(before_removal=completed)
         else:
             sink.suspend()  # the estimate's rows stay in the checkpoint for the run
-    except BaseException:
+            completed()
+    except BaseException as error:
         if batch_mode is not None:
             await batch_mode.stop()
         if sink is not None:
             sink.suspend()
+        end_session(
+            metrics,
+            trace,
+            error,
+            target,
+            done=checkpoint.is_done,
+            counts={"rows_written": checkpoint.kept, "rows_resumed": checkpoint.resumed, "rows_requested": n},
+            usage=merge_usage([container.usage_by_model(), source.usage()]),
+        )
         if checkpoint.kept == 0 and not costs.paid and (batch_mode is None or not batch_mode.holds_batches):
             checkpoint.remove()  # nothing was paid for: leave no empty checkpoint behind
         else:
@@ -243,23 +307,17 @@ async def run_pipeline(
             await batch_mode.stop()  # idempotent
         if responses is not None:
             responses.close()
-    usage = merge_usage([container.usage_by_model(), source.usage()])
-    return RunResult(
-        output=target,
-        rows_requested=n,
-        rows_written=sink.kept,
-        rows_failed=sink.failed,
-        errors_file=sink.errors_target if sink.failed else None,
-        duration_s=time.perf_counter() - started,
-        rows_resumed=sink.resumed,
-        usage=usage,
-        concurrency=container.concurrency(),
-        preflight=report,
-        batches=batch_mode.infos() if batch_mode is not None else None,
-        cost=costs.report(usage),
-        meter=costs.meter,
-        finished=options.sample_rows is None,
-    )
+    assert outcome is not None  # set by completed(), which sink.finish calls
+    return outcome
+
+
+def _counts(result: RunResult) -> dict[str, int]:
+    return {
+        "rows_written": result.rows_written,
+        "rows_failed": result.rows_failed,
+        "rows_resumed": result.rows_resumed,
+        "rows_requested": result.rows_requested,
+    }
 
 
 async def _tick(sink: OutputSink) -> None:

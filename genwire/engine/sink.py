@@ -82,9 +82,10 @@ class OutputSink:
         parts = [self.status() if self.status else "", f"{self.cached:,} cached" if self.cached else ""]
         return ", ".join(p for p in parts if p)
 
-    def finish(self) -> None:
+    def finish(self, before_removal: Callable[[], None] | None = None) -> None:
         """All rows were tried: check the failure rate over the whole run, then write
-        the output and the errors file and remove the checkpoint."""
+        the output and the errors file, call ``before_removal`` (the run's report reads
+        the checkpoint) and remove the checkpoint."""
         self._stop_progress()
         writer = open_writer(self.target, self.columns)
         try:
@@ -105,6 +106,8 @@ class OutputSink:
         else:
             self.errors_target.unlink(missing_ok=True)  # a stale errors file from an earlier run would mislead
         writer.commit()
+        if before_removal is not None:
+            before_removal()
         self.checkpoint.remove()
 
     @property

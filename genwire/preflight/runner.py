@@ -32,6 +32,7 @@ from genwire.preflight.cache import CachedResult, ProbeCache, cache_key, default
 from genwire.preflight.report import CheckResult, PreflightReport, Status
 from genwire.providers.base import Attempts, EmbeddingModel, attempt_log
 from genwire.providers.probes import Probe, ProbeFailure, ProbeRequest, ProbeResult, check_dimensions
+from genwire.providers.tracing import check_span
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -293,7 +294,11 @@ class _Preflight:
         self.tell(results)
 
         async def check(group: _Group) -> None:
-            self.judge(group, await self.probe(group), results)
+            with check_span(group.kind, [t.name for t in group.targets], group.variant) as traced:
+                outcome = await self.probe(group)
+                if traced is not None and outcome.failure is not None:
+                    traced.fail(outcome.failure[0].value, outcome.failure[1])
+            self.judge(group, outcome, results)
             self.tell(results)  # as each finishes: an interrupted pre-flight still lists it
 
         await asyncio.gather(*(check(g) for g in groups))

@@ -30,6 +30,7 @@ from genwire.providers.base import chat_messages, count_attempt, note_rate_limit
 from genwire.providers.batch.format import uncached_base
 from genwire.providers.budget import CostMeter, metered_batch_call
 from genwire.providers.failures import MAX_RETRY_WAIT_S, AttemptFailure
+from genwire.providers.metrics import note_gave_up, timed_attempt
 from genwire.providers.pacing import ProviderGate, estimate_tokens
 from genwire.providers.request_context import (
     are_vectors,
@@ -42,6 +43,7 @@ from genwire.providers.request_context import (
 from genwire.providers.response_cache import HOLE
 from genwire.providers.routes import Route, open_route, resolve_route
 from genwire.providers.tool_calls import assistant_message, is_assistant_message
+from genwire.providers.tracing import answered, request_span, trace_cache_hit
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
 
 if TYPE_CHECKING:  # batch mode is loaded only when a run turns it on
@@ -198,6 +200,13 @@ class OpenAIProvider:
     # --- requests ----------------------------------------------------------------------
 
     async def post(self, alias: str, path: str, payload: dict[str, Any]) -> tuple[Any, int]:
+        """``send``, traced when traces are on (``providers.tracing``)."""
+        with request_span(alias, path, payload) as traced:
+            data, attempts = await self.send(alias, path, payload)
+            answered(traced, data, attempts)
+            return data, attempts
+
+    async def send(self, alias: str, path: str, payload: dict[str, Any]) -> tuple[Any, int]:
         """POST ``payload`` to ``{base_url}{path}`` with retries.
 
         Returns the decoded JSON body and the number of attempts it took. A 429 is retried
@@ -239,7 +248,7 @@ class OpenAIProvider:
             sent = time.monotonic()
             limits: dict[str, str] = {}
             try:
-                data = await self._attempt(usage, url, body, limits if seen is not None else None)
+                data = await timed_attempt(alias, self._attempt(usage, url, body, limits if seen is not None else None))
             except AttemptFailure as failure:
                 if failure.retry and failure.error_class is ErrorClass.RATE_LIMITED and cfg.adapt_to_rate_limits:
                     server_wait = self._retry_wait(0, failure.retry_after)
@@ -263,6 +272,7 @@ class OpenAIProvider:
                         usage.retries += 1
                         await asyncio.sleep(wait)
                         continue
+                note_gave_up(alias, failure.error_class.value)
                 raise ModelError(
                     failure.error_class,
                     self._scrub(failure.message),
@@ -488,7 +498,10 @@ class _Handle:
         (counted as a hit), else None; sends nothing."""
         route, body, request = _routed(self._token, path, payload, part)
         provider = route.provider
-        return peek_answer(provider.cache_endpoint, request, body[part], rows, provider._usage(route.alias), usable)
+        found = peek_answer(provider.cache_endpoint, request, body[part], rows, provider._usage(route.alias), usable)
+        if found is not None:
+            trace_cache_hit(route.alias, route.model, path)
+        return found
 
     async def _ask(
         self,
@@ -508,6 +521,7 @@ class _Handle:
         if slot is not None:
             found = slot.get(provider._usage(route.alias), usable)
             if found is not None:
+                trace_cache_hit(route.alias, route.model, path)
                 cached: T = found.answer
                 return cached
         batcher = provider.batcher

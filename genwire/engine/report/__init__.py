@@ -1,0 +1,77 @@
+"""The run report page, ``<output>.report.html`` (SPEC §19): ``write_report`` reads the
+run's checkpoint folder (``report.data``) and writes one self-contained HTML file
+(``report.page``, plots from ``report.svg``). The run writes it when a session ends,
+whatever ended it, before a finished run removes its checkpoint; ``genwire report
+OUTPUT`` writes it for a run that did not finish."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from genwire.engine.checkpoint import checkpoint_dir
+from genwire.engine.metrics import RunMetrics
+from genwire.providers.tracing import RunTrace
+from genwire.providers.usage import ModelUsage
+
+__all__ = ["end_session", "report_path", "write_report"]
+
+log = logging.getLogger("genwire.report")
+
+
+def report_path(output: Path) -> Path:
+    return output.with_name(output.name + ".report.html")
+
+
+def write_report(
+    output: Path,
+    *,
+    done: Callable[[int], bool] | None = None,
+    counts: dict[str, Any] | None = None,
+) -> Path:
+    """Write the report of the run writing ``output`` from its checkpoint; returns its path.
+    ``done`` and ``counts``: what the live run knows (else read from the files)."""
+    from genwire.engine.report.data import collect
+    from genwire.engine.report.page import render
+    from genwire.version import __version__
+
+    data = collect(checkpoint_dir(output), output, done=done, counts=counts)
+    target = report_path(output)
+    temporary = target.with_name(target.name + ".tmp")
+    temporary.write_text(render(data, version=__version__), encoding="utf-8")
+    os.replace(temporary, target)
+    return target
+
+
+def end_session(
+    metrics: RunMetrics | None,
+    trace: RunTrace | None,
+    error: BaseException | None,
+    output: Path,
+    *,
+    done: Callable[[int], bool] | None = None,
+    counts: dict[str, Any] | None = None,
+    usage: dict[str, ModelUsage] | None = None,
+    summary: dict[str, Any] | None = None,
+) -> None:
+    """The one hook every way a session ends goes through (completed, failed, stopped at
+    the failure rate or a budget, interrupted): the last metrics, then the report page,
+    while the checkpoint is still there. ``usage``: the run's final totals per alias;
+    ``summary``: a completed run's ``--json`` summary. Never raises: the run's own outcome
+    is what the user must see. ``trace``: the run's span, ended last."""
+    try:
+        if metrics is not None:
+            metrics.end(error, usage=usage, summary=summary)
+            try:
+                write_report(output, done=done, counts=counts)
+            except Exception as exc:  # a full disk, a read-only folder: say so, keep the run's outcome
+                log.warning("cannot write the run's report %s: %s", report_path(output), exc)
+    finally:
+        if trace is not None:
+            try:
+                trace.end(error)
+            except Exception as exc:  # an exporter's trouble is not the run's
+                log.warning("cannot end the run's trace: %s", exc)

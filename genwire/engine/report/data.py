@@ -1,0 +1,388 @@
+"""What a run's report shows, read from its checkpoint folder (SPEC §19): the metrics
+every session appended (``engine.metrics``), the rows and failure records it kept, and
+``meta.json``. Everything here is bounded whatever the number of rows: per-second
+aggregates are binned to ``MAX_POINTS`` points, samples and failure examples are capped
+and long cells cut. Nothing here escapes text: ``report.html`` does, at the one place
+text becomes HTML.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from genwire.engine.metrics import METRICS_FILE
+from genwire.providers.metrics import bucket_bounds
+
+SAMPLE_ROWS = 12
+SAMPLE_COLUMNS = 24
+EXAMPLES_PER_CLASS = 3
+MAX_CLASSES = 20
+MAX_POINTS = 360  # per plot: about one per 2 px at the page's width
+CELL_CHARS = 240
+MESSAGE_CHARS = 400
+_ROWS = re.compile(r"rows-(\d+)\.jsonl")
+_FAILED = re.compile(r"failed-(\d+)\.jsonl")
+
+
+@dataclass
+class ModelTotals:
+    """One alias over every session: the ``ModelUsage`` counters (``requests``,
+    ``cached``, ``rate_limited``, tokens, ``usd`` when counted...), attempts' latency
+    buckets, failed attempts and given-up requests by class, and the most in flight."""
+
+    counters: dict[str, float] = field(default_factory=dict)
+    latency: dict[int, int] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=dict)
+    gave_up: dict[str, int] = field(default_factory=dict)
+    peak_in_flight: int = 0
+
+    def count(self, name: str) -> float:
+        return self.counters.get(name, 0)
+
+    @property
+    def retries_by_class(self) -> dict[str, int]:
+        """Failed attempts that were tried again, by class."""
+        out = {c: n - self.gave_up.get(c, 0) for c, n in self.errors.items()}
+        return {c: n for c, n in sorted(out.items()) if n > 0}
+
+
+@dataclass
+class Point:
+    """One tick: ``x`` seconds into the run (sessions laid end to end), ``dt`` long."""
+
+    x: float
+    dt: float
+    rows: int
+    failed: int
+    requests: dict[str, float]
+    limited: dict[str, float]
+    in_flight: dict[str, int]
+
+
+@dataclass
+class Bin:
+    """Points binned for a plot: sums over ``width`` seconds starting at ``x``, and the
+    most in flight at once."""
+
+    x: float
+    width: float
+    rows: float = 0.0
+    failed: float = 0.0
+    requests: dict[str, float] = field(default_factory=dict)
+    limited: dict[str, float] = field(default_factory=dict)
+    in_flight: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class FailureGroup:
+    count: int = 0
+    examples: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class ReportData:
+    output: str
+    outcome: str = "unfinished"
+    message: str = ""
+    sessions: int = 0
+    started: float | None = None  # Unix time the first session began
+    active_s: float = 0.0  # the sessions' durations, added up
+    rows_requested: int | None = None
+    rows_written: int = 0
+    rows_failed: int = 0
+    rows_resumed: int = 0
+    summary: dict[str, Any] | None = None  # a finished session's --json summary
+    models: dict[str, ModelTotals] = field(default_factory=dict)
+    points: list[Point] = field(default_factory=list)
+    boundaries: list[float] = field(default_factory=list)  # x where a resumed session starts
+    preflight: dict[str, Any] | None = None
+    failures: dict[str, FailureGroup] = field(default_factory=dict)
+    samples: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    columns: list[str] = field(default_factory=list)
+    served: dict[str, str] = field(default_factory=dict)  # alias -> the model name it sends
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def cached(self) -> int:
+        return int(sum(m.count("cached") for m in self.models.values()))
+
+    def cost(self) -> dict[str, float] | None:
+        """USD per alias, when every alias's cost is known (a ``usd`` counter); else None."""
+        if not self.models or any("usd" not in m.counters for m in self.models.values()):
+            return None
+        return {alias: m.counters["usd"] for alias, m in self.models.items()}
+
+    def bins(self, count: int = MAX_POINTS) -> list[Bin]:
+        """The points in at most ``count`` equal bins over the run (empty ones included).
+        A tick's counts are spread over the bins its interval overlaps, in proportion
+        (ticks are about a second apart, never exactly: no bin gets two and its neighbour
+        none); its most-in-flight goes to each of them."""
+        if not self.points:
+            return []
+        end = max(self.active_s, max(p.x for p in self.points))
+        width = max(1.0, end / count)
+        bins = [Bin(i * width, width) for i in range(int(end // width) + 1)]
+        last = len(bins) - 1
+        for p in self.points:
+            start = max(0.0, p.x - p.dt)
+            first, final = min(int(start // width), last), min(int(p.x // width), last)
+            if final > first and p.x == bins[final].x:  # ends exactly where a bin starts
+                final -= 1
+            span = max(p.x - start, 1e-9)
+            for i in range(first, final + 1):
+                b = bins[i]
+                share = 1.0 if first == final else max(0.0, min(p.x, b.x + width) - max(start, b.x)) / span
+                b.rows += p.rows * share
+                b.failed += p.failed * share
+                for alias, n in p.requests.items():
+                    b.requests[alias] = b.requests.get(alias, 0) + n * share
+                for alias, n in p.in_flight.items():
+                    b.in_flight[alias] = max(b.in_flight.get(alias, 0), n)
+            # 429s are events, counted whole: in the bin of the tick's middle.
+            middle = bins[min(int((start + p.x) / 2 // width), last)]
+            for alias, n in p.limited.items():
+                middle.limited[alias] = middle.limited.get(alias, 0) + n
+        return bins
+
+
+def percentile(buckets: dict[int, int], q: float) -> float | None:
+    """The ``q`` quantile (0-1) of latencies kept as buckets: interpolated inside its bucket."""
+    total = sum(buckets.values())
+    if not total:
+        return None
+    rank = q * total
+    seen = 0
+    for bucket in sorted(buckets):
+        n = buckets[bucket]
+        if seen + n >= rank:
+            low, high = bucket_bounds(bucket)
+            return low + (high - low) * ((rank - seen) / n if n else 0)
+        seen += n
+    return bucket_bounds(max(buckets))[1]
+
+
+def merged_latency(models: dict[str, ModelTotals]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for m in models.values():
+        for b, n in m.latency.items():
+            out[b] = out.get(b, 0) + n
+    return out
+
+
+def collect(
+    directory: Path,
+    output: Path,
+    *,
+    done: Callable[[int], bool] | None = None,
+    counts: dict[str, Any] | None = None,
+) -> ReportData:
+    """The report of the run whose checkpoint is ``directory``. ``done`` says whether a
+    row is kept (the live checkpoint knows; else the rows files are read); ``counts``
+    (rows written, failed, resumed, requested) the session's own figures."""
+    data = ReportData(output=str(output))
+    _read_metrics(directory / METRICS_FILE, data)
+    with contextlib.suppress(OSError, ValueError):
+        meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
+        data.rows_requested = int(meta["num_records"])
+    rows_files = _session_files(directory, _ROWS)
+    if done is None:
+        kept = _kept_indices(rows_files)
+        done = kept.__contains__
+        data.rows_written = len(kept)
+        if rows_files:
+            data.rows_resumed = len(_kept_indices(rows_files[:-1]))
+    data.failures, failed = _failures(_session_files(directory, _FAILED), done)
+    data.rows_failed = failed
+    if counts:
+        for name in ("rows_written", "rows_failed", "rows_resumed", "rows_requested"):
+            if counts.get(name) is not None:
+                setattr(data, name, counts[name])
+    data.samples = list(islice(_merged_rows(rows_files), SAMPLE_ROWS))
+    if not data.columns:
+        seen: dict[str, None] = {}
+        for _, row in data.samples:
+            seen.update(dict.fromkeys(row))
+        data.columns = list(seen)
+    return data
+
+
+def _read_metrics(path: Path, data: ReportData) -> None:
+    offset = 0.0
+    session_start: float | None = None
+    session_end = 0.0
+    bad = 0
+    try:
+        handle = path.open("rb")
+    except OSError:
+        data.notes.append("no metrics were recorded (the run wrote no metrics.jsonl)")
+        return
+    with handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+                kind = record["kind"]
+            except (ValueError, KeyError, TypeError):
+                bad += 1  # a line torn by a kill: the rest still counts
+                continue
+            if kind == "session":
+                if session_start is not None:
+                    offset += max(0.0, session_end - session_start)
+                    data.boundaries.append(offset)
+                session_start = session_end = float(record.get("t", 0.0))
+                data.sessions += 1
+                if data.started is None:
+                    data.started = session_start
+                data.outcome, data.message, data.summary = "unfinished", "", None
+                if isinstance(record.get("columns"), list):
+                    data.columns = [str(c) for c in record["columns"]]
+                if isinstance(record.get("models"), dict):
+                    data.served.update({str(a): str(m) for a, m in record["models"].items()})
+            elif kind == "tick" and session_start is not None:
+                t = float(record["t"])
+                session_end = max(session_end, t)
+                _add_tick(data, record, offset + t - session_start)
+            elif kind == "preflight":
+                data.preflight = record.get("report")
+            elif kind == "end":
+                session_end = max(session_end, float(record.get("t", session_end)))
+                data.outcome = str(record.get("outcome", "unfinished"))
+                data.message = str(record.get("message", ""))
+                data.summary = record.get("summary")
+    if session_start is not None:
+        offset += max(0.0, session_end - session_start)
+    data.active_s = offset
+    if bad:
+        data.notes.append(
+            f"{bad} line(s) of {path.name} could not be read (a kill tears the last one) and were skipped"
+        )
+
+
+def _add_tick(data: ReportData, record: dict[str, Any], x: float) -> None:
+    rows = record.get("rows") or {}
+    point = Point(x, float(record.get("dt", 1.0)), int(rows.get("written", 0)), int(rows.get("failed", 0)), {}, {}, {})
+    for alias, line in (record.get("models") or {}).items():
+        totals = data.models.setdefault(str(alias), ModelTotals())
+        for name, value in line.items():
+            if name in ("latency", "errors", "gave_up"):
+                target = getattr(totals, name)
+                for key, n in value.items():
+                    key = int(key) if name == "latency" else str(key)
+                    target[key] = target.get(key, 0) + int(n)
+            elif name == "peak_in_flight":
+                totals.peak_in_flight = max(totals.peak_in_flight, int(value))
+            elif name not in ("in_flight", "sent", "answered") and isinstance(value, int | float):
+                totals.counters[name] = totals.counters.get(name, 0) + value
+        if line.get("requests"):
+            point.requests[alias] = line["requests"]
+        if line.get("rate_limited"):
+            point.limited[alias] = line["rate_limited"]
+        flying = max(int(line.get("peak_in_flight", 0)), int(line.get("in_flight", 0)))
+        if flying:
+            point.in_flight[alias] = flying
+    data.points.append(point)
+
+
+def _session_files(directory: Path, pattern: re.Pattern[str]) -> list[Path]:
+    try:
+        found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := pattern.fullmatch(p.name))]
+    except OSError:
+        return []
+    return [p for _, p in sorted(found)]
+
+
+def _records(path: Path) -> Iterator[dict[str, Any]]:
+    """The readable records of a checkpoint file (a damaged line is the run's business)."""
+    with contextlib.suppress(OSError), path.open("rb") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                yield record
+
+
+def _kept_indices(paths: list[Path]) -> set[int]:
+    """The row indices the rows files hold: read from each line's head as the run writes
+    it (``{"i": 12, "row": ...}``, no JSON parse of the row), else from its JSON."""
+    kept: set[int] = set()
+    for path in paths:
+        with contextlib.suppress(OSError), path.open("rb") as handle:
+            for line in handle:
+                if line.startswith(b'{"i": ') and line.endswith(b"}\n"):
+                    head = line[6 : line.find(b",", 6)]
+                    if head.isdigit():
+                        kept.add(int(head))
+                        continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and type(record.get("i")) is int:
+                    kept.add(record["i"])
+    return kept
+
+
+def _merged_rows(paths: list[Path]) -> Iterator[tuple[int, dict[str, Any]]]:
+    streams = [
+        ((r["i"], r["row"]) for r in _records(p) if type(r.get("i")) is int and isinstance(r.get("row"), dict))
+        for p in paths
+    ]
+    last = -1
+    for index, row in heapq.merge(*streams, key=lambda item: item[0]):
+        if index != last:
+            yield index, row
+            last = index
+
+
+def cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def cell_text(value: Any) -> str:
+    """A cell as short text: strings as they are, anything else as JSON; cut to ``CELL_CHARS``."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return cut(text, CELL_CHARS)
+
+
+def _failures(paths: list[Path], done: Callable[[int], bool]) -> tuple[dict[str, FailureGroup], int]:
+    """Rows that failed and are not kept (a later session may have made them), grouped by
+    class, each with its latest record; examples capped, long texts cut."""
+    latest: dict[int, tuple[str, dict[str, Any]]] = {}
+    for path in paths:
+        for record in _records(path):
+            index = record.get("row")
+            if type(index) is not int:
+                continue
+            data = record.get("data")
+            if not isinstance(data, dict):
+                data = {}
+            example = {
+                "row": index,
+                "column": cut(str(record.get("column", "")), 120),
+                "error": cut(str(record.get("error", "")), MESSAGE_CHARS),
+                "data": {cut(str(k), 80): cell_text(v) for k, v in islice(data.items(), 8)},
+            }
+            latest[index] = (str(record.get("error_class", "unknown")), example)
+    groups: dict[str, FailureGroup] = {}
+    failed = 0
+    for index in sorted(latest):
+        if done(index):
+            continue
+        failed += 1
+        error_class, example = latest[index]
+        if error_class not in groups and len(groups) >= MAX_CLASSES:
+            error_class = "other"
+        group = groups.setdefault(error_class, FailureGroup())
+        group.count += 1
+        if len(group.examples) < EXAMPLES_PER_CLASS:
+            group.examples.append(example)
+    return dict(sorted(groups.items(), key=lambda item: -item[1].count)), failed

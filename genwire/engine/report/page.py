@@ -1,0 +1,363 @@
+"""The report page: one HTML file, styles inline, plots as inline SVG, no script, nothing
+fetched (a Content-Security-Policy says so to the browser too). Every text that comes
+from a row, a model, a config or an error goes through ``t`` (``html.escape``) here, the
+one place text becomes HTML. Numbers the tests read back carry ``data-metric``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from html import escape
+from typing import Any
+
+from genwire.engine.report.data import ModelTotals, ReportData, cell_text, merged_latency, percentile
+from genwire.engine.report.svg import colour, latency_histogram, time_chart
+
+QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+OUTCOME_STYLE = {"completed": "ok", "interrupted": "warn", "unfinished": "warn", "stopped": "bad", "failed": "bad"}
+
+CSS = """
+:root{--fg:#1f2933;--muted:#616e7c;--line:#e4e7eb;--bg:#f5f7fa;--card:#fff;--accent:#2563eb}
+*{box-sizing:border-box}
+body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;
+color:var(--fg);background:var(--bg)}
+main{max-width:1220px;margin:0 auto;padding:24px 24px 48px}
+header{display:flex;align-items:baseline;gap:14px;flex-wrap:wrap;margin-bottom:6px}
+h1{font-size:22px;margin:0}
+h2{font-size:16px;margin:28px 0 10px;padding-bottom:4px;border-bottom:1px solid var(--line)}
+h3{font-size:14px;margin:0 0 6px}
+.sub{color:var(--muted);margin:0 0 18px;word-break:break-all}
+.badge{display:inline-block;padding:2px 10px;border-radius:999px;font-weight:600;font-size:12px;
+text-transform:uppercase;letter-spacing:.04em}
+.ok{background:#d3f9d8;color:#2b8a3e}.warn{background:#fff3bf;color:#946200}.bad{background:#ffe3e3;color:#c92a2a}
+.message{background:var(--card);border-left:4px solid #f59f00;padding:8px 12px;margin:0 0 16px;
+white-space:pre-wrap;word-break:break-word}
+.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(150px,1fr));gap:10px}
+.card{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:10px 14px}
+.card .v{font-size:22px;font-weight:650;font-variant-numeric:tabular-nums}
+.card .k{color:var(--muted);font-size:12px}
+.grid2{display:grid;grid-template-columns:repeat(auto-fit,minmax(560px,1fr));gap:14px}
+.panel{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:12px 14px;overflow:auto}
+.legend{display:flex;gap:14px;flex-wrap:wrap;font-size:12px;color:var(--muted);margin-top:4px}
+.legend i{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:5px;vertical-align:-1px}
+table{border-collapse:collapse;width:100%;background:var(--card);font-variant-numeric:tabular-nums}
+th,td{text-align:left;padding:6px 9px;border-bottom:1px solid var(--line);vertical-align:top}
+th{font-size:12px;color:var(--muted);font-weight:600;background:#fafbfc;white-space:nowrap}
+td.n,th.n{text-align:right;white-space:nowrap}
+.wrap{border:1px solid var(--line);border-radius:8px;overflow:auto}
+.cell{max-width:360px;white-space:pre-wrap;word-break:break-word}
+.clip{display:-webkit-box;-webkit-line-clamp:3;-webkit-box-orient:vertical;overflow:hidden}
+.small{font-size:11px}
+.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px}
+.muted{color:var(--muted)}
+details{background:var(--card);border:1px solid var(--line);border-radius:8px;margin-bottom:8px}
+summary{cursor:pointer;padding:8px 12px;font-weight:600}
+details .wrap{border:0;border-top:1px solid var(--line);border-radius:0}
+svg.chart{width:100%;height:auto;display:block}
+svg .grid{stroke:#eef0f3;stroke-width:1}
+svg .axis{stroke:#9aa5b1;stroke-width:1}
+svg .session{stroke:#9aa5b1;stroke-dasharray:4 3}
+svg .line{fill:none;stroke-width:1.6;stroke-linejoin:round}
+svg .hbar{fill:#4c6ef5}
+svg .mark{stroke:#c92a2a;stroke-dasharray:3 3}
+svg text{font:11px system-ui,sans-serif;fill:#616e7c}
+svg .ylab{text-anchor:end}svg .xlab{text-anchor:middle}svg .mlab{fill:#c92a2a;font-weight:600}
+footer{margin-top:32px;color:var(--muted);font-size:12px}
+"""
+
+
+def t(value: Any) -> str:
+    """Any value as HTML text: escaped, quotes included."""
+    return escape(str(value), quote=True)
+
+
+def n(value: float) -> str:
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:,.2f}"
+    return f"{int(value):,}"
+
+
+def seconds_text(value: float | None) -> str:
+    if value is None:
+        return "–"
+    if value < 1:
+        return f"{value * 1000:.0f} ms" if value >= 0.01 else f"{value * 1000:.1f} ms"
+    return f"{value:.2f} s"
+
+
+def metric(name: str, value: float, shown: str | None = None) -> str:
+    return f'<span data-metric="{t(name)}" data-value="{t(value)}">{t(shown if shown is not None else n(value))}</span>'
+
+
+def render(data: ReportData, *, version: str = "") -> str:
+    body = [
+        _header(data),
+        _summary(data),
+        _over_time(data),
+        _models(data),
+        _latency(data),
+        _preflight(data),
+        _failures(data),
+        _samples(data),
+        _notes(data),
+        f"<footer>genwire {t(version)} · written {t(time.strftime('%Y-%m-%d %H:%M:%S %Z'))}"
+        " · one self-contained file: no script, nothing fetched</footer>",
+    ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
+        'img-src data:">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<title>genwire report · {t(data.output)}</title><style>{CSS}</style></head>"
+        f"<body><main>{''.join(body)}</main></body></html>\n"
+    )
+
+
+def _header(data: ReportData) -> str:
+    style = OUTCOME_STYLE.get(data.outcome, "warn")
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(data.started)) if data.started else "–"
+    sessions = f"{data.sessions} session{'s' if data.sessions != 1 else ''}"
+    out = [
+        "<header><h1>genwire run report</h1>",
+        f'<span class="badge {style}" data-metric="outcome">{t(data.outcome)}</span></header>',
+        f'<p class="sub">{t(data.output)} · started {t(started)} · {t(sessions)} · '
+        f"{t(seconds_text(data.active_s))} generating</p>",
+    ]
+    if data.message and data.outcome != "completed":
+        out.append(f'<div class="message">{t(data.message)}</div>')
+    return "".join(out)
+
+
+def _card(key: str, name: str, value: float, shown: str | None = None) -> str:
+    return f'<div class="card"><div class="v">{metric(name, value, shown)}</div><div class="k">{t(key)}</div></div>'
+
+
+def _summary(data: ReportData) -> str:
+    models = data.models.values()
+    requests = sum(m.count("requests") for m in models)
+    tokens_in = sum(m.count("prompt_tokens") for m in models)
+    tokens_out = sum(m.count("completion_tokens") for m in models)
+    cost = data.cost()
+    made = data.rows_written - data.rows_resumed
+    rate = made / data.active_s if data.active_s > 0 else 0.0
+    cards = [
+        _card("rows written", "rows_written", data.rows_written),
+        _card("rows failed", "rows_failed", data.rows_failed),
+        _card("rows resumed", "rows_resumed", data.rows_resumed),
+        _card("answers from cache", "cached", data.cached),
+        _card("model requests", "requests", requests),
+        _card("input tokens", "prompt_tokens", tokens_in),
+        _card("output tokens", "completion_tokens", tokens_out),
+        _card("cost", "cost_usd", sum(cost.values()), f"${sum(cost.values()):,.4f}")
+        if cost is not None
+        else '<div class="card"><div class="v"><span data-metric="cost_usd">unknown</span></div>'
+        '<div class="k">cost (no prices set)</div></div>',
+        _card("rows / s", "rows_per_s", round(rate, 2), f"{rate:,.1f}"),
+    ]
+    if data.rows_requested is not None:
+        cards.insert(0, _card("rows asked for", "rows_requested", data.rows_requested))
+    return '<h2>Summary</h2><div class="cards">' + "".join(cards) + "</div>"
+
+
+def _legend(names: Iterable[str]) -> str:
+    items = "".join(f'<span><i style="background:{colour(i)}"></i>{t(name)}</span>' for i, name in enumerate(names))
+    return f'<div class="legend">{items}</div>'
+
+
+def _over_time(data: ReportData) -> str:
+    bins = data.bins()
+    if not bins:
+        return '<h2>Over time</h2><p class="muted">No metrics were recorded.</p>'
+    aliases = list(data.models)
+    x0 = [b.x for b in bins]
+    width = bins[0].width
+    end = max(data.active_s, bins[-1].x + width)
+    charts = [
+        (
+            "Rows done",
+            [("written", _running(b.rows for b in bins)), ("failed", _running(b.failed for b in bins))],
+            False,
+        ),
+        ("Requests per second", [(a, [b.requests.get(a, 0) / b.width for b in bins]) for a in aliases], False),
+        (
+            "Requests in flight (most at once)",
+            [(a, [float(b.in_flight.get(a, 0)) for b in bins]) for a in aliases],
+            False,
+        ),
+        ("429 answers (rate limited)", [(a, [b.limited.get(a, 0) for b in bins]) for a in aliases], True),
+    ]
+    panels = []
+    for title, series, bars in charts:
+        svg = time_chart(title, x0, width, end, series, bars=bars, boundaries=data.boundaries)
+        total = f' <span class="muted">· {n(sum(sum(v) for _, v in series))} in all</span>' if bars else ""
+        panels.append(f'<div class="panel"><h3>{t(title)}{total}</h3>{svg}{_legend(name for name, _ in series)}</div>')
+    note = (
+        f'<p class="muted">Dashed lines: where a resumed session began. Bins of {t(f"{width:g}")} s.</p>'
+        if data.boundaries
+        else f'<p class="muted">Bins of {t(f"{width:g}")} s.</p>'
+    )
+    return '<h2>Over time</h2><div class="grid2">' + "".join(panels) + "</div>" + note
+
+
+def _running(values: Iterable[float]) -> list[float]:
+    """Running totals: progress reads better than per-bin rows, which come in batches."""
+    total, out = 0.0, []
+    for value in values:
+        total += value
+        out.append(total)
+    return out
+
+
+def _classes(counts: dict[str, int]) -> str:
+    if not counts:
+        return '<span class="muted">–</span>'
+    return ", ".join(f"{t(c)} {n(k)}" for c, k in sorted(counts.items()))
+
+
+def _models(data: ReportData) -> str:
+    if not data.models:
+        return ""
+    head = (
+        "<tr><th>model</th><th class=n>requests</th><th class=n>cache hits</th><th class=n>batched</th>"
+        "<th class=n>input tokens</th><th class=n>output tokens</th><th class=n>cost</th>"
+        "<th class=n>retries</th><th class=n>429s</th><th>requests failed</th>"
+        "<th class=n>p50</th><th class=n>p99</th><th class=n>peak in flight</th></tr>"
+    )
+    rows = []
+    for alias, m in data.models.items():
+        a = t(alias)
+
+        def cell(field: str, value: float, alias: str = a, extra: str = "") -> str:
+            return f'<td class=n><span data-model="{alias}" data-field="{field}">{n(value)}</span>{extra}</td>'
+
+        usd = m.counters.get("usd")
+        retried = m.retries_by_class
+        rows.append(
+            f'<tr><td class="mono">{a}<div class="muted small">{t(data.served.get(alias, ""))}</div></td>'
+            + cell("requests", m.count("requests"))
+            + cell("cached", m.count("cached"))
+            + cell("batched", m.count("batched"))
+            + cell("prompt_tokens", m.count("prompt_tokens"))
+            + cell("completion_tokens", m.count("completion_tokens"))
+            + (
+                f'<td class=n><span data-model="{a}" data-field="usd">'
+                f"{'unknown' if usd is None else f'${usd:,.4f}'}</span></td>"
+            )
+            + cell(
+                "retries",
+                m.count("retries"),
+                extra=f'<div class="muted small">{_classes(retried)}</div>' if retried else "",
+            )
+            + cell("rate_limited", m.count("rate_limited"))
+            + f"<td>{_classes(m.gave_up)}</td>"
+            + f"<td class=n>{t(seconds_text(percentile(m.latency, 0.5)))}</td>"
+            + f"<td class=n>{t(seconds_text(percentile(m.latency, 0.99)))}</td>"
+            + cell("peak_in_flight", m.peak_in_flight)
+            + "</tr>"
+        )
+    return f'<h2>Models</h2><div class="wrap"><table>{head}{"".join(rows)}</table></div>'
+
+
+def _latency(data: ReportData) -> str:
+    overall = merged_latency(data.models)
+    if not overall:
+        return ""
+    rows = []
+    entries: list[tuple[str, ModelTotals | None, dict[int, int]]] = [("all models", None, overall)]
+    if len(data.models) > 1:
+        entries += [(alias, m, m.latency) for alias, m in data.models.items() if m.latency]
+    for name, _, buckets in entries:
+        cells = "".join(f"<td class=n>{t(seconds_text(percentile(buckets, q)))}</td>" for _, q in QUANTILES)
+        rows.append(f'<tr><td class="mono">{t(name)}</td><td class=n>{n(sum(buckets.values()))}</td>{cells}</tr>')
+    head = "<tr><th>model</th><th class=n>answers</th>" + "".join(f"<th class=n>{q}</th>" for q, _ in QUANTILES)
+    marks = [(name, value) for name, q in QUANTILES if (value := percentile(overall, q)) is not None]
+    return (
+        '<h2>Latency</h2><div class="grid2"><div class="panel"><h3>Time per HTTP attempt, all models</h3>'
+        f"{latency_histogram(overall, marks)}</div>"
+        f'<div><div class="wrap"><table>{head}</tr>{"".join(rows)}</table></div>'
+        '<p class="muted">From sending a request to its answer (waits for a slot and retry backoffs not '
+        "included); percentiles read from log-scale buckets, within about 12 %.</p></div></div>"
+    )
+
+
+def _preflight(data: ReportData) -> str:
+    report = data.preflight
+    if not isinstance(report, dict):
+        return '<h2>Pre-flight</h2><p class="muted">No pre-flight in this run (skipped).</p>'
+    rows = []
+    for check in report.get("checks") or []:
+        if not isinstance(check, dict):
+            continue
+        status = str(check.get("status", ""))
+        style = {"ok": "ok", "failed": "bad"}.get(status, "warn")
+        latency = check.get("latency_s")
+        rows.append(
+            f'<tr><td class="mono">{t(check.get("target", ""))}</td><td>{t(check.get("kind", ""))}</td>'
+            f'<td><span class="badge {style}">{t(status)}</span></td><td>{t(check.get("error_class") or "")}</td>'
+            f"<td class=n>{t(seconds_text(latency if isinstance(latency, int | float) else None))}</td>"
+            f"<td class=n>{t(check.get('attempts', ''))}</td>"
+            f"<td>{t(', '.join(map(str, check.get('used_by') or [])))}</td>"
+            f'<td class="cell">{t(check.get("message", ""))}</td></tr>'
+        )
+    head = (
+        "<tr><th>target</th><th>kind</th><th>status</th><th>class</th><th class=n>latency</th>"
+        "<th class=n>attempts</th><th>used by</th><th>message</th></tr>"
+    )
+    took = report.get("duration_s")
+    when = f" in {seconds_text(took)}" if isinstance(took, int | float) else ""
+    return (
+        f'<h2>Pre-flight</h2><p class="muted">{len(rows)} check(s){t(when)}.</p>'
+        f'<div class="wrap"><table>{head}{"".join(rows)}</table></div>'
+    )
+
+
+def _failures(data: ReportData) -> str:
+    if not data.failures:
+        return '<h2>Failed rows</h2><p class="muted">No row failed.</p>'
+    parts = ["<h2>Failed rows</h2>"]
+    for error_class, group in data.failures.items():
+        rows = "".join(
+            f'<tr><td class=n>{t(e["row"])}</td><td class="mono">{t(e["column"])}</td>'
+            f'<td class="cell"><div class="clip">{t(e["error"])}</div></td>'
+            f'<td class="cell mono"><div class="clip">{t(_row_text(e["data"]))}</div></td></tr>'
+            for e in group.examples
+        )
+        shown = f"{len(group.examples)} example(s)" if group.count > len(group.examples) else ""
+        parts.append(
+            f'<details open><summary><span class="mono">{t(error_class)}</span> · '
+            f'<span data-failure-class="{t(error_class)}">{n(group.count)}</span> row(s) '
+            f'<span class="muted">{t(shown)}</span></summary><div class="wrap"><table>'
+            "<tr><th class=n>row</th><th>column</th><th>error</th><th>row so far</th></tr>"
+            f"{rows}</table></div></details>"
+        )
+    return "".join(parts)
+
+
+def _row_text(row: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in row.items())
+
+
+def _samples(data: ReportData) -> str:
+    if not data.samples:
+        return '<h2>Sample rows</h2><p class="muted">No row kept yet.</p>'
+    columns = data.columns[:24] or list(data.samples[0][1])[:24]
+    head = "<tr><th class=n>row</th>" + "".join(f"<th>{t(c)}</th>" for c in columns) + "</tr>"
+    rows = []
+    for index, row in data.samples:
+        cells = "".join(
+            f'<td class="cell"><div class="clip">{t(cell_text(row[c]) if c in row else "")}</div></td>' for c in columns
+        )
+        rows.append(f"<tr><td class=n>{t(index)}</td>{cells}</tr>")
+    more = f" (first {len(columns)} of {len(data.columns)} columns)" if len(data.columns) > len(columns) else ""
+    return (
+        f'<h2>Sample rows</h2><p class="muted">The first {len(data.samples)} rows kept{t(more)}; '
+        "long cells are cut.</p>"
+        f'<div class="wrap"><table>{head}{"".join(rows)}</table></div>'
+    )
+
+
+def _notes(data: ReportData) -> str:
+    if not data.notes:
+        return ""
+    return "<h2>Notes</h2><ul>" + "".join(f"<li>{t(note)}</li>" for note in data.notes) + "</ul>"

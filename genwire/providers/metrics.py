@@ -1,0 +1,152 @@
+"""What a run's model requests did, second by second (SPEC §19): the request side.
+
+The run sets a ``RequestRecorder`` as the current one (``start_recording``); each HTTP attempt
+of a model request goes through ``timed_attempt`` (in flight, latency bucket, outcome)
+and a request that gives up says so with ``note_gave_up``. Outside a run (or with the
+recorder off) both cost one context-variable read. Counters the clients keep anyway
+(requests, retries, 429s, tokens, cache hits, batched lines: ``ModelUsage``) are not
+recorded here: the engine reads their differences once a second (``engine.metrics``), so
+a cache hit costs nothing more than it did.
+
+Latency is bucketed on a log scale (``latency_bucket``): percentiles read from the
+buckets are within one bucket's width (about 12 %), whatever the number of requests.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Awaitable
+from contextvars import ContextVar, Token
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from genwire.providers.failures import AttemptFailure
+
+__all__ = [
+    "AliasSecond",
+    "RequestRecorder",
+    "bucket_bounds",
+    "latency_bucket",
+    "note_gave_up",
+    "start_recording",
+    "stop_recording",
+    "timed_attempt",
+]
+
+T = TypeVar("T")
+
+# Bucket i holds latencies in [FIRST_S * GROWTH**i, FIRST_S * GROWTH**(i+1)); bucket 0 also
+# everything below FIRST_S, the last everything above (1 ms to ~22 minutes in 64 buckets).
+FIRST_S = 0.001
+GROWTH = 1.25
+BUCKETS = 64
+_LOG_GROWTH = math.log(GROWTH)
+
+
+def latency_bucket(seconds: float) -> int:
+    if seconds <= FIRST_S:
+        return 0
+    return min(int(math.log(seconds / FIRST_S) / _LOG_GROWTH), BUCKETS - 1)
+
+
+def bucket_bounds(bucket: int) -> tuple[float, float]:
+    """The (low, high) seconds of a bucket."""
+    return FIRST_S * GROWTH**bucket, FIRST_S * GROWTH ** (bucket + 1)
+
+
+@dataclass(slots=True)
+class AliasSecond:
+    """One alias's attempts in one interval: sent, answered (ok or not), the most in
+    flight at once, latency buckets of the answered, failed attempts by class and
+    requests that gave up by class (``errors - gave_up`` were retried)."""
+
+    sent: int = 0
+    answered: int = 0
+    peak_in_flight: int = 0
+    latency: dict[int, int] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=dict)
+    gave_up: dict[str, int] = field(default_factory=dict)
+
+
+class RequestRecorder:
+    """Per alias: attempts in flight now, and this interval's ``AliasSecond`` (taken, and
+    started afresh, by ``take``)."""
+
+    def __init__(self) -> None:
+        self.in_flight: dict[str, int] = {}
+        self._now: dict[str, AliasSecond] = {}
+
+    def _second(self, alias: str) -> AliasSecond:
+        second = self._now.get(alias)
+        if second is None:
+            second = self._now[alias] = AliasSecond()
+        return second
+
+    def take(self) -> dict[str, AliasSecond]:
+        """This interval's figures; the next starts with the attempts still in flight as its peak."""
+        taken, self._now = self._now, {}
+        for alias, count in self.in_flight.items():
+            if count:
+                self._second(alias).peak_in_flight = count
+        return taken
+
+    async def attempt(self, alias: str, attempt: Awaitable[T]) -> T:
+        second = self._second(alias)
+        second.sent += 1
+        flying = self.in_flight.get(alias, 0) + 1
+        self.in_flight[alias] = flying
+        if flying > second.peak_in_flight:
+            second.peak_in_flight = flying
+        started = time.monotonic()
+        outcome: str | None = "cancelled"
+        try:
+            result = await attempt
+            outcome = None
+            return result
+        except AttemptFailure as failure:
+            outcome = failure.error_class.value
+            raise
+        except Exception as exc:  # not a classified failure: named by its type
+            outcome = type(exc).__name__
+            raise
+        finally:
+            self.in_flight[alias] -= 1
+            if outcome != "cancelled":
+                second = self._second(alias)  # the interval may have turned meanwhile
+                second.answered += 1
+                bucket = latency_bucket(time.monotonic() - started)
+                second.latency[bucket] = second.latency.get(bucket, 0) + 1
+                if outcome is not None:
+                    second.errors[outcome] = second.errors.get(outcome, 0) + 1
+
+    def gave_up(self, alias: str, error_class: str) -> None:
+        second = self._second(alias)
+        second.gave_up[error_class] = second.gave_up.get(error_class, 0) + 1
+
+
+_current: ContextVar[RequestRecorder | None] = ContextVar("genwire_request_recorder", default=None)
+
+
+def start_recording(recorder: RequestRecorder) -> Token[RequestRecorder | None]:
+    """From now on, requests of this task (and of the tasks it starts) are recorded."""
+    return _current.set(recorder)
+
+
+def stop_recording(token: Token[RequestRecorder | None]) -> None:
+    _current.reset(token)
+
+
+async def timed_attempt(alias: str, attempt: Awaitable[T]) -> T:
+    """``await attempt``, recorded (in flight, latency, outcome) when a run records."""
+    recorder = _current.get()
+    if recorder is None:
+        return await attempt
+    return await recorder.attempt(alias, attempt)
+
+
+def note_gave_up(alias: str, error_class: str) -> None:
+    """A request failed for good (its retries, if any, are over)."""
+    recorder = _current.get()
+    if recorder is not None:
+        recorder.gave_up(alias, error_class)
