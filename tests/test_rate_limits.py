@@ -70,23 +70,21 @@ async def test_a_rate_limited_run_finishes_near_the_limit_with_no_failed_row(
     assert result.usage["writer"].rate_limited == server.rate_limited
 
 
-async def test_stray_429s_keep_a_fast_run_near_its_clean_rate(tmp_path: Path) -> None:
-    """SPEC §10: 2 % random 429s on a fast endpoint neither brake the model nor stall the
-    run. A stray among the last rows delays the end by its Retry-After whatever the client
-    does, so the figure is taken against that ceiling: clean time / (clean time + wait)."""
-    rows, wait = 1000, 0.2
+async def test_stray_429s_are_retried_without_braking_the_model(tmp_path: Path) -> None:
+    """SPEC §10: 2 % random 429s on a fast endpoint neither fail a row nor brake the
+    model: each refused request is sent once more, after its own Retry-After. (How close
+    such a run stays to its clean rate is a speed: benchmarks/rate_limited.py measures it.)"""
+    rows = 1000
     with FakeOpenAIServer(latency=0.01) as server:
-        cfg = pipeline(server, tmp_path, rows, max_concurrency=32)
-        await run(pipeline(server, tmp_path, 100, max_concurrency=32))  # warm-up
-        clean = await run(cfg)
-        server.fail_rate("writer", 0.02, [FakeResponse(429, headers={"Retry-After": f"{wait:g}"})], seed=3)
-        cfg["pipeline"]["output"] = str(tmp_path / "stray.jsonl")
-        stray = await run(cfg)
+        server.fail_rate("writer", 0.02, [FakeResponse(429, headers={"Retry-After": "0.2"})], seed=3)
+        stray = await run(pipeline(server, tmp_path, rows, max_concurrency=32))
+        sent = server.requests["writer"]
     assert stray.rows_failed == 0 and stray.rows_written == rows
-    assert stray.usage["writer"].rate_limited >= 10
+    refused = stray.usage["writer"].rate_limited
+    assert refused >= 10  # the seeded 2 % of some 1,000 requests
+    assert stray.usage["writer"].retries == refused  # each stray retried, nothing else was
+    assert sent == rows + refused  # every row answered once, each 429 re-sent once
     assert sum(c.pauses for c in stray.concurrency.values()) == 0  # strays never brake the model
-    ceiling = clean.duration_s / (clean.duration_s + wait)
-    assert stray.rows_per_s >= 0.8 * ceiling * clean.rows_per_s, (stray.rows_per_s, clean.rows_per_s)
 
 
 async def test_without_adaptation_the_same_run_fails_rows(tmp_path: Path) -> None:
