@@ -124,7 +124,7 @@ def test_interrupt_exits_promptly_keeps_the_rows_and_says_how_to_resume(
         proc.send_signal(signum)
         sent = time.monotonic()
         _, stderr = proc.communicate(timeout=15)
-        assert time.monotonic() - sent < 5
+        assert time.monotonic() - sent < 10  # prompt, not hung (generous: a loaded machine)
         assert proc.returncode == code, stderr
         kept = kept_rows(directory)
         assert f"interrupted: {kept:,} of 400 rows kept in {directory}; rerun the same command to resume" in stderr
