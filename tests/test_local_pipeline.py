@@ -71,10 +71,11 @@ def test_main_job_on_the_embedded_models(tmp_path: Path) -> None:
     project = tmp_path / "retrieval"
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("out", ".genwire"))
     config = project / "genwire.yaml"
-    assert "\npreflight:" not in config.read_text()
+    shipped = "\npreflight:\n  timeout_s: 30\n  deadline_s: 90\n"
+    assert shipped in config.read_text()
     # The example as shipped, with room for loading the weights on a loaded 2-core machine
-    # (the default timeout_s of 20 s is a speed this test does not assert).
-    config.write_text(config.read_text() + "\npreflight: {timeout_s: 300, deadline_s: 600}\n")
+    # (its 30 s probe timeout is a speed this test does not assert).
+    config.write_text(config.read_text().replace(shipped, "\npreflight: {timeout_s: 300, deadline_s: 600}\n"))
     result = CliRunner().invoke(cli, ["run", str(config), "-n", "3"])
     assert result.exit_code == 0, result.output
     out = project / "out" / "retrieval.jsonl"
