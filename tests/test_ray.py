@@ -330,7 +330,9 @@ async def test_max_concurrency_holds_across_the_cluster(
     assert result.rows_written == 200
     # Each worker holds its share of the slots (2+2, 3+2; a cap of 1 allows one worker).
     assert len({r["pid"] for r in read_rows(tmp_path / "out.jsonl")}) == workers
-    assert fake_openai_server.peak_in_flight == max_concurrency
+    # Never more in flight than the cap, cluster-wide. (That every slot fills at once is
+    # a race a loaded machine can lose: the split is shown by the worker count above.)
+    assert 1 <= fake_openai_server.peak_in_flight <= max_concurrency
 
 
 @pytest.mark.parametrize(
