@@ -157,3 +157,23 @@ def test_stop_cuts_a_hang_short() -> None:
     thread.join(timeout=10)
     assert time.monotonic() - start < 5
     assert result and result[0] in (504, "RemoteDisconnected", "ConnectionResetError")
+
+
+def test_wait_idle_waits_for_the_clients_connections_to_close(fake_openai_server: FakeOpenAIServer) -> None:
+    """A run that ends mid-flight may leave requests on the wire; ``wait_idle`` returns
+    only once its connections are closed, so what the server counts next is the next run's."""
+    import socket
+
+    body = json.dumps({"model": "writer", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    assert fake_openai_server.port is not None
+    with socket.create_connection(("127.0.0.1", fake_openai_server.port), timeout=30) as conn:
+        conn.sendall(head + body)
+        assert conn.recv(12).startswith(b"HTTP/1.1 200")  # answered; the connection stays open (keep-alive)
+        with pytest.raises(TimeoutError, match=r"1 client connection\(s\) open"):
+            fake_openai_server.wait_idle(timeout=0.3)
+    fake_openai_server.wait_idle()  # closed: returns
+    assert fake_openai_server.total_requests == 1 and fake_openai_server.in_flight == 0

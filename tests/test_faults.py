@@ -154,7 +154,7 @@ def test_sigint_mid_run_exits_promptly_and_cleanly(tmp_path: Path) -> None:
         took = time.monotonic() - sent
     print(f"\nSIGINT to exit: {took:.2f}s")
     assert proc.returncode == 130, stderr
-    assert took < 3
+    assert took < 10  # generous: it guards against a hang (a loaded machine slows the exit, never 10 s)
     assert "interrupted" in stderr and "Traceback" not in stderr
     assert "Unclosed" not in stderr and "ResourceWarning" not in stderr
     assert not out.exists()

@@ -161,14 +161,17 @@ def test_hostile_files_are_bounded(tmp_path: Path, name: str, text: str, expect:
     path = tmp_path / f"{name}.yaml"
     path.write_text(text)
     tracemalloc.start()
-    started = time.perf_counter()
+    started = time.process_time()
     try:
         with pytest.raises((genwire.ConfigError, genwire.WiringError)) as info:
             genwire.boot(path)
     finally:
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-    assert time.perf_counter() - started < 30  # generous: it guards against a hang, not speed
+    # This process's CPU time, not the wall clock: other processes on a loaded machine
+    # stretch the wall clock 5-fold (70 s here with two CPU burners beside the suite) but not
+    # the work done. Generous: it guards against an expansion that never ends, not speed.
+    assert time.process_time() - started < 60
     assert peak < 512 * 1024 * 1024
     assert expect in str(info.value)
     assert all(LOCATION.match(p) for p in info.value.problems)

@@ -302,7 +302,7 @@ async def test_hang_times_out_with_timeout_class(
         start = time.monotonic()
         with pytest.raises(ModelError) as caught:
             await p.chat_model("writer", chat_config()).complete("hi")
-        assert time.monotonic() - start < 2.0
+        assert time.monotonic() - start < 10  # the 0.3 s timeout, not the 1 h hang (generous: a loaded machine)
     finally:
         await p.aclose()
     assert caught.value.error_class is ErrorClass.TIMEOUT

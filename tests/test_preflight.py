@@ -191,7 +191,7 @@ async def test_hung_endpoint_times_out_within_deadline(fake_openai_server: FakeO
     elapsed = time.perf_counter() - started
     assert report.check("m").error_class == "timeout"
     assert report.check("ok").status == "ok"
-    assert elapsed < 1.0 + 0.5
+    assert elapsed < 1.0 + 4  # the 1 s deadline, not the 10 s timeout (generous: a loaded machine)
 
 
 async def test_skipped_and_overridden_targets(fake_openai_server: FakeOpenAIServer) -> None:
@@ -350,6 +350,10 @@ async def test_one_models_429s_never_delay_another_models_probe(fake_openai_serv
     took = time.monotonic() - started
     down, fine, limited = report.check("down"), report.check("fine"), report.check("limited")
     assert (down.status, down.error_class, down.attempts) == ("failed", "server_error", 3)
-    assert fine.status == "ok" and fine.latency_s < 0.5  # one probe time (200 ms), never a pause
+    assert fine.status == "ok"
     assert (limited.status, limited.error_class) == ("failed", "rate_limited")
-    assert took < 2.5
+    # The healthy probe went out with the first round, not queued behind the others'
+    # retries or a pause (an order, not a speed: a loaded machine keeps it).
+    sent = {name: [t for t, model, _ in fake_openai_server.log if model == name] for name in models}
+    assert len(sent["fine"]) == 1 and sent["fine"][0] < min(sent["limited"][-1], sent["down"][-1]), sent
+    assert took < 1.5 * 3  # within the probe's timeout, never its retries' sum

@@ -212,6 +212,61 @@ async def test_ray_workers_share_the_response_cache(
     again = await run(cfg, "ray", output=tmp_path / "again.jsonl")
     assert fake_openai_server.requests["writer"] == 1 and again.usage["writer"].cached == 40
     assert (tmp_path / "again.jsonl").read_bytes() == (tmp_path / "ray.jsonl").read_bytes()
+    # The driver counted the workers' hits as its own (the workers write nothing).
+    assert cache_table(tmp_path / "cache", "SELECT value FROM meta WHERE name = 'hits'") == [(80,)]
+
+
+def cache_table(directory: Path, sql: str) -> list[tuple[Any, ...]]:
+    import sqlite3
+
+    conn = sqlite3.connect(directory / "responses.sqlite3")
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+async def test_a_worker_only_reads_the_cache_and_the_driver_stores_its_answers(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """The driver is the cache's one writer: a worker (here in-process, as Ray runs it in
+    its actor) sends the answers it paid for back with its rows and writes nothing, not
+    even its hit count; the driver stores them."""
+    from genwire.engine.ray_engine import BlockWorker, WorkerSpec, store_worker_answers
+    from genwire.providers.response_cache import ResponseCache
+
+    cfg = pipeline(fake_openai_server, tmp_path, n=16)
+    at = tmp_path / "cache"
+    driver = ResponseCache(at)
+    driver.prepare()  # as RayBatches does before starting its workers
+    container = genwire.boot(cfg)
+    spec = WorkerSpec(container.loaded, {c.generator_name: c.generator_cls for c in container.columns}, at)
+
+    async def block(rows: list[int]) -> list[Any]:
+        worker = BlockWorker(spec)
+        try:
+            out = await worker.run_block(rows, 8)
+        finally:
+            await worker.close()
+        assert isinstance(out, list), out
+        return out
+
+    paid = await block(list(range(16)))
+    assert fake_openai_server.requests["writer"] == 16
+    assert sorted(e.row for r in paid for e in r.answers) == list(range(16))  # every answer comes back
+    assert cache_table(at, "SELECT COUNT(*) FROM answers") == [(0,)]  # and the worker stored none
+    await store_worker_answers(driver, paid)
+    assert cache_table(at, "SELECT COUNT(*) FROM answers") == [(16,)]
+    assert all(not r.answers for r in paid)  # stored: the rows go on without them
+
+    hit = await block(list(range(16)))
+    assert fake_openai_server.requests["writer"] == 16 and sum(r.cached for r in hit) == 16
+    assert all(not r.answers for r in hit)
+    assert cache_table(at, "SELECT * FROM meta") == []  # no hit count written by the worker either
+    await store_worker_answers(driver, hit)
+    driver.close()  # the driver records the workers' hits
+    assert cache_table(at, "SELECT name, value FROM meta") == [("hits", 16)]
+    await container.aclose()
 
 
 async def test_a_stopped_ray_run_resumes_on_ray_with_the_same_rows(
@@ -275,7 +330,9 @@ async def test_max_concurrency_holds_across_the_cluster(
     assert result.rows_written == 200
     # Each worker holds its share of the slots (2+2, 3+2; a cap of 1 allows one worker).
     assert len({r["pid"] for r in read_rows(tmp_path / "out.jsonl")}) == workers
-    assert fake_openai_server.peak_in_flight == max_concurrency
+    # Never more in flight than the cap, cluster-wide. (That every slot fills at once is
+    # a race a loaded machine can lose: the split is shown by the worker count above.)
+    assert 1 <= fake_openai_server.peak_in_flight <= max_concurrency
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,6 @@ import inspect
 import json
 import os
 import sys
-from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -149,10 +148,3 @@ def lint_targets(targets: tuple[str, ...], as_json: bool) -> None:
             click.echo(str(f))
         click.echo(_summary(checked, findings))
     sys.exit(0 if ok else 1)
-
-
-def report_findings(columns: Iterable[Any]) -> None:
-    """Print the static check's warnings and notes of a booted pipeline's columns on
-    stderr (``warning: file:line:col: ...``); they never change the exit code."""
-    for f in dict.fromkeys(f for c in columns for f in c.source_findings):
-        click.echo(str(f), err=True)

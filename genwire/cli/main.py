@@ -137,7 +137,7 @@ _FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 def _boot(file: Path) -> Any:
     """The full container (``run``): its ``run`` brings in the engine."""
     from genwire.app import boot
-    from genwire.cli.lint_command import report_findings
+    from genwire.cli.findings import report_findings
 
     container = boot(file)
     report_findings(container.columns)  # the static check's warnings and notes, on stderr
@@ -146,7 +146,7 @@ def _boot(file: Path) -> Any:
 
 def _wire(file: Path) -> WiredPipeline:
     """The wired pipeline without the engine: what validate, plan and preflight need."""
-    from genwire.cli.lint_command import report_findings
+    from genwire.cli.findings import report_findings
     from genwire.container.boot import boot_container
     from genwire.container.core import WiredPipeline
 

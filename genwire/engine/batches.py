@@ -6,7 +6,7 @@ import asyncio
 import copy
 import itertools
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from genwire.container.core import WiredPipeline
@@ -22,7 +22,7 @@ from genwire.errors import (
 from genwire.generators.base import Generator
 from genwire.generators.outcome import RowFailure
 from genwire.providers.request_context import BatchScope, batch_scope, column_scope
-from genwire.providers.response_cache import ResponseCache
+from genwire.providers.response_cache import Entry, ResponseCache
 from genwire.providers.tracing import batch_span
 
 T = TypeVar("T")
@@ -44,6 +44,9 @@ class BatchResult:
     rows: list[dict[str, Any]]
     failures: list[dict[str, Any]]
     cached: int = 0  # answers the response cache served for this batch (no request sent)
+    # The answers its rows kept, for a runner that does not store them itself (a Ray
+    # worker: the driver is the cache's one writer).
+    answers: list[Entry] = field(default_factory=list)
 
 
 def private_rows(rows: list[dict[str, Any]], mutable: list[str]) -> list[dict[str, Any]]:
@@ -75,11 +78,16 @@ def failure_record(
 class BatchRunner:
     """Runs the container's column generators over batches of row indices."""
 
-    def __init__(self, container: WiredPipeline, cache: ResponseCache | None = None) -> None:
+    def __init__(
+        self, container: WiredPipeline, cache: ResponseCache | None = None, *, store_answers: bool = True
+    ) -> None:
+        """``store_answers=False``: the answers kept go back in ``BatchResult.answers``
+        for the caller to store, and ``cache`` is only read."""
         container.reset_generators()  # generators may keep per-run state (cursors, caches)
         self.generators: list[Generator[Any]] = [container.generator(c.name) for c in container.columns]
         self.columns = [c.name for c in container.columns]
         self.cache = cache
+        self.store_answers = store_answers
         self.live = 0  # rows of the running batches that have not failed nor finished
         self.seed = container.config.pipeline.seed  # in every cache key: a new seed asks again
 
@@ -93,10 +101,11 @@ class BatchRunner:
             try:
                 result = await self._run(indices, scope)
             finally:
-                if scope is not None:  # answers kept by a batch that was cancelled: still stored
+                if scope is not None and self.store_answers:  # a cancelled batch's answers: still stored
                     scope.cache.put_many(scope.take_kept())
             if scope is not None:
                 result.cached = scope.hits
+                result.answers = scope.take_kept()  # what the caller stores (empty once stored here)
             if traced is not None:
                 traced.set({"genwire.rows.failed": len(result.failures), "genwire.cache.hits": result.cached})
             return result
@@ -118,7 +127,7 @@ class BatchRunner:
                 break
             with column_scope(gen.column, indices):  # the column's hits, looked up in one query
                 values = await self.call(gen, private_rows(live, mutable), indices)
-            if scope is not None and scope.kept:
+            if scope is not None and scope.kept and self.store_answers:
                 kept_answers = scope.take_kept()
                 if scope.cache.writable:  # one transaction per column and batch, off the event loop
                     await asyncio.to_thread(scope.cache.put_many, kept_answers)

@@ -50,10 +50,15 @@ in row order, so the ``OutputSink`` writes exactly what the local engine writes.
 * **Checkpoints.** Blocks come back to the driver in row order and go through the same
   ``OutputSink`` as the local engine's batches: the driver writes the checkpoint, and a
   resume sends the workers only the missing rows.
-* **Response cache.** Workers open the driver's cache directory (``WorkerSpec``): on
-  a cluster it must be a path every node sees (``cache.dir`` on a shared file system).
-  SQLite in WAL mode lets the workers read and write it at once; their hits travel
-  back in each ``BatchResult`` and in their usage.
+* **Response cache: the driver is its one writer.** Workers open the driver's cache
+  directory (``WorkerSpec``) to read it only: on a cluster it must be a path every node
+  sees (``cache.dir`` on a shared file system), where SQLite's locking is not to be
+  trusted with concurrent writers. The answers a worker paid for travel back in each
+  ``BatchResult`` (keys, bodies, tokens), and the driver stores them, before the rows go
+  to the checkpoint, as the local engine does: when the run returns, every answer it
+  paid for is in the cache, however loaded the machine (workers writing at once waited
+  on each other's locks, and one that waited past ``WRITE_WAIT_S`` dropped the rest of
+  its answers). Hits travel back in each ``BatchResult`` and in the workers' usage.
 * **Ray's lifetime.** An existing Ray (``ray.is_initialized()``) is used as is and never
   shut down. Otherwise ``ray.init(address=...)`` (the ``ray_address`` given, else
   Ray's own ``RAY_ADDRESS``) joins that cluster or starts a
@@ -171,9 +176,9 @@ class BlockWorker:
         async with self._boot_lock:
             if self._runner is None:
                 self._container = boot_worker_container(self._spec)
-                if self._spec.response_cache is not None:
-                    self._cache = ResponseCache(self._spec.response_cache)
-                self._runner = BatchRunner(self._container, self._cache)
+                if self._spec.response_cache is not None:  # read only: the driver stores the answers
+                    self._cache = ResponseCache(self._spec.response_cache, writer=False)
+                self._runner = BatchRunner(self._container, self._cache, store_answers=False)
                 self._slots = asyncio.Semaphore(BATCHES_IN_FLIGHT)
         assert self._slots is not None
         return self._runner, self._slots
@@ -326,14 +331,30 @@ async def close_workers(ray: ModuleType, actors: list[Any]) -> dict[str, ModelUs
                 ray.kill(actor)
 
 
+async def store_worker_answers(cache: ResponseCache, results: list[BatchResult]) -> None:
+    """Store the answers a block's workers paid for (one transaction, off the event loop)
+    and count its hits as this process's: the workers only read the cache."""
+    answers = [entry for result in results for entry in result.answers]
+    for result in results:
+        result.answers = []  # stored: the rows go on without them
+        cache.hits += result.cached
+    if answers and cache.writable:
+        await asyncio.to_thread(cache.put_many, answers)
+
+
 class RayBatches:
     """The run's batches, in row order, computed by Ray actors."""
 
     def __init__(
-        self, container: WiredPipeline, address: str | None, workers: int | None, response_cache: Path | None = None
+        self,
+        container: WiredPipeline,
+        address: str | None,
+        workers: int | None,
+        response_cache: ResponseCache | None = None,
     ) -> None:
+        """``response_cache``: the driver's cache, the one that stores the workers' answers."""
         self._container = container
-        self._response_cache = response_cache
+        self._cache = response_cache
         self._address = address
         self._workers = workers
         self._usage: dict[str, ModelUsage] = {}
@@ -367,6 +388,11 @@ class RayBatches:
         workers = min(workers, math.ceil(n / block_rows))
 
         generators = {c.generator_name: c.generator_cls for c in container.columns}
+        cache = self._cache
+        cache_at = None if cache is None else cache.directory
+        if cache is not None:
+            # Made before the workers start, so that they find it and only ever read it.
+            await asyncio.to_thread(cache.prepare)
         cpus = float(ray.cluster_resources().get("CPU", 1.0))
         actor_cls = ray.remote(BlockWorker).options(
             max_restarts=MAX_RESTARTS,
@@ -389,7 +415,7 @@ class RayBatches:
 
         try:
             for i in range(workers):
-                spec = WorkerSpec(split_config(container.loaded, caps, workers, i), generators, self._response_cache)
+                spec = WorkerSpec(split_config(container.loaded, caps, workers, i), generators, cache_at)
                 try:
                     actors.append(actor_cls.remote(spec))
                 except Exception as exc:  # the spec must pickle: config data and importable classes
@@ -407,6 +433,8 @@ class RayBatches:
                 if isinstance(out, RemoteError):
                     raise out.rebuild()
                 submit()  # before yielding: the next block runs while the sink writes this one
+                if cache is not None:
+                    await store_worker_answers(cache, out)
                 for result in out:
                     yield result
         finally:

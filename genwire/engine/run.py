@@ -170,7 +170,7 @@ async def run_pipeline(
     if engine == "ray":
         from genwire.engine.ray_engine import RayBatches
 
-        source = RayBatches(container, options.ray_address, ray_workers, responses_at)
+        source = RayBatches(container, options.ray_address, ray_workers, responses)
     else:
         source = LocalBatches(
             container,

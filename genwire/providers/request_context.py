@@ -28,10 +28,12 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from genwire.providers.response_cache import CachedAnswer, Entry, KeyTemplate, ResponseCache, Stored
 from genwire.providers.usage import ModelUsage
+
+if TYPE_CHECKING:  # the store (sqlite3) loads with the first request a run may cache, not with the generators
+    from genwire.providers.response_cache import CachedAnswer, Entry, KeyTemplate, ResponseCache, Stored
 
 __all__ = [
     "BatchScope",
@@ -89,6 +91,8 @@ class ColumnScope:
         for template in self.templates:
             if template.matches(endpoint, body):
                 return template.key(part, rows)
+        from genwire.providers.response_cache import KeyTemplate  # once per column and batch
+
         template = KeyTemplate(endpoint, body, self.name, seed)
         # A few kept: a column whose requests differ in more than their part (a plugin
         # varying a param per row) encodes each key whole, as without templates.
@@ -185,6 +189,8 @@ class CacheSlot:
 
     def keep(self, answer: Any, tokens: tuple[int, int]) -> None:
         """The answer passed the handle's checks: pending until the row block commits."""
+        from genwire.providers.response_cache import Entry  # per answer received: beside a request, free
+
         first = self.row.rows[0] if self.row.rows else -1
         self.row.pending.append(Entry(self.key, self.column.name, first, answer, tokens[0], tokens[1]))
 

@@ -279,9 +279,12 @@ class ResponseCache:
     behind its own lock: in WAL mode a reader never waits for a writer, so a write waiting
     out another run's transaction never stalls the loop's lookups."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, writer: bool = True) -> None:
+        """``writer=False``: this process only reads (a Ray worker: the driver is the
+        cache's one writer, storing the answers the workers send back with their rows)."""
         self.directory = directory
         self.path = directory / DB_NAME
+        self._writer = writer
         self._conns: dict[Role, sqlite3.Connection] = {}
         self._broken = False  # warned once; from then on every lookup is a miss
         self._no_writes = False  # a write failed (warned once): the run goes on without writing
@@ -298,8 +301,9 @@ class ResponseCache:
 
     @property
     def writable(self) -> bool:
-        """False once a write failed (locked, read-only, full): nothing more is written."""
-        return not (self._no_writes or self._broken)
+        """False once a write failed (locked, read-only, full), or for a reader only:
+        nothing (more) is written."""
+        return self._writer and not (self._no_writes or self._broken)
 
     def warn_once(self, kind: str, message: str) -> None:
         """One warning per kind of problem per run: a problem repeats for every entry."""
@@ -417,6 +421,13 @@ class ResponseCache:
                 self._stop_writing(exc)
             finally:
                 conn.close()
+
+    def prepare(self) -> None:
+        """Open the writing connection now, creating the database and its tables: readers
+        in other processes (Ray workers) then find it made and never write to it."""
+        if self.writable:
+            with self._locks["write"]:
+                self._connect("write")
 
     # --- entries -------------------------------------------------------------------------
 

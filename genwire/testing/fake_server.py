@@ -186,6 +186,36 @@ class FakeOpenAIServer:
         self._thread = None
         self.port = None
 
+    def wait_idle(self, timeout: float = 60.0) -> None:
+        """Return once no client connection is open and no request is being answered.
+
+        A run that was interrupted (or a process that was killed) may have requests on the
+        wire when it ends: the server still reads and counts them after the client has
+        gone. Once the client's connections are closed on both sides, every request it
+        sent has been counted (or dropped): a test that counts what the *next* run sends
+        calls this (then ``reset_stats``) instead of sleeping and hoping."""
+        loop = self._loop
+        if loop is None:
+            return
+        deadline = time.monotonic() + timeout
+        while True:
+            open_now = asyncio.run_coroutine_threadsafe(self._open_connections(), loop).result(timeout)
+            with self._lock:
+                busy = self.in_flight
+            if open_now == 0 and busy == 0:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"FakeOpenAIServer still has {open_now} client connection(s) open and {busy} request(s) "
+                    f"in flight after {timeout:g} s; a client of the test was not closed"
+                )
+            time.sleep(0.01)
+
+    async def _open_connections(self) -> int:
+        runner = self._runner
+        server = runner.server if runner is not None else None
+        return 0 if server is None else len(server.connections)
+
     def __enter__(self) -> FakeOpenAIServer:
         return self.start()
 

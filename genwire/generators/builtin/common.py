@@ -116,7 +116,7 @@ class PromptParams(BaseModel):
     """``prompt`` and optional ``system`` are templates over the row; every other key is
     passed to the chat model as a parameter (``temperature``, ``max_tokens``, ...)."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True, defer_build=True)
 
     prompt: str
     system: str | None = None

@@ -16,7 +16,7 @@ from genwire.providers.request_context import cached_rows
 
 
 class EmbeddingParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     column: ColumnRef
 

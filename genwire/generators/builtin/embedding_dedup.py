@@ -23,7 +23,7 @@ _EPS = 1e-9
 
 
 class EmbeddingDedupParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     column: ColumnRef
     text_field: Annotated[str, Field(min_length=1)] | None = None

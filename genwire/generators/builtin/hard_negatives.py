@@ -27,7 +27,7 @@ CORPUS_BATCH = 64
 
 
 class HardNegativesParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     column: ColumnRef
     positive: ColumnRef

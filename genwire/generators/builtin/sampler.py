@@ -21,7 +21,7 @@ KINDS = ("category", "uniform", "uuid")
 
 
 class CategoryParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     kind: Literal["category"]
     values: Annotated[list[Any], Field(min_length=1)]
@@ -41,7 +41,7 @@ class CategoryParams(BaseModel):
 
 
 class UniformParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     kind: Literal["uniform"]
     low: Annotated[float, Field(allow_inf_nan=False)]
@@ -58,13 +58,15 @@ class UniformParams(BaseModel):
 
 
 class UuidParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     kind: Literal["uuid"]
 
 
 class SamplerParams(RootModel[CategoryParams | UniformParams | UuidParams]):
     """Discriminated on ``kind``; use ``.root`` for the chosen variant."""
+
+    model_config = ConfigDict(defer_build=True)  # built when a sampler column is validated
 
     root: Annotated[CategoryParams | UniformParams | UuidParams, Field(discriminator="kind")]
 

@@ -24,7 +24,7 @@ _CACHED_CYCLES = 4
 
 
 class SeedDatasetParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     shuffle: bool = False
 

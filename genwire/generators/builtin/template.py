@@ -15,7 +15,7 @@ from genwire.generators.resources import Resources
 
 
 class TemplateParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     template: str
 
