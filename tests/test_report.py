@@ -329,3 +329,19 @@ def test_ctrl_c_writes_the_report_and_keeps_the_checkpoint(tmp_path: Path) -> No
     page = Metrics(report_path(output).read_text(encoding="utf-8"))
     assert page.metrics["outcome"] == "interrupted"
     assert number(page.metrics["rows_written"]) == _kept(output.with_name(output.name + ".checkpoint")) >= 40
+
+
+def test_a_priced_run_shows_what_it_cost_as_its_json_summary_says(tmp_path: Path) -> None:
+    """SPEC §16 on the page: the ledger's cost, per model and in total, as `--json` says it."""
+    with FakeOpenAIServer() as server:
+        cfg = config(server.url, tmp_path, 30)
+        cfg["models"]["writer"]["price"] = {"input_per_mtok": 150.0, "output_per_mtok": 600.0}
+        cfg["models"]["critic"]["price"] = {"input_per_mtok": 30.0, "output_per_mtok": 60.0}
+        proc = cli("run", write(cfg, tmp_path / "genwire.yaml"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    cost = json.loads(proc.stdout)["cost"]
+    assert cost["total_usd"] > 0
+    page = Metrics(report_path(tmp_path / "out.jsonl").read_text(encoding="utf-8"))
+    assert float(page.metrics["cost_usd"]) == pytest.approx(cost["total_usd"])
+    for alias, spent in cost["by_model"].items():
+        assert number(page.models[alias]["usd"].lstrip("$")) == pytest.approx(spent["usd"], abs=5e-5), alias

@@ -21,7 +21,7 @@ from pathlib import Path
 from genwire.providers.budget import Paid
 from genwire.providers.request_context import current_column, current_rows
 
-__all__ = ["LEDGER_NAME", "LedgerTotal", "RunLedger"]
+__all__ = ["LEDGER_NAME", "LedgerTotal", "RunLedger", "read_totals"]
 
 LEDGER_NAME = "ledger.jsonl"
 log = logging.getLogger("genwire.ledger")
@@ -71,22 +71,7 @@ class RunLedger:
         if good < len(data):  # killed mid-line: that answer is not counted (nor was it used)
             with self.path.open("rb+") as handle:
                 handle.truncate(good)
-        for number, line in enumerate(data[:good].splitlines(), 1):
-            try:
-                record = json.loads(line)
-                paid = Paid(
-                    str(record["m"]),
-                    _count(record["in"]),
-                    _count(record["out"]),
-                    None if record.get("usd") is None else float(record["usd"]),
-                    bool(record.get("b", False)),
-                )
-            except (ValueError, KeyError, TypeError) as exc:
-                log.warning(
-                    "ledger %s line %d cannot be read (%s); that answer's cost is not counted", self.path, number, exc
-                )
-                continue
-            self.totals.setdefault(paid.alias, LedgerTotal()).add(paid)
+        self.totals = read_totals(self.path, data[:good])
 
     def record(self, paid: Paid) -> None:
         """One paid answer: into the totals and, in one write, onto the disk."""
@@ -115,6 +100,34 @@ class RunLedger:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
             self._fd = None
+
+
+def read_totals(path: Path, data: bytes | None = None) -> dict[str, LedgerTotal]:
+    """Each alias's paid answers in the ledger at ``path`` (its whole lines: a torn last
+    line is not counted); a line that cannot be read is a warning and is skipped. Read
+    only: the report page reads an unfinished run's ledger this way."""
+    if data is None:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        data = data[: data.rfind(b"\n") + 1]
+    totals: dict[str, LedgerTotal] = {}
+    for number, line in enumerate(data.splitlines(), 1):
+        try:
+            record = json.loads(line)
+            paid = Paid(
+                str(record["m"]),
+                _count(record["in"]),
+                _count(record["out"]),
+                None if record.get("usd") is None else float(record["usd"]),
+                bool(record.get("b", False)),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("ledger %s line %d cannot be read (%s); that answer's cost is not counted", path, number, exc)
+            continue
+        totals.setdefault(paid.alias, LedgerTotal()).add(paid)
+    return totals
 
 
 def _count(value: object) -> int:

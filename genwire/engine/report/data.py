@@ -205,6 +205,7 @@ def collect(
         for name in ("rows_written", "rows_failed", "rows_resumed", "rows_requested"):
             if counts.get(name) is not None:
                 setattr(data, name, counts[name])
+    _read_cost(directory, data)
     data.samples = list(islice(_merged_rows(rows_files), SAMPLE_ROWS))
     if not data.columns:
         seen: dict[str, None] = {}
@@ -212,6 +213,25 @@ def collect(
             seen.update(dict.fromkeys(row))
         data.columns = list(seen)
     return data
+
+
+def _read_cost(directory: Path, data: ReportData) -> None:
+    """USD per alias (SPEC §16): a finished run's summary says it (local models at $0
+    included); an unfinished run's ledger says what was paid so far. An alias without a
+    known price keeps no ``usd`` counter, so the page says ``unknown``, never 0."""
+    from genwire.engine.ledger import LEDGER_NAME, read_totals
+
+    cost = (data.summary or {}).get("cost")
+    by_model = cost.get("by_model") if isinstance(cost, dict) else None
+    usd: dict[str, Any]
+    if isinstance(by_model, dict):
+        usd = {alias: m.get("usd") for alias, m in by_model.items() if isinstance(m, dict)}
+    else:
+        usd = {alias: None if t.unpriced else t.usd for alias, t in read_totals(directory / LEDGER_NAME).items()}
+    for alias, model in data.models.items():
+        value = usd.get(alias)
+        if isinstance(value, int | float):
+            model.counters["usd"] = float(value)
 
 
 def _read_metrics(path: Path, data: ReportData) -> None:
