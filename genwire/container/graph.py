@@ -16,8 +16,10 @@ from genwire.generators.base import Generator
 from genwire.generators.metadata import ResourceKind, model_resource_kind
 from genwire.generators.resources import Resources
 from genwire.providers.factory import ProviderClient, make_dataset, make_model, make_provider
+from genwire.providers.pool import EndpointPool, make_pool_model
 from genwire.providers.probes import Probe, probe_chat, probe_dataset, probe_embedding
 from genwire.providers.registry import ModelRegistryView
+from genwire.providers.routes import Route
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,8 @@ class ProviderGraph:
     generators: dict[str, di.Singleton[Any]] = field(default_factory=dict)
     registries: list[di.Singleton[Any]] = field(default_factory=list)
     live_clients: list[ProviderClient] = field(default_factory=list)
+    pools: dict[str, EndpointPool] = field(default_factory=dict)  # pooled aliases, once built
+    pool_routes: list[Route[EndpointPool]] = field(default_factory=list)  # keeps their routes alive
 
     def reachable(self, column: str) -> list[str]:
         """Names of the targets the column's generator provider can reach, read from the
@@ -81,7 +85,11 @@ def build_graph(loaded: LoadedConfig, wirings: list[ColumnWiring]) -> ProviderGr
     for name, pcfg in cfg.providers.items():
         graph.clients[name] = di.Singleton(_client_factory, graph, name, pcfg)
     for alias, mcfg in cfg.models.items():
-        model = di.Singleton(make_model, graph.clients[mcfg.provider], alias, mcfg)
+        if mcfg.endpoints is not None:
+            members = [graph.clients[e.provider] for e in mcfg.endpoint_list]
+            model = di.Singleton(make_pool_model, graph.pools, graph.pool_routes, alias, mcfg, *members)
+        else:
+            model = di.Singleton(make_model, graph.clients[mcfg.endpoint_list[0].provider], alias, mcfg)
         probe = probe_chat if mcfg.kind == "chat" else probe_embedding
         graph.targets[alias] = Target(alias, model_resource_kind(mcfg.kind), model, probe)
     for name, dcfg in cfg.datasets.items():

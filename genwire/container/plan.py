@@ -85,7 +85,7 @@ def build_plan(loaded: LoadedConfig, wirings: list[ColumnWiring], graph: Provide
             TargetPlan(
                 name=name,
                 kind=target.kind,
-                provider=model.provider if model else None,
+                provider=", ".join(model.providers) if model else None,
                 model=model.model if model else None,
                 health_check=model.health_check if model else True,
                 used_by=used_by[name],

@@ -22,8 +22,9 @@ def batch_providers(container: WiredPipeline, forced: bool) -> list[str]:
     provider never batches; an overridden model is an object of this process."""
     config = container.config
     used = {
-        config.models[t.name].provider
+        provider
         for t in container.plan().targets
+        for provider in (config.models[t.name].providers if t.name in config.models else ())
         if t.name in config.models and container.cacheable(t.name)
     }
     return sorted(

@@ -28,6 +28,7 @@ from genwire.errors import RunError
 from genwire.preflight.report import PreflightError, PreflightReport
 from genwire.preflight.runner import run_preflight
 from genwire.providers.batch.format import BatchInfo
+from genwire.providers.pool import EndpointStats
 from genwire.providers.response_cache import ResponseCache, cache_dir
 from genwire.providers.usage import Concurrency, ModelUsage, merge_usage, requests_of
 
@@ -62,6 +63,8 @@ class RunResult:
     concurrency: dict[str, Concurrency] = field(default_factory=dict)
     preflight: PreflightReport | None = None
     batches: list[BatchInfo] | None = None  # batch mode: every batch it used (None: online)
+    # Per pooled alias, per endpoint (SPEC §17): requests, failures, latency.
+    endpoints: dict[str, dict[str, EndpointStats]] = field(default_factory=dict)
 
     @property
     def requests(self) -> dict[str, int]:
@@ -82,9 +85,16 @@ class RunResult:
             "duration_s": round(self.duration_s, 3),
             "output": str(self.output),
             "errors_file": str(self.errors_file) if self.errors_file else None,
-            "models": {alias: u.as_dict() for alias, u in self.usage.items()},
+            "models": {alias: self._model_summary(alias, u) for alias, u in self.usage.items()},
             **({"batches": [b.as_dict() for b in self.batches]} if self.batches is not None else {}),
         }
+
+
+    def _model_summary(self, alias: str, usage: ModelUsage) -> dict[str, Any]:
+        summary: dict[str, Any] = usage.as_dict()
+        if alias in self.endpoints:
+            summary["endpoints"] = {name: s.as_dict() for name, s in self.endpoints[alias].items()}
+        return summary
 
 
 class BatchSource(Protocol):
@@ -209,6 +219,7 @@ async def run_pipeline(
         concurrency=container.concurrency(),
         preflight=report,
         batches=batch_mode.infos() if batch_mode is not None else None,
+        endpoints=container.endpoint_stats(),
     )
 
 

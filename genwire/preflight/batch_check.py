@@ -36,7 +36,7 @@ async def _check(container: WiredPipeline, provider: str) -> CheckResult:
         {
             column
             for t in container.plan().targets
-            if t.name in container.config.models and container.config.models[t.name].provider == provider
+            if t.name in container.config.models and provider in container.config.models[t.name].providers
             for column in t.used_by
         }
     )

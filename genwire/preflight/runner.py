@@ -16,6 +16,7 @@ groups like any other, so they run concurrently.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import Hashable, Sequence
@@ -49,6 +50,7 @@ class _Group:
     shape: Shape | None = None  # None: the plain probe
     variant: str | None = None  # the (first) column whose requests have this shape
     shape_key: str | None = None  # the shape's canonical text
+    endpoint: str | None = None  # a pool's endpoint (its member model is ``resource``)
     targets: list[TargetPlan] = field(default_factory=list)
     cache_keys: dict[str, str] = field(default_factory=dict)  # target -> key, when cacheable
 
@@ -72,6 +74,7 @@ def _result(
     *,
     variant: str | None = None,
     cached: CachedResult | None = None,
+    endpoint: str | None = None,
 ) -> CheckResult:
     return CheckResult(
         target=target.name,
@@ -86,6 +89,7 @@ def _result(
         variant=variant,
         cached=cached is not None,
         age_s=round(cached.age_s, 1) if cached is not None else None,
+        endpoint=endpoint,
     )
 
 
@@ -99,9 +103,10 @@ def _canonical(shape: Shape) -> str:
     return json.dumps(shape, sort_keys=True, default=str)
 
 
-# (target, canonical shape or None): a column calling one alias through two slots with
-# different shapes gets two checks, both ``variant: <column>``, neither hiding the other.
-Key = tuple[str, str | None]
+# (target, canonical shape or None, pool endpoint or None): a column calling one alias
+# through two slots with different shapes gets two checks, both ``variant: <column>``,
+# neither hiding the other; each endpoint of a pool gets its own.
+Key = tuple[str, str | None, str | None]
 
 
 class _Preflight:
@@ -160,21 +165,29 @@ class _Preflight:
         shapes, plain = self.uses(targets)
         for t in targets:
             if not t.health_check:
-                results[t.name, None] = _result(t, [t.name], "skipped", None, "health_check: false in its model config")
+                results[t.name, None, None] = _result(
+                    t, [t.name], "skipped", None, "health_check: false in its model config"
+                )
                 continue
             try:
                 resource = self.container.resource(t.name)
             except GenwireError as exc:
-                results[t.name, None] = _result(t, [t.name], "failed", ErrorClass.BAD_RESPONSE, str(exc))
+                results[t.name, None, None] = _result(t, [t.name], "failed", ErrorClass.BAD_RESPONSE, str(exc))
                 continue
-            identity = self.container.endpoint_identity(t.name)
+            # A pool: each endpoint is probed with its own member model, as its own group.
+            members = self.container.pool_members(t.name)
+            endpoints: list[tuple[str | None, Any, Hashable]] = (
+                [(e.name, handle, identity) for e, handle, identity in members]
+                if members is not None
+                else [(None, resource, self.container.endpoint_identity(t.name))]
+            )
             variants: list[tuple[str | None, Shape | None]] = [(None, None)] if t.name in plain else []
             variants += shapes.get(t.name, [])
-            for variant, shape in variants:
+            for (variant, shape), (endpoint, member, identity) in itertools.product(variants, endpoints):
                 shape_key = _canonical(shape) if shape is not None else None
                 group = groups.setdefault(
-                    (t.kind, identity, shape_key),
-                    _Group(t.kind, resource, self.container.probe(t.name), shape, variant, shape_key),
+                    (t.kind, identity, shape_key, endpoint),
+                    _Group(t.kind, member, self.container.probe(t.name), shape, variant, shape_key, endpoint),
                 )
                 if t in group.targets:
                     continue  # two columns with one shape on one alias: one probe, one check
@@ -195,8 +208,8 @@ class _Preflight:
         for t in group.targets:
             hit = hits[t.name]
             assert hit is not None
-            results[t.name, group.shape_key] = _result(
-                t, aliases, "ok", None, hit.message, variant=group.variant, cached=hit
+            results[t.name, group.shape_key, group.endpoint] = _result(
+                t, aliases, "ok", None, hit.message, variant=group.variant, cached=hit, endpoint=group.endpoint
             )
         return True
 
@@ -257,12 +270,40 @@ class _Preflight:
                         check_dimensions(outcome.value.dimensions, self.expected_dimensions(t.name, group.resource))
                     except ProbeFailure as exc:
                         status, error_class, message = "failed", exc.error_class, exc.message
-            results[t.name, group.shape_key] = _result(
-                t, aliases, status, error_class, message, outcome.latency_s, outcome.attempts, variant=group.variant
+            results[t.name, group.shape_key, group.endpoint] = _result(
+                t,
+                aliases,
+                status,
+                error_class,
+                message,
+                outcome.latency_s,
+                outcome.attempts,
+                variant=group.variant,
+                endpoint=group.endpoint,
             )
             key = group.cache_keys.get(t.name)
             if status == "ok" and key is not None and self.cache is not None:
                 self.cache.put(key, message)  # failures are never cached
+
+    def judge_pools(self, results: dict[Key, CheckResult]) -> None:
+        """A pool passes a request shape when at least ``min_healthy`` of its endpoints
+        passed it: its failed endpoints are then ``degraded`` (a warning, exit 0)."""
+        passed: dict[tuple[str, str | None], int] = {}
+        for (target, shape_key, endpoint), result in results.items():
+            if endpoint is not None and result.status == "ok":
+                passed[target, shape_key] = passed.get((target, shape_key), 0) + 1
+        for key, result in results.items():
+            target, shape_key, endpoint = key
+            if endpoint is None or result.status != "failed":
+                continue
+            needed = self.models[target].min_healthy
+            healthy = passed.get((target, shape_key), 0)
+            if healthy >= needed:
+                message = f"{result.message} ({healthy} of the pool's endpoints passed; min_healthy {needed})"
+                results[key] = result.model_copy(update={"status": "degraded", "message": message})
+            else:
+                message = f"{result.message} (only {healthy} of the pool's endpoints passed; min_healthy {needed})"
+                results[key] = result.model_copy(update={"message": message})
 
     def tell(self, results: dict[Key, CheckResult]) -> None:
         if self.on_check is None:
@@ -297,6 +338,7 @@ class _Preflight:
             self.tell(results)  # as each finishes: an interrupted pre-flight still lists it
 
         await asyncio.gather(*(check(g) for g in groups))
+        self.judge_pools(results)
         # Each target's plain check, then its shapes' checks in column order.
         order = {t.name: i for i, t in enumerate(plan.targets)}
         checks = sorted(results.values(), key=lambda c: (order[c.target], c.variant is not None))

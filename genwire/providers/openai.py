@@ -57,6 +57,8 @@ T = TypeVar("T")
 MIN_SECRET_CHARS = 8
 _MIB = 1 << 20
 _READ_CHUNK = 1 << 16  # bytes taken from the socket at a time while reading a body
+# A pool member's request answered 429 this many times is handed back to its pool.
+FAILOVER_429S = 2
 # Response-body snippets in error messages are cut to this many characters.
 SNIPPET_CHARS = 200
 # Phrases with which servers say "this model does not exist" in a 400 body
@@ -107,11 +109,12 @@ class OpenAIProvider:
 
     # --- models ------------------------------------------------------------------------
 
-    def chat_model(self, alias: str, config: ModelConfig) -> OpenAIChatModel:
-        return OpenAIChatModel(open_route(self, alias, config.model, self._routes), alias, config)
+    def chat_model(self, alias: str, config: ModelConfig, *, pool: str | None = None) -> OpenAIChatModel:
+        """``pool``: the cache identity of the endpoint pool this model is a member of."""
+        return OpenAIChatModel(open_route(self, alias, config.model, self._routes, pool), alias, config)
 
-    def embedding_model(self, alias: str, config: ModelConfig) -> OpenAIEmbeddingModel:
-        return OpenAIEmbeddingModel(open_route(self, alias, config.model, self._routes), alias, config)
+    def embedding_model(self, alias: str, config: ModelConfig, *, pool: str | None = None) -> OpenAIEmbeddingModel:
+        return OpenAIEmbeddingModel(open_route(self, alias, config.model, self._routes, pool), alias, config)
 
     # --- session lifecycle -------------------------------------------------------------
 
@@ -192,8 +195,14 @@ class OpenAIProvider:
 
     # --- requests ----------------------------------------------------------------------
 
-    async def post(self, alias: str, path: str, payload: dict[str, Any]) -> tuple[Any, int]:
+    async def post(
+        self, alias: str, path: str, payload: dict[str, Any], *, failover: bool = False
+    ) -> tuple[Any, int]:
         """POST ``payload`` to ``{base_url}{path}`` with retries.
+
+        ``failover``: the model is a member of an endpoint pool, which re-sends a failed
+        request to another endpoint at once; a transient failure is raised without a
+        retry, and a 429 that persists (``FAILOVER_429S`` for one request) is raised too.
 
         Returns the decoded JSON body and the number of attempts it took. A 429 is retried
         until ``rate_limit_wait_s`` has passed: a stray one waits out its own
@@ -222,7 +231,7 @@ class OpenAIProvider:
                     wait = max(server_wait, self._retry_wait(limited, None)) if limited else server_wait
                     limited += 1
                     waited = time.monotonic() - started
-                    if waited + wait <= cfg.rate_limit_wait_s:
+                    if waited + wait <= cfg.rate_limit_wait_s and not (failover and limited >= FAILOVER_429S):
                         note_rate_limited(self._scrub(failure.message))
                         usage.retries += 1
                         await asyncio.sleep(wait)  # a braked model's line waits out the rest
@@ -230,7 +239,7 @@ class OpenAIProvider:
                     failure.message += f"; still rate-limited after {waited:.0f} s (rate_limit_wait_s)"
                 else:
                     self.gate.release(reservation, tokens=None, ok=False)
-                    if failure.retry and retries < cfg.retries:
+                    if failure.retry and retries < cfg.retries and not failover:
                         wait = self._retry_wait(retries, failure.retry_after)
                         retries += 1
                         usage.retries += 1
@@ -456,7 +465,8 @@ class _Handle:
         (counted as a hit), else None; sends nothing."""
         route, body, request = _routed(self._token, path, payload, part)
         provider = route.provider
-        return peek_answer(provider.cache_endpoint, request, body[part], rows, provider._usage(route.alias), usable)
+        endpoint = route.pool or provider.cache_endpoint
+        return peek_answer(endpoint, request, body[part], rows, provider._usage(route.alias), usable)
 
     async def _ask(
         self,
@@ -472,7 +482,7 @@ class _Handle:
         ``part``: the payload's key that varies from request to request."""
         route, body, request = _routed(self._token, path, payload, part)
         provider = route.provider
-        slot = cache_slot(provider.cache_endpoint, request, body[part])
+        slot = cache_slot(route.pool or provider.cache_endpoint, request, body[part])
         if slot is not None:
             found = slot.get(provider._usage(route.alias), usable)
             if found is not None:
@@ -484,7 +494,7 @@ class _Handle:
             base = slot.key if slot is not None else uncached_base(provider.cache_endpoint, path, body, column)
             data, attempts = await batcher.ask(route.alias, path, body, batcher.request_id(base))
         else:
-            data, attempts = await provider.post(route.alias, path, body)
+            data, attempts = await provider.post(route.alias, path, body, failover=route.pool is not None)
         answer = answer_of(data, attempts)
         if slot is not None:
             slot.keep(answer, reported_tokens(data) or (0, 0))

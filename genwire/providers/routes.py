@@ -22,15 +22,18 @@ class Route(Generic[P]):
     provider: P
     alias: str
     model: str
+    # A member of an endpoint pool (SPEC §17): the pool's cache identity, shared by its
+    # members; its requests fail over instead of retrying. None: a model of its own.
+    pool: str | None = None
 
 
 # Weak values: a route lives exactly as long as the provider that created it.
 _ROUTES: weakref.WeakValueDictionary[int, Route[object]] = weakref.WeakValueDictionary()
 
 
-def open_route(provider: P, alias: str, model: str, keep: list[Route[P]]) -> int:
+def open_route(provider: P, alias: str, model: str, keep: list[Route[P]], pool: str | None = None) -> int:
     """Register a route and return its token; ``keep`` is the provider's list of routes."""
-    route = Route(provider, alias, model)
+    route = Route(provider, alias, model, pool)
     keep.append(route)
     token = secrets.randbits(128)
     _ROUTES[token] = route  # type: ignore[assignment]  # Route is covariant in practice
