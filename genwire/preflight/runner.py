@@ -341,7 +341,13 @@ class _Preflight:
         self.judge_pools(results)
         # Each target's plain check, then its shapes' checks in column order.
         order = {t.name: i for i, t in enumerate(plan.targets)}
-        checks = sorted(results.values(), key=lambda c: (order[c.target], c.variant is not None))
+        members = {  # a pool's endpoints in the order of its config
+            (alias, e.name): i for alias, m in self.models.items() for i, e in enumerate(m.endpoint_list)
+        }
+        checks = sorted(
+            results.values(),
+            key=lambda c: (order[c.target], c.variant is not None, members.get((c.target, c.endpoint or ""), 0)),
+        )
         return PreflightReport(
             ok=all(c.status != "failed" for c in checks),
             duration_s=round(time.perf_counter() - started, 4),

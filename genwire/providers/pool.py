@@ -269,14 +269,12 @@ class PooledChatModel(_PooledHandle):
     def _cached_completion(
         self, rows: tuple[int, ...], prompt: str, system: str | None, params: Mapping[str, Any]
     ) -> str | None:
-        """The members share the cache: any member's peek answers for the pool."""
-        for member in _pool_of(self._token).members:
-            peek = getattr(type(member.handle), "_cached_completion", None)
-            if peek is not None:
-                found: str | None = peek(member.handle, rows, prompt, system, params)
-                if found is not None:
-                    return found
-        return None
+        """Members serving one model share its cache entries (one key), so the first
+        primary's peek answers for them all; another model's answers are not this one's."""
+        first = next(m for m in _pool_of(self._token).members if m.role == "primary")
+        peek = getattr(type(first.handle), "_cached_completion", None)
+        found: str | None = peek(first.handle, rows, prompt, system, params) if peek is not None else None
+        return found
 
 
 class PooledEmbeddingModel(_PooledHandle):
