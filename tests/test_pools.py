@@ -95,7 +95,10 @@ def generation_requests(server: FakeOpenAIServer) -> int:
         ({"provider": "r0"}, "exactly one of them"),
         ({"endpoints": [{"provider": "r0", "role": "fallback"}]}, "at least one endpoint with role: primary"),
         ({"min_healthy": 3}, "min_healthy is 3 but there are only 2 endpoints"),
-        ({"endpoints": [{"provider": "r0"}, {"provider": "nope"}]}, "models.writer.endpoints[1].provider: unknown provider 'nope'"),
+        (
+            {"endpoints": [{"provider": "r0"}, {"provider": "nope"}]},
+            "models.writer.endpoints[1].provider: unknown provider 'nope'",
+        ),
         ({"endpoints": [{"provider": "r0"}, {"provider": "here"}]}, "provider 'here' is kind local"),
         ({"endpoints": [{"provider": "r0"}, {"provider": "r0"}]}, "endpoint 'r0' is listed twice"),
     ],

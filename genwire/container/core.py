@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Hashable, Iterator
 from typing import Any, Self
 
@@ -138,8 +139,14 @@ class WiredPipeline:
         return merge_usage(client.usage for client in self._graph.live_clients)
 
     def concurrency(self) -> dict[str, Concurrency]:
-        """In flight against the current and configured limit, per provider in use."""
-        return {client.name: client.concurrency() for client in self._graph.live_clients}
+        """In flight against the current and configured limit, per provider in use. A
+        pool's queue counts as waiting for each of its members' providers (its requests
+        wait in the pool, not at a provider's gate)."""
+        found = {client.name: client.concurrency() for client in self._graph.live_clients}
+        for pool in self._graph.pools.values():
+            for name in {m.provider for m in pool.members} & found.keys():
+                found[name] = dataclasses.replace(found[name], waiting=found[name].waiting + pool.waiting)
+        return found
 
     def requests_by_model(self) -> dict[str, int]:
         return requests_of(self.usage_by_model())

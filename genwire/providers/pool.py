@@ -27,6 +27,7 @@ import functools
 import math
 import statistics
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -76,6 +77,7 @@ class PoolMember:
     """One endpoint of a pool: its model handle, role, weight, capacity and health."""
 
     name: str
+    provider: str  # its provider's name
     handle: Any
     role: Literal["primary", "fallback"]
     weight: float
@@ -93,6 +95,12 @@ class PoolMember:
         """Its cooldown is over: one request at a time decides whether it is back."""
         return self.out is None and self.cooldown_s > 0 and now >= self.cooling_until
 
+    def open(self, now: float) -> bool:
+        """It would take a request now: healthy with room, or due for its trial."""
+        if self.out is not None:
+            return False
+        return (self.healthy() and self.room() > 0) or (self.on_trial(now) and self.in_flight == 0)
+
     def room(self) -> int:
         return max(1, self.capacity()) - self.in_flight
 
@@ -106,8 +114,9 @@ class EndpointPool:
     def __init__(self, alias: str, members: Sequence[PoolMember]) -> None:
         self.alias = alias
         self.members = list(members)
-        self._changed: asyncio.Condition | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # Requests waiting for a member with room, in arrival order: a released slot goes
+        # to the first that can use it (no wake-up of every waiter on every release).
+        self._waiters: deque[tuple[set[str], asyncio.Future[PoolMember | None]]] = deque()
 
     def __repr__(self) -> str:
         return f"EndpointPool(alias={self.alias!r}, members={[m.name for m in self.members]!r})"
@@ -115,11 +124,10 @@ class EndpointPool:
     def stats(self) -> dict[str, EndpointStats]:
         return {m.name: m.stats for m in self.members}
 
-    def _condition(self) -> asyncio.Condition:
-        loop = asyncio.get_running_loop()
-        if self._changed is None or self._loop is not loop:  # a primitive belongs to one loop
-            self._changed, self._loop = asyncio.Condition(), loop
-        return self._changed
+    @property
+    def waiting(self) -> int:
+        """Requests queued for a member's slot (the engine reads it as its providers' queue)."""
+        return len(self._waiters)
 
     def _choose(self, tried: set[str], now: float) -> tuple[PoolMember | None, float | None]:
         """The member for the next attempt, or (None, seconds to wait: ``inf`` until a
@@ -153,19 +161,49 @@ class EndpointPool:
         return max(0.01, min(ends)) if ends else math.inf
 
     async def _acquire(self, tried: set[str]) -> PoolMember | None:
-        changed = self._condition()
-        async with changed:
-            while True:
-                member, wait = self._choose(tried, time.monotonic())
-                if member is not None:
-                    member.in_flight += 1
-                    return member
-                if wait is None:
-                    return None
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), None if wait == math.inf else wait)
+        while True:
+            member, wait = self._choose(tried, time.monotonic())
+            if member is not None:
+                member.in_flight += 1
+                return member
+            if wait is None:
+                return None
+            waiter: asyncio.Future[PoolMember | None] = asyncio.get_running_loop().create_future()
+            entry = (tried, waiter)
+            self._waiters.append(entry)
+            try:
+                # Bounded by the next trial: a cooled-down member may take this request then.
+                return await asyncio.wait_for(waiter, None if wait == math.inf else wait)
+            except TimeoutError:
+                continue
+            finally:
+                if not waiter.done() or waiter.cancelled():  # not handed a member: leave the line
+                    with contextlib.suppress(ValueError):
+                        self._waiters.remove(entry)
 
-    async def _release(self, member: PoolMember, error: ModelError | None, ok: bool) -> None:
+    def _dispatch(self, everyone: bool) -> None:
+        """Hand the room members have now to the waiting requests, first come first
+        served. ``everyone``: a member's health changed, so every waiter is looked at
+        (one may have no member left to try); else only while some member has room."""
+        now = time.monotonic()
+        skipped = []
+        while self._waiters:
+            if not everyone and not any(m.open(now) for m in self.members):
+                break  # O(1) per release: a cooling member's room is no reason to scan the line
+            entry = self._waiters.popleft()
+            tried, waiter = entry
+            if waiter.done():
+                continue
+            member, wait = self._choose(tried, now)
+            if member is None and wait is not None:
+                skipped.append(entry)  # nothing for this one yet (e.g. it tried the member with room)
+                continue
+            if member is not None:
+                member.in_flight += 1
+            waiter.set_result(member)
+        self._waiters.extendleft(reversed(skipped))
+
+    def _release(self, member: PoolMember, error: ModelError | None, ok: bool) -> None:
         member.in_flight -= 1
         if ok:
             member.cooldown_s, member.cooling_until = 0.0, 0.0
@@ -178,9 +216,7 @@ class EndpointPool:
             if member.cooling_until <= now:
                 member.cooldown_s = min(MAX_COOLDOWN_S, member.cooldown_s * 2 or COOLDOWN_S)
                 member.cooling_until = now + member.cooldown_s
-        changed = self._condition()
-        async with changed:
-            changed.notify_all()
+        self._dispatch(everyone=not ok and error is not None)
 
     async def call(self, send: Callable[[Any], Awaitable[T]]) -> T:
         """``send(member_handle)`` on the chosen member, failing over as the module says."""
@@ -200,7 +236,7 @@ class EndpointPool:
             except ModelError as exc:
                 member.stats.failures += 1
                 transient_or_out = exc.error_class.transient or exc.error_class in _OUT_CLASSES
-                await self._release(member, exc if transient_or_out else None, ok=False)
+                self._release(member, exc if transient_or_out else None, ok=False)
                 if not transient_or_out:
                     raise  # the request itself (400, a bad answer): another endpoint would say the same
                 tried.add(member.name)
@@ -209,7 +245,7 @@ class EndpointPool:
                 )
                 continue
             except BaseException:
-                await self._release(member, None, ok=False)
+                self._release(member, None, ok=False)
                 raise
             finally:
                 attempt_log.reset(token)
@@ -218,7 +254,7 @@ class EndpointPool:
                     outer.count += attempts.count
             if attempts.count and len(member.stats.latencies) < _LATENCIES_KEPT:
                 member.stats.latencies.append(time.perf_counter() - started)
-            await self._release(member, None, ok=True)
+            self._release(member, None, ok=True)
             return result
 
 
@@ -321,7 +357,7 @@ def make_pool_model(
         make = client.chat_model if config.kind == "chat" else client.embedding_model
         handle = make(alias, member_config, pool=pool_identity(alias))
         capacity = functools.partial(getattr, client.gate, "current")  # read at every routing decision
-        members.append(PoolMember(endpoint.name, handle, endpoint.role, endpoint.weight, capacity))
+        members.append(PoolMember(endpoint.name, endpoint.provider, handle, endpoint.role, endpoint.weight, capacity))
     pool = pools[alias] = EndpointPool(alias, members)
     token = open_pool(pool, keep)
     if config.kind == "chat":
