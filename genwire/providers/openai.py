@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import aiohttp
@@ -39,7 +38,7 @@ from genwire.providers.request_context import (
     peek_answer,
 )
 from genwire.providers.response_cache import HOLE
-from genwire.providers.routes import Route, open_route, resolve_route
+from genwire.providers.routes import Route, TokenHandle, open_route, resolve_route
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
 
 if TYPE_CHECKING:  # batch mode is loaded only when a run turns it on
@@ -432,31 +431,11 @@ class OpenAIProvider:
         return readable_excerpt(" ".join(self._scrub(text).split()), SNIPPET_CHARS)
 
 
-class _Handle:
+class _Handle(TokenHandle):
     """What a plugin holds: alias, model, params and an opaque route token; no provider,
     session or key is reachable from it (see genwire.providers.routes)."""
 
-    __slots__ = ("_params", "_token", "alias", "model")
-    _params: Mapping[str, Any]
-    _token: int
-    alias: str
-    model: str
-
-    def __init__(self, token: int, alias: str, config: ModelConfig) -> None:
-        object.__setattr__(self, "_token", token)
-        object.__setattr__(self, "alias", alias)
-        object.__setattr__(self, "model", config.model)
-        object.__setattr__(self, "_params", MappingProxyType(dict(config.params)))
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"{type(self).__name__} is read-only")
-
-    @property
-    def params(self) -> Mapping[str, Any]:
-        return self._params
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(alias={self.alias!r}, model={self.model!r})"
+    __slots__ = ()
 
     def _peek(
         self, rows: tuple[int, ...], path: str, payload: dict[str, Any], part: str, usable: Callable[[Any], bool]

@@ -30,13 +30,12 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any, Literal, TypeVar
 
 from genwire.config.schema import ModelConfig
 from genwire.errors import ErrorClass, ModelError
 from genwire.providers.base import Attempts, attempt_log
-from genwire.providers.routes import Route, open_route, resolve_route
+from genwire.providers.routes import Route, TokenHandle, open_route, resolve_route
 
 __all__ = ["COOLDOWN_S", "MAX_COOLDOWN_S", "EndpointPool", "EndpointStats", "PoolMember", "PooledChatModel"]
 
@@ -265,28 +264,8 @@ def open_pool(pool: EndpointPool, keep: list[Route[EndpointPool]]) -> int:
     return open_route(pool, pool.alias, "", keep)
 
 
-class _PooledHandle:
-    __slots__ = ("_params", "_token", "alias", "model")
-    _params: Mapping[str, Any]
-    _token: int
-    alias: str
-    model: str
-
-    def __init__(self, token: int, alias: str, config: ModelConfig) -> None:
-        object.__setattr__(self, "_token", token)
-        object.__setattr__(self, "alias", alias)
-        object.__setattr__(self, "model", config.model)
-        object.__setattr__(self, "_params", MappingProxyType(dict(config.params)))
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"{type(self).__name__} is read-only")
-
-    @property
-    def params(self) -> Mapping[str, Any]:
-        return self._params
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(alias={self.alias!r}, model={self.model!r})"
+class _PooledHandle(TokenHandle):
+    __slots__ = ()
 
 
 def _pool_of(token: int) -> EndpointPool:

@@ -11,8 +11,13 @@ from __future__ import annotations
 
 import secrets
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from genwire.config.schema import ModelConfig
 
 P = TypeVar("P")
 
@@ -45,3 +50,30 @@ def resolve_route(token: int, provider_type: type[P]) -> Route[P]:
     if route is None or not isinstance(route.provider, provider_type):
         raise RuntimeError("this model handle's provider is closed or gone")
     return route  # type: ignore[return-value]  # checked just above
+
+
+class TokenHandle:
+    """The read-only part every HTTP model handle shares: alias, model, params and the
+    route token (no provider, session or key is reachable from it)."""
+
+    __slots__ = ("_params", "_token", "alias", "model")
+    _params: Mapping[str, Any]
+    _token: int
+    alias: str
+    model: str
+
+    def __init__(self, token: int, alias: str, config: ModelConfig) -> None:
+        object.__setattr__(self, "_token", token)
+        object.__setattr__(self, "alias", alias)
+        object.__setattr__(self, "model", config.model)
+        object.__setattr__(self, "_params", MappingProxyType(dict(config.params)))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is read-only")
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        return self._params
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(alias={self.alias!r}, model={self.model!r})"
