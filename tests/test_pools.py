@@ -168,9 +168,22 @@ async def test_a_hanging_replica_times_out_and_later_requests_go_elsewhere(tmp_p
     assert report.check("writer", endpoint="r0").error_class == "timeout"
     assert result.rows_written == 60 and result.rows_failed == 0
     # The pre-flight's probe, then at most one round of its slots before its first
-    # timeout cooled it down; not one request per row.
-    assert hung <= 1 + 4 + 1, hung
+    # timeout cooled it down, and a trial per cooldown (5 s, 10 s...); not one per row.
+    assert hung <= 1 + 4 + 3, hung
     assert result.summary()["models"]["writer"]["endpoints"]["r0"]["failures"] == hung - 1
+
+
+async def test_an_endpoint_that_keeps_answering_429_hands_its_requests_to_another(tmp_path: Path) -> None:
+    with servers(2) as (limited, free):
+        limited.fail_when("*", "", 429)  # every request refused, again and again
+        result = await run(pool_config([limited.url, free.url], tmp_path, n=30), skip_preflight=True)
+        refused = generation_requests(limited)
+    assert result.rows_written == 30 and result.rows_failed == 0
+    assert generation_requests(free) == 30
+    # A stray 429 is waited out on the same endpoint; a third for one request hands it on.
+    endpoints = result.summary()["models"]["writer"]["endpoints"]
+    assert endpoints["r0"]["failures"] >= 1 and refused == endpoints["r0"]["requests"]
+    assert refused <= 3 * 4 + 3 * 3, refused  # its slots' requests, then trials; not 30 rows' worth
 
 
 async def test_an_endpoint_refusing_the_key_is_out_for_the_run(tmp_path: Path) -> None:
@@ -209,10 +222,15 @@ async def test_primary_dead_fallback_alive_is_degraded_and_the_run_completes_on_
         checks = json.loads(proc.stdout)["checks"]
         assert [(c["endpoint"], c["status"]) for c in checks] == [("r0", "degraded"), ("r1", "ok")]
         fallback.reset_stats()
-        result = await run(cfg)
+        proc = cli("run", config, "--json")
         answered = generation_requests(fallback)
-    assert result.rows_written == 20 and result.rows_failed == 0
-    assert result.preflight is not None and result.preflight.ok
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["rows_written"] == 20 and summary["rows_failed"] == 0
+    assert "degraded" in proc.stderr  # the pre-flight's table says so
+    endpoints = summary["models"]["writer"]["endpoints"]
+    assert endpoints["r1"]["requests"] == 20 and endpoints["r1"]["failures"] == 0
+    assert endpoints["r0"]["failures"] == endpoints["r0"]["requests"] >= 1  # tried, refused, cooled down
     assert answered == 1 + 20  # its probe and every row
 
 
