@@ -300,3 +300,23 @@ async def test_a_pooled_handle_is_read_only_and_leads_to_no_provider(tmp_path: P
             assert repr(handle) == f"PooledChatModel(alias='writer', model='{MODEL}')"
             assert not hasattr(handle, "__dict__")
             assert not any(isinstance(getattr(handle, s, None), OpenAIProvider) for s in type(handle).__slots__)
+
+
+async def test_batch_mode_sends_each_pool_row_in_one_batch_of_one_endpoint(tmp_path: Path) -> None:
+    with servers(2) as (a, b):
+        cfg = pool_config([a.url, b.url], tmp_path, n=40, max_concurrency=2)
+        for provider in cfg["providers"].values():
+            provider["batch"] = {"poll_interval_s": 0.05}
+        container = genwire.boot(cfg)
+        async with container:
+            result = await container.run(batch=True, probe_cache=False)
+        online = generation_requests(a) + generation_requests(b)
+    assert result.rows_written == 40 and result.rows_failed == 0
+    assert online == 2  # the pre-flight's probes only: every row went in a batch
+    assert result.usage["writer"].batched == 40
+    # One round: each endpoint's share in its own provider's batch (not rounds of 2 slots).
+    # One round: each endpoint's share in its own provider's batch (not rounds of 2 slots),
+    # never one line in two batches (each provider's spool files are its own).
+    assert result.batches is not None and 1 <= len(result.batches) <= 2
+    assert {b.provider for b in result.batches} <= {"r0", "r1"}
+    assert sum(b.requests for b in result.batches) == 40

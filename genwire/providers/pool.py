@@ -315,6 +315,16 @@ class PooledEmbeddingModel(_PooledHandle):
 # --- building a pool ----------------------------------------------------------------------
 
 
+# Batch mode: a member's calls wait in its provider's batch files, not in HTTP slots, so
+# the pool does not hold a round's rows back (a round holds every live row).
+BATCH_CAPACITY = 1 << 30
+
+
+def _capacity(client: Any) -> int:
+    """A member's slots now: its provider's current (adaptive) concurrency."""
+    return BATCH_CAPACITY if client.batcher is not None else int(client.gate.current)
+
+
 def pool_identity(alias: str) -> str:
     """The response cache's endpoint identity of a pool: its members share entries (the
     request body still names each member's model, so different models never share)."""
@@ -335,7 +345,7 @@ def make_pool_model(
         member_config = config.for_endpoint(endpoint)
         make = client.chat_model if config.kind == "chat" else client.embedding_model
         handle = make(alias, member_config, pool=pool_identity(alias))
-        capacity = functools.partial(getattr, client.gate, "current")  # read at every routing decision
+        capacity = functools.partial(_capacity, client)  # read at every routing decision
         members.append(PoolMember(endpoint.name, endpoint.provider, handle, endpoint.role, endpoint.weight, capacity))
     pool = pools[alias] = EndpointPool(alias, members)
     token = open_pool(pool, keep)

@@ -209,7 +209,7 @@ class BatchCollector:
             self._seal(key, self.round + 1)  # a split: this file is full, submit it now
             spool = None
         if spool is None:
-            path = self._spool_dir / f"{SPOOL_PREFIX}{os.getpid()}-{next(self._serial)}.jsonl"
+            path = self._spool_dir / f"{SPOOL_PREFIX}{self.name}-{os.getpid()}-{next(self._serial)}.jsonl"
             spool = self._queue[key] = _Spool(path, "/v1" + waiter.path, path.open("wb"))
         spool.handle.write(line)
         spool.count += 1
@@ -367,7 +367,7 @@ class BatchCollector:
     async def _results(self, file_id: str) -> list[ResultLine]:
         """The result lines of a file, streamed through disk (parsed lines stay: they
         are this batch's, whose calls are in memory anyway)."""
-        path = self._spool_dir / f"{SPOOL_PREFIX}{os.getpid()}-{next(self._serial)}.out.jsonl"
+        path = self._spool_dir / f"{SPOOL_PREFIX}{self.name}-{os.getpid()}-{next(self._serial)}.out.jsonl"
         try:
             await self._call("GET", f"/files/{file_id}/content", sink=path)
             with path.open("rb") as handle:
