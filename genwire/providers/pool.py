@@ -160,6 +160,8 @@ class EndpointPool:
         return max(0.01, min(ends)) if ends else math.inf
 
     async def _acquire(self, tried: set[str]) -> PoolMember | None:
+        """A member for this request's next attempt; a request failing over (``tried``)
+        goes to the head of the line: it has waited its turn once already."""
         while True:
             member, wait = self._choose(tried, time.monotonic())
             if member is not None:
@@ -169,7 +171,10 @@ class EndpointPool:
                 return None
             waiter: asyncio.Future[PoolMember | None] = asyncio.get_running_loop().create_future()
             entry = (tried, waiter)
-            self._waiters.append(entry)
+            if tried:
+                self._waiters.appendleft(entry)
+            else:
+                self._waiters.append(entry)
             try:
                 # Bounded by the next trial: a cooled-down member may take this request then.
                 return await asyncio.wait_for(waiter, None if wait == math.inf else wait)
