@@ -320,3 +320,16 @@ async def test_batch_mode_sends_each_pool_row_in_one_batch_of_one_endpoint(tmp_p
     assert result.batches is not None and 1 <= len(result.batches) <= 2
     assert {b.provider for b in result.batches} <= {"r0", "r1"}
     assert sum(b.requests for b in result.batches) == 40
+
+
+async def test_checks_streamed_as_they_finish_give_a_pools_endpoints_their_final_status(tmp_path: Path) -> None:
+    from genwire.preflight.runner import run_preflight
+
+    with FakeOpenAIServer() as alive:
+        told: list[genwire.CheckResult] = []
+        container = genwire.boot(pool_config([dead_url(), alive.url], tmp_path))
+        async with container:
+            report = await run_preflight(container, use_cache=False, on_check=told.append)
+    assert report.ok and report.warning() is not None
+    # The dead endpoint fails first, but is told only once its pool is judged: degraded.
+    assert sorted((c.endpoint, c.status) for c in told) == [("r0", "degraded"), ("r1", "ok")]

@@ -119,6 +119,7 @@ class _Preflight:
         self.container = container
         self.on_check = on_check
         self.told: set[Key] = set()
+        self.judged: set[tuple[str, str | None]] = set()  # (pool alias, shape) judged
         self.settings = container.config.preflight
         self.models = container.config.models
         self.cache = cache
@@ -287,28 +288,39 @@ class _Preflight:
 
     def judge_pools(self, results: dict[Key, CheckResult]) -> None:
         """A pool passes a request shape when at least ``min_healthy`` of its endpoints
-        passed it: its failed endpoints are then ``degraded`` (a warning, exit 0)."""
-        passed: dict[tuple[str, str | None], int] = {}
-        for (target, shape_key, endpoint), result in results.items():
-            if endpoint is not None and result.status == "ok":
-                passed[target, shape_key] = passed.get((target, shape_key), 0) + 1
-        for key, result in results.items():
-            target, shape_key, endpoint = key
-            if endpoint is None or result.status != "failed":
+        passed it: its failed endpoints are then ``degraded`` (a warning, exit 0). Judged
+        once every endpoint of it has a result (until then none of them is told)."""
+        checks: dict[tuple[str, str | None], list[Key]] = {}
+        for key in results:
+            if key[2] is not None:
+                checks.setdefault((key[0], key[1]), []).append(key)
+        for pool, keys in checks.items():
+            target = pool[0]
+            if pool in self.judged or len(keys) < len(self.models[target].endpoint_list):
                 continue
+            self.judged.add(pool)
             needed = self.models[target].min_healthy
-            healthy = passed.get((target, shape_key), 0)
-            if healthy >= needed:
-                message = f"{result.message} ({healthy} of the pool's endpoints passed; min_healthy {needed})"
-                results[key] = result.model_copy(update={"status": "degraded", "message": message})
-            else:
-                message = f"{result.message} (only {healthy} of the pool's endpoints passed; min_healthy {needed})"
-                results[key] = result.model_copy(update={"message": message})
+            healthy = sum(results[key].status == "ok" for key in keys)
+            for key in keys:
+                result = results[key]
+                if result.status == "failed":
+                    self.judge_member(results, key, healthy, needed)
+
+    def judge_member(self, results: dict[Key, CheckResult], key: Key, healthy: int, needed: int) -> None:
+        result = results[key]
+        if healthy >= needed:
+            message = f"{result.message} ({healthy} of the pool's endpoints passed; min_healthy {needed})"
+            results[key] = result.model_copy(update={"status": "degraded", "message": message})
+        else:
+            message = f"{result.message} (only {healthy} of the pool's endpoints passed; min_healthy {needed})"
+            results[key] = result.model_copy(update={"message": message})
 
     def tell(self, results: dict[Key, CheckResult]) -> None:
         if self.on_check is None:
             return
         for key, result in results.items():
+            if key[2] is not None and (key[0], key[1]) not in self.judged:
+                continue  # a pool's endpoint: told once its pool is judged
             if key not in self.told:
                 self.told.add(key)
                 self.on_check(result)
@@ -331,10 +343,12 @@ class _Preflight:
         started = time.perf_counter()
         self.deadline = asyncio.get_running_loop().time() + self.settings.deadline_s
         groups = [g for g in groups if not self.cached(g, results)]
+        self.judge_pools(results)
         self.tell(results)
 
         async def check(group: _Group) -> None:
             self.judge(group, await self.probe(group), results)
+            self.judge_pools(results)
             self.tell(results)  # as each finishes: an interrupted pre-flight still lists it
 
         await asyncio.gather(*(check(g) for g in groups))
