@@ -333,3 +333,15 @@ async def test_checks_streamed_as_they_finish_give_a_pools_endpoints_their_final
     assert report.ok and report.warning() is not None
     # The dead endpoint fails first, but is told only once its pool is judged: degraded.
     assert sorted((c.endpoint, c.status) for c in told) == [("r0", "degraded"), ("r1", "ok")]
+
+
+async def test_weights_share_the_requests_even_one_at_a_time(tmp_path: Path) -> None:
+    with servers(2) as (light, heavy):
+        cfg = pool_config([light.url, heavy.url], tmp_path)
+        cfg["models"]["writer"]["endpoints"][1]["weight"] = 3
+        container = genwire.boot(cfg)
+        async with container:
+            handle = container.resource("writer")
+            for _ in range(40):  # never two in flight: only the weights decide
+                await handle.complete("hello")
+        assert (generation_requests(light), generation_requests(heavy)) == (10, 30)

@@ -85,6 +85,7 @@ class PoolMember:
     cooldown_s: float = 0.0  # 0: healthy; else the length of the current cooldown
     cooling_until: float = 0.0
     out: str | None = None  # why it is out for the run (auth / not_found)
+    sent: int = 0  # requests the pool gave it: breaks ties by weight (light load, one at a time)
     stats: EndpointStats = field(default_factory=EndpointStats)
 
     def healthy(self) -> bool:
@@ -103,8 +104,14 @@ class PoolMember:
     def room(self) -> int:
         return max(1, self.capacity()) - self.in_flight
 
-    def load(self) -> float:
-        return self.in_flight / (self.weight * max(1, self.capacity()))
+    def load(self) -> tuple[float, float]:
+        """In-flight work relative to weight and capacity; on a tie, requests given
+        relative to weight (so one-at-a-time callers still follow the weights)."""
+        return self.in_flight / (self.weight * max(1, self.capacity())), self.sent / self.weight
+
+    def take(self) -> None:
+        self.in_flight += 1
+        self.sent += 1
 
 
 class EndpointPool:
@@ -165,7 +172,7 @@ class EndpointPool:
         while True:
             member, wait = self._choose(tried, time.monotonic())
             if member is not None:
-                member.in_flight += 1
+                member.take()
                 return member
             if wait is None:
                 return None
@@ -203,7 +210,7 @@ class EndpointPool:
                 skipped.append(entry)  # nothing for this one yet (e.g. it tried the member with room)
                 continue
             if member is not None:
-                member.in_flight += 1
+                member.take()
             waiter.set_result(member)
         self._waiters.extendleft(reversed(skipped))
 
