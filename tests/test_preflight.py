@@ -291,6 +291,7 @@ pipeline:
         "variant",
         "cached",
         "age_s",
+        "endpoint",  # a pool's endpoint (SPEC §17); null for an alias of one endpoint
     }
     table = CliRunner().invoke(cli, ["preflight", str(path)])
     assert table.exit_code == 1 and "auth" in table.stdout

@@ -45,7 +45,10 @@ def local_provider_notes(container: Any) -> list[str]:
     from genwire.config.schema import LocalProviderConfig
 
     used = {
-        container.config.models[t.name].provider for t in container.plan().targets if t.name in container.config.models
+        provider
+        for t in container.plan().targets
+        if t.name in container.config.models
+        for provider in container.config.models[t.name].providers
     }
     return [
         f"provider {name} is local: its models run on this machine and never batch"

@@ -326,6 +326,8 @@ def preflight(
         from genwire.cli.render import preflight_table
 
         out.print(preflight_table(report))
+    if report.warning():
+        sys.stderr.write(f"{report.warning()}\n")
     if not report.ok:
         sys.exit(1)
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from genwire.preflight.report import PreflightReport
     from genwire.providers.response_cache import CacheInfo
 
-_STATUS_STYLE = {"ok": "green", "failed": "bold red", "skipped": "yellow"}
+_STATUS_STYLE = {"ok": "green", "failed": "bold red", "skipped": "yellow", "degraded": "bold yellow"}
 
 
 def cell(value: str) -> str:
@@ -91,6 +91,8 @@ def plan_mermaid(plan: WiringPlan) -> str:
 
 def preflight_table(report: PreflightReport) -> Table:
     verdict = "[green]passed[/]" if report.ok else f"[bold red]{len(report.failed)} failed[/]"
+    if report.degraded:
+        verdict += f", [bold yellow]{len(report.degraded)} pool endpoint(s) degraded[/]"
     table = Table(title=f"Pre-flight: {verdict} in {report.duration_s:.2f}s", title_justify="left")
     for head in ("target", "kind", "status", "class", "latency", "tries", "used by", "detail"):
         table.add_column(head, overflow="fold")
@@ -133,6 +135,15 @@ def run_summary(result: RunResult) -> Table:
         "rows failed", cell(str(result.rows_failed) + (f" → {result.errors_file}" if result.errors_file else ""))
     )
     table.add_row("time", f"{result.duration_s:.2f}s ({result.rows_per_s:.1f} rows/s)")
+    for alias, endpoints in sorted(result.endpoints.items()):
+        for name, stats in endpoints.items():
+            d = stats.as_dict()
+            latency = (
+                f", latency mean {d['latency_mean_s']:.3f}s p95 {d['latency_p95_s']:.3f}s" if stats.latencies else ""
+            )
+            table.add_row(
+                escape(f"model {alias} via {name}"), f"{d['requests']:,} requests, {d['failures']:,} failures{latency}"
+            )
     for alias, u in sorted(result.usage.items()):
         answers = "answer" if u.cached == 1 else "answers"
         cached = f"; {u.cached:,} {answers} from the cache ({u.saved_tokens:,} tokens saved)" if u.cached else ""

@@ -76,7 +76,9 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
     },
     "ModelConfig": {
         "": "A model alias: a model of a provider, chat or embedding. Every model is a resource in the container.",
-        "provider": "The name of a provider under providers.",
+        "provider": "The name of a provider under providers (or give endpoints: instead).",
+        "endpoints": "Several endpoints serving this model (replicas, keys, a fallback), instead of provider:.",
+        "min_healthy": "With endpoints: how many must pass the pre-flight; fewer fails it.",
         "model": "The model's name at the provider (e.g. meta/llama-3.1-8b-instruct).",
         "kind": "chat or embedding.",
         "params": "Request parameters sent with every call (temperature, max_tokens...).",
@@ -85,6 +87,13 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "probe_max_tokens": "Token budget of the pre-flight's chat probe; raise it for reasoning models.",
         "price": "What the model costs (USD per million tokens); without it, and without a pricing table, "
         "its cost is unknown (never 0).",
+    },
+    "EndpointConfig": {
+        "": "One endpoint of a model pool: a provider, optionally another name for the same model.",
+        "provider": "The name of a provider under providers (kind openai).",
+        "model": "The model's name at this endpoint; default: the alias's model.",
+        "weight": "Share of the requests relative to the other primaries (2: twice as many).",
+        "role": "primary: gets requests; fallback: only while no primary is healthy.",
     },
     "FileDatasetConfig": {
         "": "A dataset file: one row per line (jsonl), per record (csv) or per row (parquet).",

@@ -338,13 +338,23 @@ def _strip_union_tag(loc: Path_) -> Path_:
 def _cross_reference_problems(loaded: LoadedConfig) -> list[str]:
     cfg = loaded.config
     problems = []
+    known = ", ".join(sorted(cfg.providers)) or "none defined"
     for alias, model in cfg.models.items():
-        if model.provider not in cfg.providers:
-            known = ", ".join(sorted(cfg.providers)) or "none defined"
+        if model.provider is not None and model.provider not in cfg.providers:
             problems.append(
                 f"{loaded.where(('models', alias, 'provider'))}: unknown provider "
                 f"{model.provider!r} (providers: {known})"
             )
+        for i, endpoint in enumerate(model.endpoints or ()):
+            where = loaded.where(("models", alias, "endpoints", i, "provider"))
+            provider = cfg.providers.get(endpoint.provider)
+            if provider is None:
+                problems.append(f"{where}: unknown provider {endpoint.provider!r} (providers: {known})")
+            elif provider.kind != "openai":
+                problems.append(
+                    f"{where}: provider {endpoint.provider!r} is kind {provider.kind}; the endpoints of a pool "
+                    "are OpenAI-compatible providers (kind: openai)"
+                )
     for name in sorted(set(cfg.models) & set(cfg.datasets)):
         problems.append(
             f"{loaded.where(('datasets', name))}: {name!r} names both a model and a dataset; "

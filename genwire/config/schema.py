@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -170,8 +171,20 @@ class PriceConfig(StrictModel):
     batch_discount: Annotated[float, Field(gt=0, le=1)] = 1.0
 
 
-class ModelConfig(StrictModel):
+class EndpointConfig(StrictModel):
+    """One endpoint of a model pool (SPEC §17): a provider, optionally another model name."""
+
     provider: Name
+    model: Annotated[str, Field(min_length=1)] | None = None  # None: the alias's model
+    weight: PositiveFloat = 1.0
+    role: Literal["primary", "fallback"] = "primary"
+
+
+class ModelConfig(StrictModel):
+    provider: Name | None = None
+    # Several endpoints for one model, instead of ``provider`` (SPEC §17).
+    endpoints: Annotated[list[EndpointConfig], Field(min_length=1)] | None = None
+    min_healthy: PositiveInt = 1
     model: Annotated[str, Field(min_length=1)]
     kind: ModelKind
     params: dict[str, Any] = Field(default_factory=dict)
@@ -185,6 +198,61 @@ class ModelConfig(StrictModel):
         if self.dimensions is not None and self.kind != "embedding":
             raise ValueError("dimensions is only valid for kind: embedding")
         return self
+
+    @model_validator(mode="after")
+    def _provider_or_endpoints(self) -> ModelConfig:
+        if (self.provider is None) == (self.endpoints is None):
+            raise ValueError("give either provider: (one endpoint) or endpoints: (a pool), exactly one of them")
+        if self.endpoints is None:
+            if self.min_healthy != 1:
+                raise ValueError("min_healthy is only valid with endpoints:")
+            return self
+        if not any(e.role == "primary" for e in self.endpoints):
+            raise ValueError("endpoints: needs at least one endpoint with role: primary")
+        if self.min_healthy > len(self.endpoints):
+            raise ValueError(f"min_healthy is {self.min_healthy} but there are only {len(self.endpoints)} endpoints")
+        names = [e.name for e in self.endpoint_list]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"endpoint {repeated[0]!r} is listed twice")
+        return self
+
+    @property
+    def endpoint_list(self) -> list[PoolEndpoint]:
+        """Every endpoint of the alias with its model resolved: one for ``provider:``."""
+        if self.endpoints is None:
+            assert self.provider is not None  # the validator allows nothing else
+            return [PoolEndpoint(self.provider, self.provider, self.model, 1.0, "primary")]
+        return [
+            PoolEndpoint(_endpoint_name(e, self.model), e.provider, e.model or self.model, e.weight, e.role)
+            for e in self.endpoints
+        ]
+
+    def for_endpoint(self, endpoint: PoolEndpoint) -> ModelConfig:
+        """The config of one pool member: this alias on ``endpoint`` alone."""
+        update = {"model": endpoint.model, "provider": endpoint.provider, "endpoints": None, "min_healthy": 1}
+        return self.model_copy(update=update)
+
+    @property
+    def providers(self) -> list[str]:
+        """The provider names the alias uses (one, or its pool's)."""
+        return list(dict.fromkeys(e.provider for e in self.endpoint_list))
+
+
+@dataclass(frozen=True)
+class PoolEndpoint:
+    """An endpoint with its model resolved (the alias's when the endpoint names none)."""
+
+    name: str  # how reports name it: "provider", or "provider/model" for another model
+    provider: str
+    model: str
+    weight: float
+    role: Literal["primary", "fallback"]
+
+
+def _endpoint_name(endpoint: EndpointConfig, alias_model: str) -> str:
+    model = endpoint.model
+    return endpoint.provider if model is None or model == alias_model else f"{endpoint.provider}/{model}"
 
 
 # --- datasets --------------------------------------------------------------------------

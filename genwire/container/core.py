@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Hashable, Iterator
 from typing import Any, Self
 
 from dependency_injector import providers as di
 
 from genwire.config.loader import LoadedConfig
-from genwire.config.schema import GenwireConfig
+from genwire.config.schema import GenwireConfig, PoolEndpoint
 from genwire.container.graph import ProviderGraph
 from genwire.container.plan import WiringPlan, build_plan
 from genwire.container.wiring import ColumnWiring
@@ -25,6 +26,7 @@ from genwire.errors import GenwireError
 from genwire.generators.base import Generator
 from genwire.providers.base import endpoint_key
 from genwire.providers.factory import endpoint_identity
+from genwire.providers.pool import EndpointStats
 from genwire.providers.probes import Probe
 from genwire.providers.usage import Concurrency, ModelUsage, merge_usage, requests_of
 
@@ -90,8 +92,29 @@ class WiredPipeline:
         target = self._target(name)
         model = self.config.models.get(name)
         if model is not None and not target.provider.overridden:
-            return endpoint_identity(self.config.providers[model.provider], model)
+            if model.endpoints is not None:  # a pool: its members' identities
+                return ("pool", *(identity for _, _, identity in self.pool_members(name) or ()))
+            return endpoint_identity(self.config.providers[model.endpoint_list[0].provider], model)
         return endpoint_key(target.provider())
+
+    def pool_members(self, name: str) -> list[tuple[PoolEndpoint, Any, Hashable]] | None:
+        """A pooled alias's endpoints, each with its member model and endpoint identity
+        (the pre-flight probes each); None for an alias of one endpoint or an override."""
+        model = self.config.models.get(name)
+        target = self._target(name)
+        if model is None or model.endpoints is None or target.provider.overridden:
+            return None
+        target.provider()  # builds the pool
+        pool = self._graph.pools[name]
+        members = []
+        for endpoint, member in zip(model.endpoint_list, pool.members, strict=True):
+            provider = self.config.providers[endpoint.provider]
+            members.append((endpoint, member.handle, endpoint_identity(provider, model.for_endpoint(endpoint))))
+        return members
+
+    def endpoint_stats(self) -> dict[str, dict[str, EndpointStats]]:
+        """Per pooled alias built so far, per endpoint: requests, failures, latencies."""
+        return {alias: pool.stats() for alias, pool in sorted(self._graph.pools.items())}
 
     def overridden_names(self) -> list[str]:
         """Names of the model aliases and datasets replaced by ``override`` right now."""
@@ -116,8 +139,14 @@ class WiredPipeline:
         return merge_usage(client.usage for client in self._graph.live_clients)
 
     def concurrency(self) -> dict[str, Concurrency]:
-        """In flight against the current and configured limit, per provider in use."""
-        return {client.name: client.concurrency() for client in self._graph.live_clients}
+        """In flight against the current and configured limit, per provider in use. A
+        pool's queue counts as waiting for each of its members' providers (its requests
+        wait in the pool, not at a provider's gate)."""
+        found = {client.name: client.concurrency() for client in self._graph.live_clients}
+        for pool in self._graph.pools.values():
+            for name in {m.provider for m in pool.members} & found.keys():
+                found[name] = dataclasses.replace(found[name], waiting=found[name].waiting + pool.waiting)
+        return found
 
     def requests_by_model(self) -> dict[str, int]:
         return requests_of(self.usage_by_model())

@@ -17,8 +17,10 @@ from genwire.generators.base import Generator
 from genwire.generators.metadata import ResourceKind, model_resource_kind
 from genwire.generators.resources import Resources
 from genwire.providers.factory import ProviderClient, make_dataset, make_model, make_provider
+from genwire.providers.pool import EndpointPool, make_pool_model
 from genwire.providers.probes import Probe, probe_chat, probe_dataset, probe_embedding
 from genwire.providers.registry import ModelRegistryView
+from genwire.providers.routes import Route
 from genwire.providers.tools import make_tool_server
 from genwire.providers.tools.handle import make_tools_handle, probe_tools
 
@@ -42,6 +44,8 @@ class ProviderGraph:
     live_clients: list[ProviderClient] = field(default_factory=list)
     tool_servers: dict[str, di.Singleton[Any]] = field(default_factory=dict)
     live_tool_servers: list[Any] = field(default_factory=list)  # built MCP server clients: closed with the container
+    pools: dict[str, EndpointPool] = field(default_factory=dict)  # pooled aliases, once built
+    pool_routes: list[Route[EndpointPool]] = field(default_factory=list)  # keeps their routes alive
 
     def reachable(self, column: str) -> list[str]:
         """Names of the targets the column's generator provider can reach, read from the
@@ -92,7 +96,11 @@ def build_graph(loaded: LoadedConfig, wirings: list[ColumnWiring]) -> ProviderGr
     for name, pcfg in cfg.providers.items():
         graph.clients[name] = di.Singleton(_client_factory, graph, name, pcfg)
     for alias, mcfg in cfg.models.items():
-        model = di.Singleton(make_model, graph.clients[mcfg.provider], alias, mcfg)
+        if mcfg.endpoints is not None:
+            members = [graph.clients[e.provider] for e in mcfg.endpoint_list]
+            model = di.Singleton(make_pool_model, graph.pools, graph.pool_routes, alias, mcfg, *members)
+        else:
+            model = di.Singleton(make_model, graph.clients[mcfg.endpoint_list[0].provider], alias, mcfg)
         probe = probe_chat if mcfg.kind == "chat" else probe_embedding
         graph.targets[alias] = Target(alias, model_resource_kind(mcfg.kind), model, probe)
     for name, dcfg in cfg.datasets.items():

@@ -82,12 +82,17 @@ def build_plan(loaded: LoadedConfig, wirings: list[ColumnWiring], graph: Provide
             continue
         model = cfg.models.get(name)
         tool = cfg.tools.get(name)
-        where = (model.provider, model.model) if model else (f"mcp/{tool.transport}", tool.display()) if tool else None
+        # A pool names its providers; a tool server mcp/<transport>, and the command or URL.
+        where: tuple[str, str] | None = None
+        if model is not None:
+            where = (", ".join(model.providers), model.model)
+        elif tool is not None:
+            where = (f"mcp/{tool.transport}", tool.display())
         targets.append(
             TargetPlan(
                 name=name,
                 kind=target.kind,
-                provider=where[0] if where else None,  # tool servers: mcp/<transport>, and the command or URL
+                provider=where[0] if where else None,
                 model=where[1] if where else None,
                 health_check=model.health_check if model else tool.health_check if tool else True,
                 used_by=used_by[name],

@@ -40,7 +40,7 @@ def priced_models(container: WiredPipeline) -> dict[str, Price | None]:
     prices = model_prices(config, table, name)
     out: dict[str, Price | None] = {}
     for alias in used_models(container):
-        provider = config.providers.get(config.models[alias].provider)
+        provider = config.providers.get(config.models[alias].providers[0])  # a pool's are all openai
         out[alias] = (
             LOCAL_PRICE if isinstance(provider, LocalProviderConfig) and prices[alias] is None else prices[alias]
         )
@@ -156,7 +156,7 @@ class RunCosts:
     def attach(self) -> None:
         """Every HTTP provider a used model is served by meters its requests from now on."""
         config = self.container.config
-        names = {config.models[alias].provider for alias in self.prices}
+        names = {name for alias in self.prices for name in config.models[alias].providers}  # a pool: each endpoint's
         for name in sorted(names):
             if isinstance(config.providers.get(name), OpenAIProviderConfig):
                 client = self.container.client(name)

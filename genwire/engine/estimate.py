@@ -121,7 +121,7 @@ def project(
         models.append(
             ModelProjection(
                 alias=alias,
-                provider=model.provider,
+                provider=model.providers[0],  # a pool: projected on its first endpoint (conservative)
                 sample_requests=s.requests,
                 sample_cached=cached.get(alias, 0),
                 requests_per_row=per_row,

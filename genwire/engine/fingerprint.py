@@ -87,6 +87,9 @@ def fingerprint(loaded: LoadedConfig, columns: list[ColumnWiring]) -> Fingerprin
     for alias in sorted(used & set(cfg.models)):
         model = cfg.models[alias]
         entries[f"models.{alias}.model"] = model.model
+        served = sorted({e.model for e in model.endpoint_list})
+        if served != [model.model]:  # a pool's other model names (which endpoints serve it is not in it)
+            entries[f"models.{alias}.endpoints.model"] = served
         entries[f"models.{alias}.kind"] = model.kind
         entries[f"models.{alias}.dimensions"] = model.dimensions
         entries.update(_flatten(f"models.{alias}.params", model.params))

@@ -260,8 +260,8 @@ def provider_caps(container: WiredPipeline) -> dict[str, int]:
         for slot in column.slots.values():
             for name in slot.resources:
                 model = cfg.models.get(name)
-                if model is not None:
-                    caps[model.provider] = cfg.providers[model.provider].max_concurrency
+                for provider in model.providers if model is not None else ():
+                    caps[provider] = cfg.providers[provider].max_concurrency
     return caps
 
 

@@ -34,6 +34,7 @@ from genwire.preflight.report import PreflightError, PreflightReport
 from genwire.preflight.runner import run_preflight
 from genwire.providers.batch.format import BatchInfo
 from genwire.providers.budget import CostMeter
+from genwire.providers.pool import EndpointStats
 from genwire.providers.response_cache import ResponseCache, cache_dir
 from genwire.providers.tracing import start_run_trace
 from genwire.providers.usage import Concurrency, ModelUsage, merge_usage, requests_of
@@ -72,6 +73,8 @@ class RunResult:
     cost: dict[str, Any] | None = None  # SPEC §16's "cost" object
     meter: CostMeter | None = None  # what the answers showed (the estimate reads it)
     finished: bool = True  # False: an estimate's sample, the checkpoint kept for the run
+    # Per pooled alias, per endpoint (SPEC §17): requests, failures, latency.
+    endpoints: dict[str, dict[str, EndpointStats]] = field(default_factory=dict)
 
     @property
     def requests(self) -> dict[str, int]:
@@ -92,10 +95,17 @@ class RunResult:
             "duration_s": round(self.duration_s, 3),
             "output": str(self.output),
             "errors_file": str(self.errors_file) if self.errors_file else None,
-            "models": {alias: u.as_dict() for alias, u in self.usage.items()},
+            "models": {alias: self._model_summary(alias, u) for alias, u in self.usage.items()},
             **({"batches": [b.as_dict() for b in self.batches]} if self.batches is not None else {}),
             **({"cost": self.cost} if self.cost is not None else {}),
         }
+
+
+    def _model_summary(self, alias: str, usage: ModelUsage) -> dict[str, Any]:
+        summary: dict[str, Any] = usage.as_dict()
+        if alias in self.endpoints:
+            summary["endpoints"] = {name: s.as_dict() for name, s in self.endpoints[alias].items()}
+        return summary
 
 
 class BatchSource(Protocol):
@@ -219,6 +229,7 @@ async def run_pipeline(
             cost=costs.report(usage),
             meter=costs.meter,
             finished=options.sample_rows is None,
+            endpoints=container.endpoint_stats(),
         )
         end_session(
             metrics,

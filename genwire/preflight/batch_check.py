@@ -22,9 +22,10 @@ def batch_providers(container: WiredPipeline, forced: bool) -> list[str]:
     provider never batches; an overridden model is an object of this process."""
     config = container.config
     used = {
-        config.models[t.name].provider
+        provider
         for t in container.plan().targets
         if t.name in config.models and container.cacheable(t.name)
+        for provider in config.models[t.name].providers  # one, or every endpoint of a pool
     }
     return sorted(
         name
@@ -56,7 +57,7 @@ async def _check(container: WiredPipeline, provider: str) -> CheckResult:
         {
             column
             for t in container.plan().targets
-            if t.name in container.config.models and container.config.models[t.name].provider == provider
+            if t.name in container.config.models and provider in container.config.models[t.name].providers
             for column in t.used_by
         }
     )

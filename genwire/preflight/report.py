@@ -9,7 +9,8 @@ from pydantic import BaseModel
 from genwire.errors import ErrorClass, GenwireError
 from genwire.generators.metadata import ResourceKind
 
-Status = Literal["ok", "failed", "skipped"]
+# degraded: an endpoint of a pool failed, but enough others passed (min_healthy).
+Status = Literal["ok", "failed", "skipped", "degraded"]
 # What a check is of: a resource kind, a model kind genwire reports but never probes
 # (a Data Designer image model), or a provider's Files and Batches API (batch mode).
 CheckKind = ResourceKind | Literal["image_model", "batch_api"]
@@ -30,10 +31,12 @@ class CheckResult(BaseModel):
     variant: str | None = None
     cached: bool = False  # an ok result from the probe cache: nothing was sent
     age_s: float | None = None  # how old the cached result is
+    endpoint: str | None = None  # a pool's endpoint this check probed; None: the alias's one endpoint
 
     @property
     def label(self) -> str:
-        return self.target if self.variant is None else f"{self.target} (for column {self.variant})"
+        label = self.target if self.endpoint is None else f"{self.target} via {self.endpoint}"
+        return label if self.variant is None else f"{label} (for column {self.variant})"
 
 
 class PreflightReport(BaseModel):
@@ -45,10 +48,23 @@ class PreflightReport(BaseModel):
     def failed(self) -> list[CheckResult]:
         return [c for c in self.checks if c.status == "failed"]
 
-    def check(self, target: str, variant: str | None = None) -> CheckResult:
-        """The plain check of ``target``, or its check for column ``variant``'s requests."""
+    @property
+    def degraded(self) -> list[CheckResult]:
+        """Pool endpoints that failed while enough of their pool passed (a warning)."""
+        return [c for c in self.checks if c.status == "degraded"]
+
+    def warning(self) -> str | None:
+        """What the command line warns about when the pre-flight passed degraded."""
+        if not self.degraded:
+            return None
+        names = ", ".join(c.label for c in self.degraded)
+        return f"warning: pre-flight passed with degraded endpoint pools; failing endpoints: {names}"
+
+    def check(self, target: str, variant: str | None = None, *, endpoint: str | None = None) -> CheckResult:
+        """The plain check of ``target``, or its check for column ``variant``'s requests;
+        ``endpoint``: that endpoint's check of a pooled alias."""
         for c in self.checks:
-            if c.target == target and c.variant == variant:
+            if c.target == target and c.variant == variant and c.endpoint == endpoint:
                 return c
         raise KeyError(target if variant is None else f"{target} (for column {variant})")
 

@@ -16,6 +16,7 @@ groups like any other, so they run concurrently.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import Hashable, Sequence
@@ -50,6 +51,7 @@ class _Group:
     shape: Shape | None = None  # None: the plain probe
     variant: str | None = None  # the (first) column whose requests have this shape
     shape_key: str | None = None  # the shape's canonical text
+    endpoint: str | None = None  # a pool's endpoint (its member model is ``resource``)
     targets: list[TargetPlan] = field(default_factory=list)
     cache_keys: dict[str, str] = field(default_factory=dict)  # target -> key, when cacheable
 
@@ -73,6 +75,7 @@ def _result(
     *,
     variant: str | None = None,
     cached: CachedResult | None = None,
+    endpoint: str | None = None,
 ) -> CheckResult:
     return CheckResult(
         target=target.name,
@@ -87,6 +90,7 @@ def _result(
         variant=variant,
         cached=cached is not None,
         age_s=round(cached.age_s, 1) if cached is not None else None,
+        endpoint=endpoint,
     )
 
 
@@ -100,9 +104,10 @@ def _canonical(shape: Shape) -> str:
     return json.dumps(shape, sort_keys=True, default=str)
 
 
-# (target, canonical shape or None): a column calling one alias through two slots with
-# different shapes gets two checks, both ``variant: <column>``, neither hiding the other.
-Key = tuple[str, str | None]
+# (target, canonical shape or None, pool endpoint or None): a column calling one alias
+# through two slots with different shapes gets two checks, both ``variant: <column>``,
+# neither hiding the other; each endpoint of a pool gets its own.
+Key = tuple[str, str | None, str | None]
 
 
 class _Preflight:
@@ -115,6 +120,7 @@ class _Preflight:
         self.container = container
         self.on_check = on_check
         self.told: set[Key] = set()
+        self.judged: set[tuple[str, str | None]] = set()  # (pool alias, shape) judged
         self.settings = container.config.preflight
         self.models = container.config.models
         self.cache = cache
@@ -161,21 +167,29 @@ class _Preflight:
         shapes, plain = self.uses(targets)
         for t in targets:
             if not t.health_check:
-                results[t.name, None] = _result(t, [t.name], "skipped", None, "health_check: false in its model config")
+                results[t.name, None, None] = _result(
+                    t, [t.name], "skipped", None, "health_check: false in its model config"
+                )
                 continue
             try:
                 resource = self.container.resource(t.name)
             except GenwireError as exc:
-                results[t.name, None] = _result(t, [t.name], "failed", ErrorClass.BAD_RESPONSE, str(exc))
+                results[t.name, None, None] = _result(t, [t.name], "failed", ErrorClass.BAD_RESPONSE, str(exc))
                 continue
-            identity = self.container.endpoint_identity(t.name)
+            # A pool: each endpoint is probed with its own member model, as its own group.
+            members = self.container.pool_members(t.name)
+            endpoints: list[tuple[str | None, Any, Hashable]] = (
+                [(e.name, handle, identity) for e, handle, identity in members]
+                if members is not None
+                else [(None, resource, self.container.endpoint_identity(t.name))]
+            )
             variants: list[tuple[str | None, Shape | None]] = [(None, None)] if t.name in plain else []
             variants += shapes.get(t.name, [])
-            for variant, shape in variants:
+            for (variant, shape), (endpoint, member, identity) in itertools.product(variants, endpoints):
                 shape_key = _canonical(shape) if shape is not None else None
                 group = groups.setdefault(
-                    (t.kind, identity, shape_key),
-                    _Group(t.kind, resource, self.container.probe(t.name), shape, variant, shape_key),
+                    (t.kind, identity, shape_key, endpoint),
+                    _Group(t.kind, member, self.container.probe(t.name), shape, variant, shape_key, endpoint),
                 )
                 if t in group.targets:
                     continue  # two columns with one shape on one alias: one probe, one check
@@ -196,8 +210,8 @@ class _Preflight:
         for t in group.targets:
             hit = hits[t.name]
             assert hit is not None
-            results[t.name, group.shape_key] = _result(
-                t, aliases, "ok", None, hit.message, variant=group.variant, cached=hit
+            results[t.name, group.shape_key, group.endpoint] = _result(
+                t, aliases, "ok", None, hit.message, variant=group.variant, cached=hit, endpoint=group.endpoint
             )
         return True
 
@@ -258,17 +272,56 @@ class _Preflight:
                         check_dimensions(outcome.value.dimensions, self.expected_dimensions(t.name, group.resource))
                     except ProbeFailure as exc:
                         status, error_class, message = "failed", exc.error_class, exc.message
-            results[t.name, group.shape_key] = _result(
-                t, aliases, status, error_class, message, outcome.latency_s, outcome.attempts, variant=group.variant
+            results[t.name, group.shape_key, group.endpoint] = _result(
+                t,
+                aliases,
+                status,
+                error_class,
+                message,
+                outcome.latency_s,
+                outcome.attempts,
+                variant=group.variant,
+                endpoint=group.endpoint,
             )
             key = group.cache_keys.get(t.name)
             if status == "ok" and key is not None and self.cache is not None:
                 self.cache.put(key, message)  # failures are never cached
 
+    def judge_pools(self, results: dict[Key, CheckResult]) -> None:
+        """A pool passes a request shape when at least ``min_healthy`` of its endpoints
+        passed it: its failed endpoints are then ``degraded`` (a warning, exit 0). Judged
+        once every endpoint of it has a result (until then none of them is told)."""
+        checks: dict[tuple[str, str | None], list[Key]] = {}
+        for key in results:
+            if key[2] is not None:
+                checks.setdefault((key[0], key[1]), []).append(key)
+        for pool, keys in checks.items():
+            target = pool[0]
+            if pool in self.judged or len(keys) < len(self.models[target].endpoint_list):
+                continue
+            self.judged.add(pool)
+            needed = self.models[target].min_healthy
+            healthy = sum(results[key].status == "ok" for key in keys)
+            for key in keys:
+                result = results[key]
+                if result.status == "failed":
+                    self.judge_member(results, key, healthy, needed)
+
+    def judge_member(self, results: dict[Key, CheckResult], key: Key, healthy: int, needed: int) -> None:
+        result = results[key]
+        if healthy >= needed:
+            message = f"{result.message} ({healthy} of the pool's endpoints passed; min_healthy {needed})"
+            results[key] = result.model_copy(update={"status": "degraded", "message": message})
+        else:
+            message = f"{result.message} (only {healthy} of the pool's endpoints passed; min_healthy {needed})"
+            results[key] = result.model_copy(update={"message": message})
+
     def tell(self, results: dict[Key, CheckResult]) -> None:
         if self.on_check is None:
             return
         for key, result in results.items():
+            if key[2] is not None and (key[0], key[1]) not in self.judged:
+                continue  # a pool's endpoint: told once its pool is judged
             if key not in self.told:
                 self.told.add(key)
                 self.on_check(result)
@@ -291,6 +344,7 @@ class _Preflight:
         started = time.perf_counter()
         self.deadline = asyncio.get_running_loop().time() + self.settings.deadline_s
         groups = [g for g in groups if not self.cached(g, results)]
+        self.judge_pools(results)
         self.tell(results)
 
         async def check(group: _Group) -> None:
@@ -299,12 +353,20 @@ class _Preflight:
                 if traced is not None and outcome.failure is not None:
                     traced.fail(outcome.failure[0].value, outcome.failure[1])
             self.judge(group, outcome, results)
+            self.judge_pools(results)
             self.tell(results)  # as each finishes: an interrupted pre-flight still lists it
 
         await asyncio.gather(*(check(g) for g in groups))
+        self.judge_pools(results)
         # Each target's plain check, then its shapes' checks in column order.
         order = {t.name: i for i, t in enumerate(plan.targets)}
-        checks = sorted(results.values(), key=lambda c: (order[c.target], c.variant is not None))
+        members = {  # a pool's endpoints in the order of its config
+            (alias, e.name): i for alias, m in self.models.items() for i, e in enumerate(m.endpoint_list)
+        }
+        checks = sorted(
+            results.values(),
+            key=lambda c: (order[c.target], c.variant is not None, members.get((c.target, c.endpoint or ""), 0)),
+        )
         return PreflightReport(
             ok=all(c.status != "failed" for c in checks),
             duration_s=round(time.perf_counter() - started, 4),

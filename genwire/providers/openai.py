@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import aiohttp
@@ -41,7 +40,7 @@ from genwire.providers.request_context import (
     peek_answer,
 )
 from genwire.providers.response_cache import HOLE
-from genwire.providers.routes import Route, open_route, resolve_route
+from genwire.providers.routes import Route, TokenHandle, open_route, resolve_route
 from genwire.providers.tool_calls import assistant_message, is_assistant_message
 from genwire.providers.tracing import answered, request_span, trace_cache_hit
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
@@ -61,6 +60,8 @@ T = TypeVar("T")
 MIN_SECRET_CHARS = 8
 _MIB = 1 << 20
 _READ_CHUNK = 1 << 16  # bytes taken from the socket at a time while reading a body
+# A pool member's request answered 429 this many times is handed back to its pool.
+FAILOVER_429S = 2
 # Response-body snippets in error messages are cut to this many characters.
 SNIPPET_CHARS = 200
 # Phrases with which servers say "this model does not exist" in a 400 body
@@ -114,11 +115,12 @@ class OpenAIProvider:
 
     # --- models ------------------------------------------------------------------------
 
-    def chat_model(self, alias: str, config: ModelConfig) -> OpenAIChatModel:
-        return OpenAIChatModel(open_route(self, alias, config.model, self._routes), alias, config)
+    def chat_model(self, alias: str, config: ModelConfig, *, pool: str | None = None) -> OpenAIChatModel:
+        """``pool``: the cache identity of the endpoint pool this model is a member of."""
+        return OpenAIChatModel(open_route(self, alias, config.model, self._routes, pool), alias, config)
 
-    def embedding_model(self, alias: str, config: ModelConfig) -> OpenAIEmbeddingModel:
-        return OpenAIEmbeddingModel(open_route(self, alias, config.model, self._routes), alias, config)
+    def embedding_model(self, alias: str, config: ModelConfig, *, pool: str | None = None) -> OpenAIEmbeddingModel:
+        return OpenAIEmbeddingModel(open_route(self, alias, config.model, self._routes, pool), alias, config)
 
     # --- session lifecycle -------------------------------------------------------------
 
@@ -199,15 +201,23 @@ class OpenAIProvider:
 
     # --- requests ----------------------------------------------------------------------
 
-    async def post(self, alias: str, path: str, payload: dict[str, Any]) -> tuple[Any, int]:
+    async def post(
+        self, alias: str, path: str, payload: dict[str, Any], *, failover: bool = False
+    ) -> tuple[Any, int]:
         """``send``, traced when traces are on (``providers.tracing``)."""
         with request_span(alias, path, payload) as traced:
-            data, attempts = await self.send(alias, path, payload)
+            data, attempts = await self.send(alias, path, payload, failover=failover)
             answered(traced, data, attempts)
             return data, attempts
 
-    async def send(self, alias: str, path: str, payload: dict[str, Any]) -> tuple[Any, int]:
+    async def send(
+        self, alias: str, path: str, payload: dict[str, Any], *, failover: bool = False
+    ) -> tuple[Any, int]:
         """POST ``payload`` to ``{base_url}{path}`` with retries.
+
+        ``failover``: the model is a member of an endpoint pool, which re-sends a failed
+        request to another endpoint at once; a transient failure is raised without a
+        retry, and a 429 that persists (``FAILOVER_429S`` for one request) is raised too.
 
         Returns the decoded JSON body and the number of attempts it took. A 429 is retried
         until ``rate_limit_wait_s`` has passed: a stray one waits out its own
@@ -217,13 +227,13 @@ class OpenAIProvider:
         body = json.dumps(payload, separators=(",", ":")).encode()  # encoded once, all tries
         meter = self.meter
         if meter is None:
-            return await self._send(alias, path, payload, body, None)
+            return await self._send(alias, path, payload, body, None, failover)
         # The run's budget (SPEC §16): the worst case is held before the first attempt, and
         # settled from the answer's usage (released if nothing was answered).
         hold = await meter.reserve(alias, len(body), _max_tokens(payload), output=path != "/embeddings")
         seen: dict[str, Any] = {}
         try:
-            data, attempts = await self._send(alias, path, payload, body, seen)
+            data, attempts = await self._send(alias, path, payload, body, seen, failover)
         except BaseException:
             meter.release(hold)
             raise
@@ -231,7 +241,13 @@ class OpenAIProvider:
         return data, attempts
 
     async def _send(
-        self, alias: str, path: str, payload: dict[str, Any], body: bytes, seen: dict[str, Any] | None
+        self,
+        alias: str,
+        path: str,
+        payload: dict[str, Any],
+        body: bytes,
+        seen: dict[str, Any] | None,
+        failover: bool,
     ) -> tuple[Any, int]:
         """``post``'s attempts; ``seen`` (when given) receives the answered attempt's
         latency and the endpoint's advertised rate limits."""
@@ -258,7 +274,7 @@ class OpenAIProvider:
                     wait = max(server_wait, self._retry_wait(limited, None)) if limited else server_wait
                     limited += 1
                     waited = time.monotonic() - started
-                    if waited + wait <= cfg.rate_limit_wait_s:
+                    if waited + wait <= cfg.rate_limit_wait_s and not (failover and limited >= FAILOVER_429S):
                         note_rate_limited(self._scrub(failure.message))
                         usage.retries += 1
                         await asyncio.sleep(wait)  # a braked model's line waits out the rest
@@ -266,7 +282,7 @@ class OpenAIProvider:
                     failure.message += f"; still rate-limited after {waited:.0f} s (rate_limit_wait_s)"
                 else:
                     self.gate.release(reservation, tokens=None, ok=False)
-                    if failure.retry and retries < cfg.retries:
+                    if failure.retry and retries < cfg.retries and not failover:
                         wait = self._retry_wait(retries, failure.retry_after)
                         retries += 1
                         usage.retries += 1
@@ -465,31 +481,11 @@ class OpenAIProvider:
         return readable_excerpt(" ".join(self._scrub(text).split()), SNIPPET_CHARS)
 
 
-class _Handle:
+class _Handle(TokenHandle):
     """What a plugin holds: alias, model, params and an opaque route token; no provider,
     session or key is reachable from it (see genwire.providers.routes)."""
 
-    __slots__ = ("_params", "_token", "alias", "model")
-    _params: Mapping[str, Any]
-    _token: int
-    alias: str
-    model: str
-
-    def __init__(self, token: int, alias: str, config: ModelConfig) -> None:
-        object.__setattr__(self, "_token", token)
-        object.__setattr__(self, "alias", alias)
-        object.__setattr__(self, "model", config.model)
-        object.__setattr__(self, "_params", MappingProxyType(dict(config.params)))
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"{type(self).__name__} is read-only")
-
-    @property
-    def params(self) -> Mapping[str, Any]:
-        return self._params
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(alias={self.alias!r}, model={self.model!r})"
+    __slots__ = ()
 
     def _peek(
         self, rows: tuple[int, ...], path: str, payload: dict[str, Any], part: str, usable: Callable[[Any], bool]
@@ -498,7 +494,9 @@ class _Handle:
         (counted as a hit), else None; sends nothing."""
         route, body, request = _routed(self._token, path, payload, part)
         provider = route.provider
-        found = peek_answer(provider.cache_endpoint, request, body[part], rows, provider._usage(route.alias), usable)
+        found = peek_answer(
+            route.pool or provider.cache_endpoint, request, body[part], rows, provider._usage(route.alias), usable
+        )
         if found is not None:
             trace_cache_hit(route.alias, route.model, path)
         return found
@@ -517,7 +515,7 @@ class _Handle:
         ``part``: the payload's key that varies from request to request."""
         route, body, request = _routed(self._token, path, payload, part)
         provider = route.provider
-        slot = cache_slot(provider.cache_endpoint, request, body[part])
+        slot = cache_slot(route.pool or provider.cache_endpoint, request, body[part])
         if slot is not None:
             found = slot.get(provider._usage(route.alias), usable)
             if found is not None:
@@ -533,7 +531,7 @@ class _Handle:
                 provider.meter, route.alias, path, body, lambda: batcher.ask(route.alias, path, body, custom_id)
             )
         else:
-            data, attempts = await provider.post(route.alias, path, body)
+            data, attempts = await provider.post(route.alias, path, body, failover=route.pool is not None)
         answer = answer_of(data, attempts)
         if slot is not None:
             slot.keep(answer, reported_tokens(data) or (0, 0))

@@ -284,7 +284,9 @@ class BatchCollector:
         self._wake.set()
 
     def _spool_path(self, suffix: str) -> Path:
-        return self._spool_dir / f"{SPOOL_PREFIX}{os.getpid()}-{next(self._serial)}{suffix}"
+        # Named per provider: two collectors in one process (two batching providers, or a
+        # pool's endpoints) would otherwise overwrite each other's files.
+        return self._spool_dir / f"{SPOOL_PREFIX}{self.name}-{os.getpid()}-{next(self._serial)}{suffix}"
 
     async def _rounds(self) -> None:
         """Submit a round whenever the calls settle (see the module docstring)."""
