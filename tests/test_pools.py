@@ -228,6 +228,7 @@ async def test_primary_dead_fallback_alive_is_degraded_and_the_run_completes_on_
     summary = json.loads(proc.stdout)
     assert summary["rows_written"] == 20 and summary["rows_failed"] == 0
     assert "degraded" in proc.stderr  # the pre-flight's table says so
+    assert "warning: pre-flight passed with degraded endpoint pools" in proc.stderr  # and the run warns too
     endpoints = summary["models"]["writer"]["endpoints"]
     assert endpoints["r1"]["requests"] == 20 and endpoints["r1"]["failures"] == 0
     assert endpoints["r0"]["failures"] == endpoints["r0"]["requests"] >= 1  # tried, refused, cooled down

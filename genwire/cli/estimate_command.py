@@ -113,7 +113,7 @@ def run_estimate(
     """``genwire estimate`` once its container is booted (``cli.main`` owns the command:
     this module never imports it back)."""
     from genwire.cli.exits import emit_json
-    from genwire.cli.render import RichProgress, preflight_table
+    from genwire.cli.render import RichProgress, show_preflight
     from genwire.cli.signals import run_interruptibly
     from genwire.engine.estimate import estimate_of
     from genwire.engine.options import RunOptions
@@ -128,7 +128,7 @@ def run_estimate(
     async def go() -> Any:
         async with container:
             return await container.run(
-                options, progress=RichProgress(console), on_preflight=lambda r: console.print(preflight_table(r))
+                options, progress=RichProgress(console), on_preflight=lambda r: show_preflight(console, r)
             )
 
     try:

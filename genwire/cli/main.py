@@ -440,7 +440,7 @@ def run(
     workers: int | None,
 ) -> None:
     """Pre-flight, then generate the dataset, checkpointing as it goes; rerun to resume."""
-    from genwire.cli.render import RichProgress, preflight_table, run_summary
+    from genwire.cli.render import RichProgress, run_summary, show_preflight
     from genwire.cli.signals import Interrupted, run_interruptibly
     from genwire.engine.checkpoint import checkpoint_dir, kept_rows
     from genwire.engine.run import output_path
@@ -466,7 +466,7 @@ def run(
                 resume=not fresh,
                 ray_address=address,
                 ray_workers=workers,
-                on_preflight=lambda report: console.print(preflight_table(report)),
+                on_preflight=lambda report: show_preflight(console, report),
                 probe_cache=not no_cache,
                 response_cache=not no_response_cache,
                 batch=batch,

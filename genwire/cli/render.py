@@ -89,6 +89,14 @@ def plan_mermaid(plan: WiringPlan) -> str:
     return "\n".join(lines)
 
 
+def show_preflight(console: Console | LazyConsole, report: PreflightReport) -> None:
+    """The pre-flight table, then the warning of a pool that passed degraded (SPEC §17)."""
+    console.print(preflight_table(report))
+    warning = report.warning()
+    if warning:
+        console.print(warning, markup=False, style="yellow")
+
+
 def preflight_table(report: PreflightReport) -> Table:
     verdict = "[green]passed[/]" if report.ok else f"[bold red]{len(report.failed)} failed[/]"
     if report.degraded:
