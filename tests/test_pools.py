@@ -233,6 +233,12 @@ async def test_primary_dead_fallback_alive_is_degraded_and_the_run_completes_on_
     assert endpoints["r1"]["requests"] == 20 and endpoints["r1"]["failures"] == 0
     assert endpoints["r0"]["failures"] == endpoints["r0"]["requests"] >= 1  # tried, refused, cooled down
     assert answered == 1 + 20  # its probe and every row
+    # The report page lists the pool's endpoints as the summary does (SPEC §17, §19).
+    page = Path(summary["output"] + ".report.html").read_text(encoding="utf-8")
+    for name, stats in endpoints.items():
+        for field in ("requests", "failures"):
+            assert f'data-endpoint="writer/{name}" data-field="{field}">{stats[field]:,}<' in page, (name, field)
+        assert f"writer via {name}</td>" in page  # its pre-flight check, named by endpoint
 
 
 def test_min_healthy_two_with_one_member_dead_fails_naming_it(tmp_path: Path) -> None:

@@ -256,7 +256,39 @@ def _models(data: ReportData) -> str:
             + cell("peak_in_flight", m.peak_in_flight)
             + "</tr>"
         )
+        rows.extend(_endpoint_rows(data, alias))
     return f'<h2>Models</h2><div class="wrap"><table>{head}{"".join(rows)}</table></div>'
+
+
+def _endpoint_rows(data: ReportData, alias: str) -> list[str]:
+    """A pool's endpoints under its alias (SPEC §17): requests, failures, latency, as the
+    run's summary gives them (a finished run; an unfinished one has them per alias only)."""
+    model = ((data.summary or {}).get("models") or {}).get(alias)
+    endpoints = model.get("endpoints") if isinstance(model, dict) else None
+    if not isinstance(endpoints, dict):
+        return []
+    rows = []
+    for name, stats in endpoints.items():
+        if not isinstance(stats, dict):
+            continue
+        key = t(f"{alias}/{name}")
+
+        def cell(field: str, key: str = key, stats: dict[str, Any] = stats) -> str:
+            value = stats.get(field)
+            shown = n(value) if isinstance(value, int | float) else "–"
+            return f'<span data-endpoint="{key}" data-field="{field}">{shown}</span>'
+
+        def latency(field: str, stats: dict[str, Any] = stats) -> str:
+            value = stats.get(field)
+            return t(seconds_text(value if isinstance(value, int | float) else None))
+
+        rows.append(
+            f'<tr class="endpoint"><td class="mono muted">via {t(name)}</td>'
+            f"<td class=n>{cell('requests')}</td><td colspan=7></td>"
+            f"<td>{cell('failures')} failed</td>"
+            f"<td class=n>{latency('latency_p50_s')}</td><td class=n>p95 {latency('latency_p95_s')}</td><td></td></tr>"
+        )
+    return rows
 
 
 def _latency(data: ReportData) -> str:
@@ -292,8 +324,12 @@ def _preflight(data: ReportData) -> str:
         status = str(check.get("status", ""))
         style = {"ok": "ok", "failed": "bad"}.get(status, "warn")
         latency = check.get("latency_s")
+        # A pool's endpoint (SPEC §17) and a request shape's column (SPEC §11) say which check it is.
+        target = str(check.get("target", ""))
+        target += f" via {check['endpoint']}" if check.get("endpoint") else ""
+        target += f" ({check['variant']})" if check.get("variant") else ""
         rows.append(
-            f'<tr><td class="mono">{t(check.get("target", ""))}</td><td>{t(check.get("kind", ""))}</td>'
+            f'<tr><td class="mono">{t(target)}</td><td>{t(check.get("kind", ""))}</td>'
             f'<td><span class="badge {style}">{t(status)}</span></td><td>{t(check.get("error_class") or "")}</td>'
             f"<td class=n>{t(seconds_text(latency if isinstance(latency, int | float) else None))}</td>"
             f"<td class=n>{t(check.get('attempts', ''))}</td>"
