@@ -155,7 +155,7 @@ async def test_a_compressed_body_is_counted_as_it_inflates() -> None:
 
 
 async def test_batch_mode_control_answers_are_bounded_by_the_same_limit(fake_openai_server: FakeOpenAIServer) -> None:
-    from genwire.providers.batch.collector import check_batch_api
+    from genwire.providers.batch.control import check_batch_api
 
     p = provider(fake_openai_server)
     try:

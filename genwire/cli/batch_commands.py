@@ -60,7 +60,7 @@ def local_provider_notes(container: Any) -> list[str]:
 async def _states(container: Any, directory: Path, cancel: bool) -> list[dict[str, Any]]:
     from genwire.engine.batch_journal import JOURNAL_NAME, JournalState, journal_batches, journal_tag
     from genwire.errors import ModelError
-    from genwire.providers.batch.collector import find_batches
+    from genwire.providers.batch.control import find_batches
 
     state = JournalState.read(directory / JOURNAL_NAME)
     for warning in state.damaged:
@@ -108,7 +108,7 @@ async def _state(
 ) -> dict[str, Any]:
     """One batch's row, its state asked of the provider (cancelled first with ``cancel``)."""
     from genwire.errors import ModelError
-    from genwire.providers.batch.collector import control_request
+    from genwire.providers.batch.control import control_request
     from genwire.providers.batch.format import TERMINAL
 
     row = _row(batch_id, provider, status, requests)

@@ -56,7 +56,7 @@ class BatchMode:
         """The batches the journal names that are still open at the provider (asked):
         while there are any, the journal stays beside the output."""
         from genwire.errors import ModelError
-        from genwire.providers.batch.collector import control_request
+        from genwire.providers.batch.control import control_request
 
         still: list[str] = []
         for provider, batch_id in self.journal.open_batch_ids():

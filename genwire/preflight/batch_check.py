@@ -13,7 +13,7 @@ from genwire.config.schema import OpenAIProviderConfig
 from genwire.container.core import WiredPipeline
 from genwire.errors import ErrorClass, ModelError, exception_text
 from genwire.preflight.report import CheckResult, PreflightReport
-from genwire.providers.batch.collector import check_batch_api
+from genwire.providers.batch.control import check_batch_api
 
 
 def batch_providers(container: WiredPipeline, forced: bool) -> list[str]:
