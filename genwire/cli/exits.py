@@ -141,6 +141,9 @@ def take_signals() -> None:
 
         atexit.register(_hold_signals)
     _Signals.owned = True
+    # Whether stdout owes a JSON object, from the raw arguments the console script was given:
+    # a signal right after this line is already answered with the object.
+    want_json(sys.argv[1:])
     exit_on_signals()
 
 

@@ -51,6 +51,9 @@ DB_NAME = "responses.sqlite3"
 # Another run's write transaction lasts milliseconds; a lock held longer than this is a
 # cache we cannot write to (one warning, then the run goes on without writing).
 WRITE_WAIT_S = 2.0
+# Opening (WAL mode, the tables) waits longer: another run may be setting up the same file,
+# and a cache given up at the start is a whole run paid again (seen: over 2 s on a loaded machine).
+OPEN_WAIT_S = 10.0
 # Rows per bulk lookup query (SQLite's variable limit is 999 on old builds).
 LOOKUP_CHUNK = 900
 
@@ -324,15 +327,16 @@ class ResponseCache:
             return self._open_read_only(role, "this process cannot write there")
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=WRITE_WAIT_S, check_same_thread=False)
+            conn = sqlite3.connect(self.path, timeout=OPEN_WAIT_S, check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
             self._disable(f"cannot open the response cache {self.path} ({exc}); running without it")
             return None
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(WRITE_WAIT_S * 1000)}")
+            conn.execute(f"PRAGMA busy_timeout = {int(OPEN_WAIT_S * 1000)}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")  # WAL: a commit survives a crash of the process
             _ensure_layout(conn)
+            conn.execute(f"PRAGMA busy_timeout = {int(WRITE_WAIT_S * 1000)}")  # set up: writes wait as before
         except sqlite3.Error as exc:
             conn.close()
             if role == "write" and _cannot_write(exc):
