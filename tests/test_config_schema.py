@@ -129,6 +129,7 @@ def test_genwire_schema_prints_and_writes_it(tmp_path: Path) -> None:
     assert f"wrote {target}" in written.stderr
     nowhere = CliRunner().invoke(cli, ["schema", "-o", str(tmp_path / "missing" / "x.json")])
     assert nowhere.exit_code == 2 and "cannot write the schema there" in nowhere.stderr
+    assert "invalid configuration" not in nowhere.stderr  # the file is fine: the output path is not
     assert "Traceback" not in nowhere.output
 
 

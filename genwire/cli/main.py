@@ -611,7 +611,7 @@ def schema(output: Path | None) -> None:
     try:
         output.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"{output}: cannot write the schema there: {exc.strerror or exc}") from None
+        raise RunSetupError(f"{output}: cannot write the schema there: {exc.strerror or exc}") from None
     err.print(f"wrote {output}", markup=False)
 
 
