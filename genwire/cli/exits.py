@@ -192,8 +192,9 @@ def start_process(argv: Sequence[str] | None) -> list[str]:
     take_signals()  # again: the handlers may have been changed since this module was imported
     collect_less_while_starting()
     args = list(sys.argv[1:] if argv is None else argv)
-    want_json(args)
-    if wants_json(args):
+    if argv is not None:  # take_signals recorded the process's own arguments; these replace them
+        want_json(args)
+    if _Json.wanted:
         divert_stdout()  # before any plugin is imported: what plugins print goes to stderr
     return args
 
