@@ -83,7 +83,8 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 
 
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: every number a user gives is finite (a price of .inf, a cap of .nan)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # --- providers -----------------------------------------------------------------------
@@ -192,6 +193,9 @@ class ModelConfig(StrictModel):
     health_check: bool = True
     probe_max_tokens: PositiveInt = 16  # raise for reasoning models that think before answering
     price: PriceConfig | None = None  # none here nor in pricing.source: cost "unknown", never 0
+    # The most tokens one answer may have: the budget's worst case for a request without
+    # max_tokens (else the price table's max_output_tokens, else a conservative default).
+    max_output_tokens: PositiveInt | None = None
 
     @model_validator(mode="after")
     def _dimensions_only_for_embeddings(self) -> ModelConfig:

@@ -13,7 +13,7 @@ from genwire.container.core import WiredPipeline
 from genwire.engine.ledger import LedgerTotal, RunLedger
 from genwire.errors import BudgetStopped, RunSetupError
 from genwire.providers.budget import CostMeter
-from genwire.providers.pricing import Price, load_price_table, model_prices
+from genwire.providers.pricing import Price, PriceTable, load_price_table, model_output_limits, model_prices
 from genwire.providers.probes import CHAT_PROBE_PROMPT, STRUCTURED_PROBE_TOKENS
 from genwire.providers.usage import ModelUsage
 
@@ -28,15 +28,25 @@ def used_models(container: WiredPipeline) -> list[str]:
     return sorted(t.name for t in container.plan().targets if t.name in container.config.models)
 
 
+def _price_table(container: WiredPipeline) -> tuple[PriceTable | None, str]:
+    config = container.config
+    if config.pricing is None:
+        return None, "pricing"
+    path = container.loaded.resolve_path(config.pricing.source)
+    return load_price_table(path), path.name
+
+
+def output_limits(container: WiredPipeline) -> dict[str, int]:
+    """Every used model's output limit that the config or the price table gives."""
+    table, name = _price_table(container)
+    limits = model_output_limits(container.config, table, name)
+    return {alias: limit for alias, limit in limits.items() if alias in used_models(container)}
+
+
 def priced_models(container: WiredPipeline) -> dict[str, Price | None]:
     """Every used model's price; an embedded (local) model costs nothing."""
     config = container.config
-    table = None
-    name = "pricing"
-    if config.pricing is not None:
-        path = container.loaded.resolve_path(config.pricing.source)
-        table = load_price_table(path)
-        name = path.name
+    table, name = _price_table(container)
     prices = model_prices(config, table, name)
     out: dict[str, Price | None] = {}
     for alias in used_models(container):
@@ -62,6 +72,7 @@ class RunCosts:
         self.container = container
         self.engine = engine
         self.prices = priced_models(container)
+        self.output_limits = output_limits(container)
         budget = container.config.pipeline.budget
         self.max_cost_usd = max_cost_usd if max_cost_usd is not None else (budget.max_cost_usd if budget else None)
         self.max_tokens = max_tokens if max_tokens is not None else (budget.max_tokens if budget else None)
@@ -78,7 +89,9 @@ class RunCosts:
                     "(or a pricing: {source: FILE} table), or cap tokens with pipeline.budget.max_tokens instead"
                 )
         self.ledger: RunLedger | None = None
-        self.meter = CostMeter(self.prices, max_cost_usd=self.max_cost_usd, max_tokens=self.max_tokens)
+        self.meter = CostMeter(
+            self.prices, output_limits=self.output_limits, max_cost_usd=self.max_cost_usd, max_tokens=self.max_tokens
+        )
         self._clients: list[Any] = []
 
     def open(self, directory: Path, *, probing: bool) -> None:
@@ -87,6 +100,7 @@ class RunCosts:
         self.ledger = ledger = RunLedger(directory)
         self.meter = CostMeter(
             self.prices,
+            output_limits=self.output_limits,
             max_cost_usd=self.max_cost_usd,
             max_tokens=self.max_tokens,
             spent_usd=ledger.earlier_usd,

@@ -230,7 +230,7 @@ class OpenAIProvider:
             return await self._send(alias, path, payload, body, None, failover)
         # The run's budget (SPEC §16): the worst case is held before the first attempt, and
         # settled from the answer's usage (released if nothing was answered).
-        hold = await meter.reserve(alias, len(body), _max_tokens(payload), output=path != "/embeddings")
+        hold = await meter.reserve_request(alias, path, payload, len(body))
         seen: dict[str, Any] = {}
         try:
             data, attempts = await self._send(alias, path, payload, body, seen, failover)
