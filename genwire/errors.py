@@ -210,10 +210,18 @@ class BudgetStopped(RunError):
     finished, the rows done are kept in ``checkpoint``; a higher cap resumes."""
 
     def __init__(
-        self, message: str, *, checkpoint: Any, kept: int, spent_usd: float | None, cap_usd: float | None
+        self,
+        message: str,
+        *,
+        checkpoint: Any,
+        kept: int,
+        spent_usd: float | None,
+        cap_usd: float | None,
+        result: Any = None,
     ) -> None:
         self.checkpoint = checkpoint
         self.kept = kept
         self.spent_usd = spent_usd
         self.cap_usd = cap_usd
+        self.result = result  # the session's RunResult (its summary and cost), as at a finished run
         super().__init__(message)

@@ -16,6 +16,7 @@ from support import cli, write
 from genwire.config.loader import load_config
 from genwire.engine.checkpoint import checkpoint_dir
 from genwire.engine.ledger import RunLedger
+from genwire.engine.report import report_path
 from genwire.providers.budget import DEFAULT_OUTPUT_LIMIT, CostMeter
 from genwire.providers.pricing import Price, model_output_limits
 from genwire.testing import FakeOpenAIServer
@@ -184,7 +185,7 @@ def test_the_ledger_of_a_stopped_run_is_what_the_server_billed_or_more(
     server: FakeOpenAIServer, tmp_path: Path
 ) -> None:
     server.shape_answers("writer", tokens=300)
-    path = write(config(server, tmp_path), tmp_path / "genwire.yaml")
+    path = write(config(server, tmp_path, params={"max_tokens": 300}), tmp_path / "genwire.yaml")
     code, _, err = run(path)
     assert code == 3, err
     ledger = RunLedger(checkpoint_dir(tmp_path / "out.jsonl"))
@@ -192,3 +193,73 @@ def test_the_ledger_of_a_stopped_run_is_what_the_server_billed_or_more(
         assert ledger.earlier_usd == pytest.approx(billed_usd(server), rel=1e-9)
     finally:
         ledger.close()
+
+
+def test_a_budget_stop_shows_what_it_spent_as_a_finished_run_does(server: FakeOpenAIServer, tmp_path: Path) -> None:
+    server.shape_answers("writer", tokens=300)
+    path = write(config(server, tmp_path, params={"max_tokens": 300}), tmp_path / "genwire.yaml")
+    done = cli("run", path, "--skip-preflight", "--max-cost", repr(CAP), timeout=300)
+    assert done.returncode == 3, done.stderr
+    assert "Run summary" in done.stdout and "Cost" in done.stdout and "writer" in done.stdout
+    assert "stopped at the budget" in done.stderr
+    page = report_path(tmp_path / "out.jsonl").read_text(encoding="utf-8")
+    assert '<span class="badge warn" data-metric="outcome">stopped at the budget</span>' in page
+    code, summary, err = run(path, cap=2 * CAP)  # resumed: the JSON carries the cost object too
+    assert code == 3, err
+    assert summary["ok"] is False and "stopped at the budget" in summary["error"]
+    by_model = summary["cost"]["by_model"]["writer"]
+    assert by_model["usd"] == pytest.approx(billed_usd(server), rel=1e-9) and by_model["output_tokens"] > 0
+    assert summary["cost"]["total_usd"] == pytest.approx(billed_usd(server), rel=1e-9)
+    assert summary["rows_kept"] == summary["rows_written"] > 0 and summary["max_cost_usd"] == 2 * CAP
+
+
+def test_a_cap_below_one_requests_worst_case_says_why(server: FakeOpenAIServer, tmp_path: Path) -> None:
+    # No max_tokens: one request may answer up to the default output limit, dearer than the cap.
+    path = write(config(server, tmp_path), tmp_path / "genwire.yaml")
+    code, summary, _ = run(path)
+    assert code == 3 and server.total_requests == 0
+    assert "one request of writer may cost up to $2.16" in summary["error"]
+    assert "max_tokens" in summary["error"] and "max_output_tokens" in summary["error"]
+
+
+# --- numbers a user gives are finite; the JSON genwire prints is strict ------------------------
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN"])
+def test_max_cost_must_be_a_finite_number(server: FakeOpenAIServer, tmp_path: Path, value: str) -> None:
+    path = write(config(server, tmp_path), tmp_path / "genwire.yaml")
+    done = cli("run", path, "--max-cost", value, "--json")
+    assert done.returncode == 2 and server.total_requests == 0
+    assert "--max-cost" in done.stderr and "not a finite number" in done.stderr
+    assert json.loads(done.stdout)["ok"] is False
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [("price.input_per_mtok", ".inf"), ("price.output_per_mtok", ".nan"), ("price.batch_discount", ".nan")],
+)
+def test_a_price_of_infinity_or_nan_is_a_located_config_error(
+    server: FakeOpenAIServer, tmp_path: Path, where: str, value: str
+) -> None:
+    path = write(config(server, tmp_path), tmp_path / "genwire.yaml")
+    key = where.split(".")[1]
+    text = path.read_text().replace(f"{key}: ", f"{key}: {value} #", 1)
+    if key not in path.read_text():
+        text = text.replace("      input_per_mtok:", f"      {key}: {value}\n      input_per_mtok:", 1)
+    path.write_text(text)
+    done = cli("run", path, "--json")
+    assert done.returncode == 2, done.stderr
+    error = json.loads(done.stdout)["error"]
+    assert f"models.writer.{where}" in error and "finite" in error
+    assert server.total_requests == 0
+
+
+def test_every_json_genwire_prints_is_strict() -> None:
+    from genwire.cli.exits import json_text
+
+    text = json_text({"a": float("nan"), "b": [float("inf"), 1.5], "c": {"d": -float("inf")}})
+    assert json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} printed")) == {
+        "a": None,
+        "b": [None, 1.5],
+        "c": {"d": None},
+    }

@@ -12,6 +12,8 @@ from typing import Any
 
 import click
 
+from genwire.cli.exits import write_json
+
 __all__ = ["batches", "interrupted_hint", "local_provider_notes"]
 
 _FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
@@ -147,7 +149,7 @@ def _show(rows: list[dict[str, Any]], directory: Path, as_json: bool, verb: str)
 
     if as_json:
         ok = not any("error" in r for r in rows)
-        click.echo(json.dumps({"ok": ok, "checkpoint": str(directory), "batches": rows}))
+        write_json({"ok": ok, "checkpoint": str(directory), "batches": rows})
         return
     console = Console(highlight=False)
     if not rows:
@@ -194,7 +196,7 @@ def _command(file: Path, output: Path | None, as_json: bool, cancel: bool, force
         rows = asyncio.run(_states(container, directory, cancel))
     except GenwireError as exc:  # one message, no traceback; 2 for an invalid config
         if as_json:
-            click.echo(json.dumps({"ok": False, "error": str(exc)}))
+            write_json({"ok": False, "error": str(exc)})
         click.echo("error: " + str(exc), err=True)
         sys.exit(2 if isinstance(exc, ConfigError | WiringError | PluginError | RunSetupError) else 1)
     _show(rows, directory, as_json, "(cancel asked of every open one)" if cancel else "")

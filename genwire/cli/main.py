@@ -9,7 +9,6 @@ of genwire's machinery). tests/test_startup_imports.py keeps it so."""
 from __future__ import annotations
 
 import functools
-import json
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -29,7 +28,9 @@ from genwire.cli.exits import (
     signal_exit_code,
     start_command,
     steady_gc,
+    write_json,
 )
+from genwire.cli.numbers import FiniteFloatRange
 from genwire.errors import ConfigError, GenwireError, PluginError, ProblemsError, RunSetupError, WiringError
 from genwire.version import __version__
 
@@ -250,7 +251,7 @@ def plugins() -> None:
 )
 @click.option(
     "--cache-ttl",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     help="With --data-designer: seconds an ok probe is trusted from the probe cache (default 0, off).",
 )
 @click.option(
@@ -415,7 +416,7 @@ def _output_suffix(ctx: click.Context, param: click.Parameter, value: Path | Non
 )
 @click.option(
     "--max-cost",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     help="Stop (exit 3) before spending more than this many USD; a higher cap on the same command goes on.",
 )
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
@@ -440,7 +441,7 @@ def run(
     workers: int | None,
 ) -> None:
     """Pre-flight, then generate the dataset, checkpointing as it goes; rerun to resume."""
-    from genwire.cli.render import RichProgress, run_summary, show_preflight
+    from genwire.cli.render import RichProgress, show_preflight, show_run
     from genwire.cli.signals import Interrupted, run_interruptibly
     from genwire.engine.checkpoint import checkpoint_dir, kept_rows
     from genwire.engine.run import output_path
@@ -496,6 +497,8 @@ def run(
     except GenwireError as exc:
         if as_json:  # stdout holds one JSON object whatever happened; the message also goes to stderr
             summary = _failure(exc)
+            if isinstance(exc, BudgetStopped) and exc.result is not None:  # what it spent, as at a finished run
+                summary = {**exc.result.summary(), **summary}
             if isinstance(exc, RunStopped | BudgetStopped):
                 summary.update(rows_kept=exc.kept, checkpoint=str(exc.checkpoint))
             if isinstance(exc, BudgetStopped):
@@ -504,16 +507,15 @@ def run(
                 summary["preflight"] = exc.report.model_dump(mode="json")
             emit_json(summary)
         if isinstance(exc, BudgetStopped):
+            if exc.result is not None and not as_json:
+                show_run(out, exc.result)
             err.print(str(exc), markup=False)
             sys.exit(3)
         raise
     if as_json:
         emit_json(result.summary())
         return
-    out.print(run_summary(result))
-    from genwire.cli.estimate_command import cost_table
-
-    out.print(cost_table(result.cost))
+    show_run(out, result)
     click.echo(f"dataset written to {result.output}")
 
 
@@ -551,7 +553,7 @@ def cache_info(file: Path, as_json: bool) -> None:
     finally:
         store.close()
     if as_json:
-        click.echo(json.dumps(info.as_dict()))
+        write_json(info.as_dict())
     else:
         out.print(cache_table(info))
 

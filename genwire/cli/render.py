@@ -133,6 +133,14 @@ def plugins_table(generators: dict[str, Any], origins: dict[str, str]) -> Table:
     return table
 
 
+def show_run(console: Console | LazyConsole, result: RunResult) -> None:
+    """The run summary and the cost table: at a finished run and at a budget stop alike."""
+    from genwire.cli.estimate_command import cost_table
+
+    console.print(run_summary(result))
+    console.print(cost_table(result.cost))
+
+
 def run_summary(result: RunResult) -> Table:
     table = Table(title="Run summary", title_justify="left", show_header=False)
     table.add_column("what")
@@ -172,7 +180,10 @@ def run_summary(result: RunResult) -> Table:
             cell(f"provider {name}"),
             f"peak {c.peak_in_flight} in flight of {c.max_concurrency}, ended at {c.limit}{paused}",
         )
-    table.add_row("output", cell(str(result.output)))
+    output = (
+        str(result.output) if result.finished else f"{result.output} (not written yet: the rows are in the checkpoint)"
+    )
+    table.add_row("output", cell(output))
     return table
 
 

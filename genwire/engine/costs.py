@@ -12,7 +12,7 @@ from genwire.config.schema import LocalProviderConfig, OpenAIProviderConfig
 from genwire.container.core import WiredPipeline
 from genwire.engine.ledger import LedgerTotal, RunLedger
 from genwire.errors import BudgetStopped, RunSetupError
-from genwire.providers.budget import CostMeter
+from genwire.providers.budget import CostMeter, answers_asked
 from genwire.providers.pricing import Price, PriceTable, load_price_table, model_output_limits, model_prices
 from genwire.providers.probes import CHAT_PROBE_PROMPT, STRUCTURED_PROBE_TOKENS
 from genwire.providers.usage import ModelUsage
@@ -153,7 +153,8 @@ class RunCosts:
                 continue
             output = model.kind == "chat"
             bound = max(model.probe_max_tokens, STRUCTURED_PROBE_TOKENS) if output else 0
-            t, u = self.meter.worst_case(alias, PROBE_BODY_CHARS, bound, output=output)
+            answers = answers_asked(model.params)  # a probe sends the model's params, n too
+            t, u = self.meter.worst_case(alias, PROBE_BODY_CHARS, bound, output=output, answers=answers)
             tokens, usd = tokens + t, usd + u
         left_usd = None if self.max_cost_usd is None else self.max_cost_usd - self.meter.spent_usd
         left_tokens = None if self.max_tokens is None else self.max_tokens - self.meter.spent_tokens
@@ -185,7 +186,8 @@ class RunCosts:
         if self.ledger is not None:
             self.ledger.close()
 
-    def stopped(self, checkpoint: Path, kept: int, total: int) -> BudgetStopped:
+    def stopped(self, checkpoint: Path, kept: int, total: int, result: Any = None) -> BudgetStopped:
+        """The budget stop, carrying the session's ``result`` (its summary and cost)."""
         meter = self.meter
         parts = []
         if meter.max_cost_usd is not None:
@@ -193,12 +195,14 @@ class RunCosts:
         if meter.max_tokens is not None:
             parts.append(f"{meter.spent_tokens:,} of the {meter.max_tokens:,}-token cap")
         return BudgetStopped(
-            f"stopped at the budget: {', '.join(parts)}; {kept:,} of {total:,} rows are kept in {checkpoint}. "
+            f"stopped at the budget: {', '.join(parts)}{meter.refusal_hint()}; "
+            f"{kept:,} of {total:,} rows are kept in {checkpoint}. "
             "To go on, rerun the same command with a higher --max-cost (or raise pipeline.budget)",
             checkpoint=checkpoint,
             kept=kept,
             spent_usd=meter.spent_usd,
             cap_usd=meter.max_cost_usd,
+            result=result,
         )
 
     def report(self, usage: Mapping[str, ModelUsage]) -> dict[str, Any]:

@@ -32,13 +32,14 @@ from contextvars import Token
 from pathlib import Path
 from typing import IO, Any
 
-from genwire.errors import RunStopped
+from genwire.errors import BudgetStopped, RunStopped
 from genwire.providers.metrics import AliasSecond, RequestRecorder, start_recording, stop_recording
 from genwire.providers.usage import ModelUsage
 
-__all__ = ["METRICS_FILE", "RunMetrics", "outcome_of"]
+__all__ = ["BUDGET_OUTCOME", "METRICS_FILE", "RunMetrics", "outcome_of"]
 
 METRICS_FILE = "metrics.jsonl"
+BUDGET_OUTCOME = "stopped at the budget"  # the report page badges it as its own ending
 TICK_S = 1.0
 LINES_PER_STEP = 3600
 log = logging.getLogger("genwire.metrics")
@@ -60,6 +61,8 @@ def outcome_of(error: BaseException | None) -> tuple[str, str]:
         return "completed", ""
     if not isinstance(error, Exception):  # Ctrl-C, SIGTERM, a cancelled task
         return "interrupted", "interrupted; rerun the same command to resume"
+    if isinstance(error, BudgetStopped):  # its own ending: nothing failed, a higher cap goes on
+        return BUDGET_OUTCOME, str(error)
     outcome = "stopped" if isinstance(error, RunStopped) else "failed"
     return outcome, str(error) or type(error).__name__
 

@@ -100,7 +100,6 @@ class RunResult:
             **({"cost": self.cost} if self.cost is not None else {}),
         }
 
-
     def _model_summary(self, alias: str, usage: ModelUsage) -> dict[str, Any]:
         summary: dict[str, Any] = usage.as_dict()
         if alias in self.endpoints:
@@ -210,11 +209,10 @@ async def run_pipeline(
     )
     outcome: RunResult | None = None
 
-    def completed() -> None:  # the output is in place; the checkpoint is about to go
-        nonlocal outcome
+    def result_so_far(*, finished: bool) -> RunResult:
         assert sink is not None
         usage = merge_usage([container.usage_by_model(), source.usage()])
-        outcome = result = RunResult(
+        return RunResult(
             output=target,
             rows_requested=n,
             rows_written=sink.kept,
@@ -228,9 +226,13 @@ async def run_pipeline(
             batches=batch_mode.infos() if batch_mode is not None else None,
             cost=costs.report(usage),
             meter=costs.meter,
-            finished=options.sample_rows is None,
+            finished=finished,
             endpoints=container.endpoint_stats(),
         )
+
+    def completed() -> None:  # the output is in place; the checkpoint is about to go
+        nonlocal outcome
+        outcome = result = result_so_far(finished=options.sample_rows is None)
         end_session(
             metrics,
             trace,
@@ -286,8 +288,8 @@ async def run_pipeline(
             # is still open at the provider (a --fresh run that no longer asks for them).
             checkpoint.keep_journal = bool(await batch_mode.still_open())
         if costs.exhausted():
-            sink.suspend()
-            raise costs.stopped(directory, sink.kept, n)
+            sink.suspend()  # the summary and cost of a budget stop are shown as at a finished run
+            raise costs.stopped(directory, sink.kept, n, result_so_far(finished=False))
         if options.sample_rows is None:
             sink.finish(before_removal=completed)
         else:

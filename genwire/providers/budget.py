@@ -134,6 +134,7 @@ class CostMeter:
         self._reserved_tokens = 0
         self._in_flight = 0
         self._in_flight_of: dict[str, int] = {}  # per alias
+        self._refused: tuple[str, float, int] | None = None  # (alias, usd, max_tokens) of the request that did not fit
         self._freed: asyncio.Event | None = None  # set (and replaced) when a hold is freed
         self.exhausted = False
         self.stats: dict[str, ModelStats] = {}
@@ -248,6 +249,7 @@ class CostMeter:
                 break
             if self._in_flight == 0:
                 self.exhausted = True  # nothing will free room: every waiter gives up too
+                self._refused = (alias, usd, max_tokens if output else -1)
                 self._wake()
                 break
             if self._freed is None:
@@ -274,7 +276,22 @@ class CostMeter:
             caps.append(f"${self.spent_usd:.4f} of ${self.max_cost_usd:g}")
         if self.max_tokens is not None:
             caps.append(f"{self.spent_tokens:,} of {self.max_tokens:,} tokens")
-        return "not sent: the budget is spent (" + ", ".join(caps) + ")"
+        return "not sent: the budget is spent (" + ", ".join(caps) + ")" + self.refusal_hint()
+
+    def refusal_hint(self) -> str:
+        """Why nothing more fit when a single request is dearer than what was left (the
+        cap too low for one request's worst case): "" otherwise."""
+        refused = self._refused
+        if refused is None or self.max_cost_usd is None or refused[1] <= self.max_cost_usd - self.spent_usd:
+            return ""
+        alias, usd, max_tokens = refused
+        hint = f"; one request of {alias} may cost up to ${usd:.3g}"
+        if max_tokens == 0:
+            hint += (
+                f" (its answer held at {self.output_bound(alias, 0):,} tokens, the model's output limit: "
+                f"set max_tokens in models.{alias}.params, or models.{alias}.max_output_tokens)"
+            )
+        return hint
 
     # --- after it --------------------------------------------------------------------------
 

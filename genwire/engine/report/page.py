@@ -15,7 +15,14 @@ from genwire.engine.report.data import ModelTotals, ReportData, cell_text, merge
 from genwire.engine.report.svg import colour, latency_histogram, time_chart
 
 QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
-OUTCOME_STYLE = {"completed": "ok", "interrupted": "warn", "unfinished": "warn", "stopped": "bad", "failed": "bad"}
+OUTCOME_STYLE = {
+    "completed": "ok",
+    "interrupted": "warn",
+    "unfinished": "warn",
+    "stopped at the budget": "warn",
+    "stopped": "bad",
+    "failed": "bad",
+}
 
 CSS = """
 :root{--fg:#1f2933;--muted:#616e7c;--line:#e4e7eb;--bg:#f5f7fa;--card:#fff;--accent:#2563eb}
