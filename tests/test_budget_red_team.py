@@ -263,3 +263,27 @@ def test_every_json_genwire_prints_is_strict() -> None:
         "b": [None, 1.5],
         "c": {"d": None},
     }
+
+
+# --- resume after a budget stop -------------------------------------------------------------------
+
+
+def test_resuming_a_budget_stop_with_rows_that_fail_for_good_goes_on(server: FakeOpenAIServer, tmp_path: Path) -> None:
+    # A tenth of the rows fail for good (400: never retried). The resumed session retries
+    # them first; judged on them, it would stop at max_failure_rate within its first rows,
+    # every time: judged on the rows it had not tried, it goes on and finishes.
+    server.shape_answers("writer", tokens=100)
+    server.fail_when("writer", "item 7", 400)  # items 7, 70-79, 170-179: 21 of 200
+    cfg = config(server, tmp_path, params={"max_tokens": 100})
+    cfg["pipeline"].update(batch_size=8, max_failure_rate=0.3)
+    cfg["pipeline"]["columns"] = [
+        {"name": "k", "generator": "sampler", "params": {"kind": "uniform", "low": 0, "high": 199, "integer": True}},
+        {"name": "q", "generator": "llm-text", "params": {"prompt": "Write about item {{ k }}."}},
+    ]
+    path = write(cfg, tmp_path / "genwire.yaml")
+    code, first, err = run(path, cap=1.2)
+    assert code == 3, err
+    assert first["rows_failed"] >= 10  # enough earlier failures to trip the rate if they counted
+    code, second, err = run(path, cap=100.0)
+    assert code == 0, second.get("error", err)
+    assert second["rows_written"] + second["rows_failed"] == 300

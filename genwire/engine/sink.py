@@ -48,6 +48,12 @@ class OutputSink:
         self.written = 0  # rows done in this session
         self.failed = 0  # rows failed in this session
         self.cached = 0  # answers served by the response cache in this session
+        # The session's failure rate is judged on rows no session tried before: a resumed
+        # run retries the earlier failures first, and rows that fail for good would stop
+        # it within its first rows every time (the whole run's rate is judged at the end).
+        self.failed_before = checkpoint.failed_before()
+        self.new_done = 0
+        self.new_failed = 0
         if progress is not None:
             progress.start(checkpoint.num_records, checkpoint.resumed)
 
@@ -58,20 +64,28 @@ class OutputSink:
     def add(self, result: BatchResult) -> None:
         rows: list[tuple[int, bytes]] = []
         failures = [encode_failure(f) for f in result.failures]
+        failed = [f["row"] for f in result.failures]
         for index, row in zip(result.indices, result.rows, strict=True):
             try:
                 rows.append((index, encode_row(index, row)))
             except UnwritableCell as exc:
                 failures.append(encode_failure(failure_record(index, row, exc.column, exc, "unwritable")))
+                failed.append(index)
         self.checkpoint.append(rows, failures)
         self.written += len(rows)
         self.failed += len(failures)
         self.cached += result.cached
         if self.progress is not None:
             self.progress.advance(len(rows), len(failures), self._status_text())
-        processed = self.written + self.failed
-        if processed >= MIN_ROWS_FOR_RATE and self.failed / processed > self.max_failure_rate:
-            self._stop(f"stopped after {processed} rows: {self.failed} failed ({self.failed / processed:.0%})")
+        retried = self.failed_before
+        self.new_done += sum(1 for index, _ in rows if index not in retried)
+        self.new_failed += sum(1 for index in failed if index not in retried)
+        processed, new_failed = self.new_done + self.new_failed, self.new_failed
+        if processed >= MIN_ROWS_FOR_RATE and new_failed / processed > self.max_failure_rate:
+            again = self.failed - new_failed
+            also = f", and {again} rows that had failed before failed again" if again else ""
+            new = "new " if retried else ""
+            self._stop(f"stopped after {processed} {new}rows: {new_failed} failed ({new_failed / processed:.0%}){also}")
 
     def refresh(self) -> None:
         """Redraw the status alone (batch mode: batches move while no row finishes)."""
