@@ -441,7 +441,7 @@ def run(
     workers: int | None,
 ) -> None:
     """Pre-flight, then generate the dataset, checkpointing as it goes; rerun to resume."""
-    from genwire.cli.render import RichProgress, show_preflight, show_run
+    from genwire.cli.render import RichProgress, show_preflight
     from genwire.cli.signals import Interrupted, run_interruptibly
     from genwire.engine.checkpoint import checkpoint_dir, kept_rows
     from genwire.engine.run import output_path
@@ -508,15 +508,24 @@ def run(
             emit_json(summary)
         if isinstance(exc, BudgetStopped):
             if exc.result is not None and not as_json:
-                show_run(out, exc.result)
+                _show_run(out, exc.result)
             err.print(str(exc), markup=False)
             sys.exit(3)
         raise
     if as_json:
         emit_json(result.summary())
         return
-    show_run(out, result)
+    _show_run(out, result)
     click.echo(f"dataset written to {result.output}")
+
+
+def _show_run(console: LazyConsole, result: Any) -> None:
+    """The run summary and the cost table: at a finished run and at a budget stop alike."""
+    from genwire.cli.estimate_command import cost_table
+    from genwire.cli.render import run_summary
+
+    console.print(run_summary(result))
+    console.print(cost_table(result.cost))
 
 
 _CACHE_FILE = click.argument(

@@ -133,14 +133,6 @@ def plugins_table(generators: dict[str, Any], origins: dict[str, str]) -> Table:
     return table
 
 
-def show_run(console: Console | LazyConsole, result: RunResult) -> None:
-    """The run summary and the cost table: at a finished run and at a budget stop alike."""
-    from genwire.cli.estimate_command import cost_table
-
-    console.print(run_summary(result))
-    console.print(cost_table(result.cost))
-
-
 def run_summary(result: RunResult) -> Table:
     table = Table(title="Run summary", title_justify="left", show_header=False)
     table.add_column("what")
