@@ -530,6 +530,7 @@ class _Handle(TokenHandle):
             data, attempts = await metered_batch_call(
                 provider.meter, route.alias, path, body, lambda: batcher.ask(route.alias, path, body, custom_id)
             )
+            count_attempt(attempts)  # the lines sent in batches for it: an endpoint's requests
         else:
             data, attempts = await provider.post(route.alias, path, body, failover=route.pool is not None)
         answer = answer_of(data, attempts)
