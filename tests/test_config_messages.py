@@ -73,7 +73,7 @@ pipeline:
         (
             "pipeline:\n",
             "cache: {enabled: maybe}\npipeline:\n",
-            "genwire.yaml:5:9 cache.enabled: Input should be a valid boolean, unable to interpret input, got 'maybe'",
+            "genwire.yaml:5:9 cache.enabled: Input should be a valid boolean, got 'maybe'",
         ),
         (
             "pipeline:\n",

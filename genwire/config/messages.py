@@ -75,4 +75,22 @@ def describe(err: ErrorDetails, path: tuple[str | int, ...]) -> str:
     # e.g. "Input should be a valid integer" (pydantic's ", unable to parse string as an
     # integer" only repeats it once the given value is shown)
     message = (err["msg"] or kind).split(", unable to parse")[0]
+    unquoted = _unquoted(kind, err.get("input")) if not secret else None
+    if unquoted is not None:  # "2" for a number, "false" for a boolean: values are taken as written
+        return f"{message}, {got} (in quotes it is text: write {unquoted} without quotes)"
     return f"{message}, {got}" if got else message
+
+
+_SCALAR_TYPES = {"bool_type": bool, "int_type": int, "float_type": float}
+
+
+def _unquoted(kind: str, value: Any) -> str | None:
+    """What a quoted scalar should have been written as, when it spells the type wanted."""
+    wanted = _SCALAR_TYPES.get(kind)
+    if wanted is None or not isinstance(value, str):
+        return None
+    from genwire.config.loader import core_scalar  # the loader imports this module
+
+    typed = core_scalar(value.strip())
+    fits = type(typed) is wanted or (wanted is float and type(typed) is int)
+    return value.strip() if fits else None
