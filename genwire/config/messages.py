@@ -3,6 +3,7 @@ to write instead (SPEC §2). Never the value of a secret."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic_core import ErrorDetails
@@ -81,16 +82,18 @@ def describe(err: ErrorDetails, path: tuple[str | int, ...]) -> str:
     return f"{message}, {got}" if got else message
 
 
-_SCALAR_TYPES = {"bool_type": bool, "int_type": int, "float_type": float}
+_BOOLEANS = frozenset({"true", "false", "True", "False", "TRUE", "FALSE"})
 
 
 def _unquoted(kind: str, value: Any) -> str | None:
     """What a quoted scalar should have been written as, when it spells the type wanted."""
-    wanted = _SCALAR_TYPES.get(kind)
-    if wanted is None or not isinstance(value, str):
+    if not isinstance(value, str):
         return None
-    from genwire.config.loader import core_scalar  # the loader imports this module
-
-    typed = core_scalar(value.strip())
-    fits = type(typed) is wanted or (wanted is float and type(typed) is int)
-    return value.strip() if fits else None
+    text = value.strip()
+    if kind == "bool_type" and text in _BOOLEANS:
+        return text
+    if kind == "int_type" and re.fullmatch(r"[-+]?[0-9]+", text):
+        return text
+    if kind == "float_type" and re.fullmatch(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?", text):
+        return text
+    return None

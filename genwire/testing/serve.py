@@ -110,7 +110,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         server.start()
     except RuntimeError as exc:  # the port is taken, or the host is not this machine's
         cause = exc.__cause__ or exc
-        parser.exit(2, f"error: cannot listen on {args.host}:{args.port}: {getattr(cause, 'strerror', None) or cause}\n")
+        why = getattr(cause, "strerror", None) or cause
+        parser.exit(2, f"error: cannot listen on {args.host}:{args.port}: {why}\n")
     stopped = threading.Event()
 
     def stop(signum: int, frame: FrameType | None) -> None:
