@@ -11,6 +11,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,7 +56,8 @@ def chat(url: str, prompt: str) -> tuple[dict[str, str], dict[str, object]]:
 def test_help_is_whole_and_names_every_option() -> None:
     shown = subprocess.run([*SERVE, "--help"], capture_output=True, text=True, timeout=60, check=True).stdout
     assert "high request rates." in shown  # the description is not cut after its first line
-    for option in ("--port", "--host", "--latency", "--realistic-usage", "--advertise-requests", "--advertise-tokens"):
+    options = ("--port", "--host", "--latency", "--fail-rate", "--realistic-usage", "--advertise-requests")
+    for option in options:
         assert option in shown, option
     assert "python -m genwire.testing.serve --port" in shown  # an example
 
@@ -72,6 +74,17 @@ def test_it_listens_on_the_port_asked_with_realistic_usage_and_advertised_limits
     usage = answer["usage"]
     assert isinstance(usage, dict)
     assert 1080 / 4 * 0.9 <= usage["prompt_tokens"] <= 1080 / 4 * 1.1 + 4  # about characters / 4, not words
+
+
+def test_a_share_of_requests_fails_as_asked() -> None:
+    status = 200
+    with serving(["--fail-rate", "1", "--fail-status", "502"]) as url:
+        try:
+            chat(url, "hello")
+        except urllib.error.HTTPError as refused:
+            status = refused.code
+            refused.close()
+    assert status == 502
 
 
 def test_a_taken_port_is_a_clear_error() -> None:

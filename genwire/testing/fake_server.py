@@ -401,7 +401,8 @@ class FakeOpenAIServer:
         statuses: Sequence[Scripted] = (503,),
         seed: int = 0,
     ) -> None:
-        """A seeded random ``rate`` of requests for ``model`` fail with one of ``statuses``."""
+        """A seeded random ``rate`` of requests for ``model`` ("*": every model without a
+        rate of its own) fail with one of ``statuses``."""
         for item in statuses:
             _check_item(item)
         with self._lock:
@@ -576,7 +577,7 @@ class FakeOpenAIServer:
             for substring, item in self._fail_when.get(rules_model, ()):
                 if any(substring in t for t in texts):
                     return item
-        chance = self._fail_rate.get(model)
+        chance = self._fail_rate.get(model) or self._fail_rate.get("*")
         if chance is not None:
             rate, statuses, rng = chance
             if rng.random() < rate:

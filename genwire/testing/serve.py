@@ -45,6 +45,15 @@ def _parser() -> argparse.ArgumentParser:
     answers.add_argument(
         "--pad-mb", type=float, default=0.0, help="MiB of whitespace before every answer (inf: endless; default: 0)"
     )
+    answers.add_argument(
+        "--fail-rate",
+        type=_fraction,
+        default=0.0,
+        help="the share of requests answered with an error instead, at random (seeded by --seed; default: 0)",
+    )
+    answers.add_argument(
+        "--fail-status", type=_status, default=503, help="the HTTP status of those errors (default: %(default)s)"
+    )
     usage = parser.add_argument_group("realistic usage (for cost estimates and budgets)")
     usage.add_argument(
         "--realistic-usage",
@@ -58,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
         default=RealisticUsage.completion_mean,
         help="with --realistic-usage: the mean answer length in tokens (default: %(default)s)",
     )
-    usage.add_argument("--seed", type=int, default=0, help="with --realistic-usage: the seed of answer lengths")
+    usage.add_argument("--seed", type=int, default=0, help="the seed of answer lengths and of --fail-rate")
     limits = parser.add_argument_group("advertised rate limits (x-ratelimit-limit-* headers, not enforced)")
     limits.add_argument("--advertise-requests", type=_positive_int, help="requests per minute the answers advertise")
     limits.add_argument("--advertise-tokens", type=_positive_int, help="tokens per minute the answers advertise")
@@ -86,6 +95,23 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share between 0 and 1")
+    return value
+
+
+def _status(text: str) -> int:
+    value = _int(text)
+    if not 400 <= value <= 599:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an HTTP error status (400-599)")
+    return value
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -104,6 +130,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     server.pad_answers("*", args.pad_mb)
     if args.realistic_usage:
         server.realistic_usage("*", RealisticUsage(completion_mean=args.completion_mean, seed=args.seed))
+    if args.fail_rate:
+        server.fail_rate("*", args.fail_rate, (args.fail_status,), seed=args.seed)
     if args.advertise_requests or args.advertise_tokens:
         server.advertise_limits("*", requests=args.advertise_requests, tokens=args.advertise_tokens)
     try:
