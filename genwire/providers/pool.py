@@ -10,8 +10,12 @@ endpoint answers is the pool's choice:
 * Failover: a transient failure (unreachable, timeout, 5xx, a persistent 429) cools the
   member down (5 s, doubling to 5 min) and the request is sent again at once to another
   member; once the cooldown is over a single trial request decides; ``auth`` /
-  ``not_found`` take the member out for the run. A request fails only when every member
-  was tried (the last error is raised).
+  ``not_found`` take the member out for the run. Only a request sent after a member's
+  latest failure judges it (``PoolMember.epoch``): answers to requests already on their
+  way do not end a cooldown. A request fails only when every member was tried (the last
+  error is raised).
+* The run starts from the pre-flight's verdicts (``EndpointPool.mark``): a member that
+  failed its probe starts cooled down, or out.
 
 Members are ordinary provider handles made with ``pool=<the pool's cache identity>``:
 they share response-cache entries and hand failures back at once instead of retrying.
