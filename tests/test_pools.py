@@ -447,3 +447,21 @@ async def test_batch_mode_counts_each_endpoints_lines(tmp_path: Path) -> None:
     endpoints = result.summary()["models"]["writer"]["endpoints"]
     assert {name: endpoints[name]["requests"] for name in ("r0", "r1")} == lines
     assert sum(lines.values()) == 40 and all(endpoints[n]["failures"] == 0 for n in lines)
+
+
+async def test_batch_mode_counts_an_endpoints_failed_lines_as_its_requests(tmp_path: Path) -> None:
+    with servers(2) as (a, b):
+        cfg = pool_config([a.url, b.url], tmp_path, n=20, max_concurrency=2)
+        cfg["pipeline"]["max_failure_rate"] = 1.0
+        for provider in cfg["providers"].values():
+            provider["batch"] = {"poll_interval_s": 0.05}
+        b.fail_rate(MODEL, 1.0, (400,))  # every line of b's batches is refused
+        container = genwire.boot(cfg)
+        async with container:
+            result = await container.run(batch=True, skip_preflight=True)
+    assert result.batches is not None
+    lines = {name: sum(x.requests for x in result.batches if x.provider == name) for name in ("r0", "r1")}
+    endpoints = result.summary()["models"]["writer"]["endpoints"]
+    assert lines["r1"] > 0 and result.rows_failed == lines["r1"]
+    assert endpoints["r1"]["requests"] == endpoints["r1"]["failures"] == lines["r1"]
+    assert endpoints["r0"]["requests"] == lines["r0"] and endpoints["r0"]["failures"] == 0
