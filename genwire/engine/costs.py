@@ -10,7 +10,8 @@ from typing import Any
 
 from genwire.config.schema import LocalProviderConfig, OpenAIProviderConfig
 from genwire.container.core import WiredPipeline
-from genwire.engine.ledger import LedgerTotal, RunLedger
+from genwire.engine.ledger import RunLedger
+from genwire.engine.receipt import LedgerEntry
 from genwire.errors import BudgetStopped, RunSetupError
 from genwire.providers.budget import CostMeter
 from genwire.providers.pricing import Price, load_price_table, model_prices
@@ -171,6 +172,12 @@ class RunCosts:
         if self.ledger is not None:
             self.ledger.close()
 
+    def paid_elsewhere(self, entry: LedgerEntry) -> None:
+        """An answer a Ray worker paid for: spent against the cap, and in the ledger."""
+        self.meter.paid_elsewhere(entry.paid)
+        if self.ledger is not None:
+            self.ledger.record(entry.paid, entry.rows, entry.column)
+
     def stopped(self, checkpoint: Path, kept: int, total: int) -> BudgetStopped:
         meter = self.meter
         parts = []
@@ -193,10 +200,7 @@ class RunCosts:
         total: float | None = 0.0
         session: float | None = self.meter.session_usd
         saved: float | None = 0.0
-        totals = self.ledger.totals if self.ledger is not None else {}
-        if self.engine != "local":  # Ray's workers sent the requests: their usage, this session's
-            totals = {alias: _total_of(u, self.prices.get(alias)) for alias, u in usage.items() if u.requests}
-            session = None if any(t.unpriced for t in totals.values()) else sum(t.usd for t in totals.values())
+        totals = self.ledger.totals if self.ledger is not None else {}  # Ray's workers' answers too
         for alias in sorted(set(self.prices) | set(totals)):
             price = self.prices.get(alias)
             paid = totals.get(alias)
@@ -231,13 +235,3 @@ class RunCosts:
             "max_cost_usd": self.max_cost_usd,
             "max_tokens": self.max_tokens,
         }
-
-
-def _total_of(usage: ModelUsage, price: Price | None) -> LedgerTotal:
-    paid = usage.requests - usage.retries  # a retried attempt was not answered, nor billed
-    total = LedgerTotal(paid, usage.prompt_tokens, usage.completion_tokens)
-    if price is None:
-        total.unpriced = paid
-    else:
-        total.usd = price.cost(usage.prompt_tokens, usage.completion_tokens)
-    return total
