@@ -66,15 +66,24 @@ class RunAccounts:
         self.costs.open(directory, probing=probing)
 
     def start(
-        self, directory: Path, *, metrics: bool, rows: Callable[[], tuple[int, int]], resumed: int, **about: Any
+        self,
+        directory: Path,
+        *,
+        metrics: bool,
+        rows: Callable[[], tuple[int, int]],
+        num_records: int,
+        engine: str,
+        resumed: int,
+        **about: Any,
     ) -> None:
         """The metrics (per second, into the checkpoint; ``rows``: written and failed so
-        far) and the run's span."""
+        far; ``about``: the session line's other fields) and the run's span."""
         if metrics:
-            self.metrics = RunMetrics(directory, self.usage, rows).start(**about)
-        requested, engine = about["num_records"], about["engine"]
+            self.metrics = RunMetrics(directory, self.usage, rows).start(
+                num_records=num_records, engine=engine, **about
+            )
         self.trace = start_run_trace(
-            {"genwire.rows.requested": requested, "genwire.engine": engine, "genwire.resumed": resumed}
+            {"genwire.rows.requested": num_records, "genwire.engine": engine, "genwire.resumed": resumed}
         )
 
     def note(self, kind: str, **payload: Any) -> None:

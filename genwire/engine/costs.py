@@ -4,7 +4,7 @@ checkpoint, and the ``"cost"`` object of the summary."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from genwire.providers.pricing import Price, load_price_table, model_prices
 from genwire.providers.probes import CHAT_PROBE_PROMPT, STRUCTURED_PROBE_TOKENS
 from genwire.providers.usage import ModelUsage
 
-__all__ = ["RunCosts", "priced_models", "used_models"]
+__all__ = ["RunCosts", "attach_meter", "priced_models", "used_models"]
 
 LOCAL_PRICE = Price(0.0, 0.0, 0.0, 0.0, "local (embedded model: no charge)")
 PROBE_BODY_CHARS = 2 * len(CHAT_PROBE_PROMPT) + 400  # a probe's JSON body, generously
@@ -46,6 +46,20 @@ def priced_models(container: WiredPipeline) -> dict[str, Price | None]:
             LOCAL_PRICE if isinstance(provider, LocalProviderConfig) and prices[alias] is None else prices[alias]
         )
     return out
+
+
+def attach_meter(container: WiredPipeline, aliases: Iterable[str], meter: CostMeter) -> list[Any]:
+    """Every HTTP provider serving one of ``aliases`` meters its requests with ``meter``
+    from now on; returns their clients (set their ``meter`` to None to detach)."""
+    config = container.config
+    names = {name for alias in aliases for name in config.models[alias].providers}  # a pool: each endpoint's
+    clients = []
+    for name in sorted(names):
+        if isinstance(config.providers.get(name), OpenAIProviderConfig):
+            client = container.client(name)
+            client.meter = meter
+            clients.append(client)
+    return clients
 
 
 class RunCosts:
@@ -156,13 +170,7 @@ class RunCosts:
 
     def attach(self) -> None:
         """Every HTTP provider a used model is served by meters its requests from now on."""
-        config = self.container.config
-        names = {name for alias in self.prices for name in config.models[alias].providers}  # a pool: each endpoint's
-        for name in sorted(names):
-            if isinstance(config.providers.get(name), OpenAIProviderConfig):
-                client = self.container.client(name)
-                client.meter = self.meter
-                self._clients.append(client)
+        self._clients.extend(attach_meter(self.container, self.prices, self.meter))
 
     def detach(self) -> None:
         self.meter.end_rows()

@@ -95,12 +95,13 @@ from genwire.container.core import WiredPipeline
 from genwire.container.graph import build_graph
 from genwire.container.wiring import wire_columns
 from genwire.engine.batches import BatchResult, BatchRunner, batched
-from genwire.engine.costs import RunCosts
+from genwire.engine.costs import attach_meter, priced_models
 from genwire.engine.receipt import Receipt, ReceiptBook
 from genwire.errors import GenwireError, RunError, exception_text
 from genwire.generators.base import Generator
 from genwire.providers.budget import CostMeter
 from genwire.providers.metrics import start_recording, stop_recording
+from genwire.providers.pricing import Price
 from genwire.providers.response_cache import ResponseCache
 
 INSTALL_HINT = "the ray engine needs Ray: pip install 'genwire[ray]'"
@@ -124,6 +125,7 @@ class WorkerSpec:
     loaded: LoadedConfig
     generators: dict[str, type[Generator[Any]]]
     response_cache: Path | None = None  # the driver's cache directory: a path every node sees
+    prices: dict[str, Price | None] = dataclasses.field(default_factory=dict)  # the driver's, resolved once
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,7 +178,7 @@ class BlockWorker:
         self._container: WiredPipeline | None = None
         self._runner: BatchRunner | None = None
         self._cache: ResponseCache | None = None
-        self._costs: RunCosts | None = None
+        self._metered: list[Any] = []  # the clients this worker's meter is attached to
         self._book = ReceiptBook()  # what this worker paid for, sent with its rows
         # Created on first use: asyncio primitives belong to the actor's event loop.
         self._boot_lock: asyncio.Lock | None = None
@@ -192,9 +194,8 @@ class BlockWorker:
                     self._cache = ResponseCache(self._spec.response_cache, writer=False)
                 self._runner = BatchRunner(self._container, self._cache, store_answers=False)
                 # Metered as on the driver: each paid answer goes to the driver's ledger.
-                self._costs = costs = RunCosts(self._container)
-                costs.meter = CostMeter(costs.prices, record=self._book.paid)
-                costs.attach()
+                meter = CostMeter(self._spec.prices, record=self._book.paid)
+                self._metered = attach_meter(self._container, self._spec.prices, meter)
                 self._slots = asyncio.Semaphore(BATCHES_IN_FLIGHT)
         assert self._slots is not None
         return self._runner, self._slots
@@ -237,9 +238,9 @@ class BlockWorker:
         receipt = self._receipt()
         container, self._container, self._runner = self._container, None, None
         cache, self._cache = self._cache, None
-        costs, self._costs = self._costs, None
-        if costs is not None:
-            costs.detach()
+        for client in self._metered:
+            client.meter = None
+        self._metered = []
         if cache is not None:
             cache.close()
         if container is not None:
@@ -382,14 +383,17 @@ class RayBatches:
         response_cache: ResponseCache | None = None,
         *,
         feed: Callable[[Receipt], None] = lambda receipt: None,
+        prices: dict[str, Price | None] | None = None,
     ) -> None:
         """``response_cache``: the driver's cache, the one that stores the workers' answers;
-        ``feed``: the run's accounting, which every worker's receipt goes to."""
+        ``feed``: the run's accounting, which every worker's receipt goes to; ``prices``:
+        the models' prices the workers' meters price their answers with."""
         self._container = container
         self._cache = response_cache
         self._address = address
         self._workers = workers
         self._feed = feed
+        self._prices = prices  # the run's, resolved once (None: resolved here)
 
     def live_rows(self) -> int:
         return 0  # batch mode, which counts them, runs on the local engine only
@@ -419,6 +423,7 @@ class RayBatches:
         workers = min(workers, math.ceil(n / block_rows))
 
         generators = {c.generator_name: c.generator_cls for c in container.columns}
+        prices = priced_models(container) if self._prices is None else self._prices  # read here, not on every node
         cache = self._cache
         cache_at = None if cache is None else cache.directory
         if cache is not None:
@@ -446,7 +451,7 @@ class RayBatches:
 
         try:
             for i in range(workers):
-                spec = WorkerSpec(split_config(container.loaded, caps, workers, i), generators, cache_at)
+                spec = WorkerSpec(split_config(container.loaded, caps, workers, i), generators, cache_at, prices)
                 try:
                     actors.append(actor_cls.remote(spec))
                 except Exception as exc:  # the spec must pickle: config data and importable classes

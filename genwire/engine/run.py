@@ -21,13 +21,13 @@ from genwire.engine.checkpoint import Checkpoint, checkpoint_dir
 from genwire.engine.fingerprint import fingerprint
 from genwire.engine.options import Engine, RunOptions
 from genwire.engine.result import RunResult
-from genwire.engine.session import RunPlan, RunSession, in_flight_text, response_cache_dir
+from genwire.engine.session import RunPlan, RunSession
 from genwire.engine.sink import Progress
 from genwire.engine.writers import check_output, errors_path
 from genwire.errors import RunError
 from genwire.preflight.report import PreflightReport
 
-__all__ = ["Engine", "RunOptions", "RunResult", "in_flight_text", "response_cache_dir", "run_pipeline"]
+__all__ = ["Engine", "RunOptions", "RunResult", "run_pipeline"]
 
 FRESH_HINT = "run with --fresh (resume=False in Python)"
 

@@ -107,7 +107,12 @@ class RunSession:
 
             options = self.options
             return RayBatches(
-                self.container, options.ray_address, options.ray_workers, self.responses, feed=self.accounts.feed
+                self.container,
+                options.ray_address,
+                options.ray_workers,
+                self.responses,
+                feed=self.accounts.feed,
+                prices=self.accounts.costs.prices,
             )
         budget = self.accounts.budget
         batch_rows = self.container.config.pipeline.batch_size
