@@ -32,6 +32,7 @@ from genwire.testing.fake_usage import RealisticUsage
 
 PRICE = (0.15, 0.60)  # USD per million tokens (gpt-4o-mini's)
 WORST_INPUT_TOKENS = 1000  # prompts are under 100 characters: generous
+SAMPLER = {"kind": "uniform", "low": 1, "high": 9, "integer": True}
 
 
 def config(root: Path, url: str, rows: int, model: dict[str, Any]) -> Path:
@@ -52,7 +53,7 @@ def config(root: Path, url: str, rows: int, model: dict[str, Any]) -> Path:
             "batch_size": 64,
             "output": str(root / "out.jsonl"),
             "columns": [
-                {"name": "k", "generator": "sampler", "params": {"kind": "uniform", "low": 1, "high": 9, "integer": True}},
+                {"name": "k", "generator": "sampler", "params": SAMPLER},
                 {"name": "q", "generator": "llm-text", "params": {"prompt": "Write about {{ 'topic ' * k }}"}},
             ],
         },
