@@ -287,3 +287,13 @@ def test_resuming_a_budget_stop_with_rows_that_fail_for_good_goes_on(server: Fak
     code, second, err = run(path, cap=100.0)
     assert code == 0, second.get("error", err)
     assert second["rows_written"] + second["rows_failed"] == 300
+
+
+def test_a_non_finite_number_in_a_models_params_is_a_located_config_error(
+    server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    path = write(config(server, tmp_path, params={"max_tokens": 50}), tmp_path / "genwire.yaml")
+    path.write_text(path.read_text().replace("max_tokens: 50", "max_tokens: 50\n      temperature: .nan"))
+    done = cli("validate", path)
+    assert done.returncode == 2, done.stderr
+    assert "models.writer.params" in done.stderr and "temperature: got nan" in done.stderr and "finite" in done.stderr

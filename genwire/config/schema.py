@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -52,6 +53,24 @@ def _row_count(value: Any) -> Any:
         problem = too_many_rows(value)
         if problem:
             raise ValueError(problem)
+    return value
+
+
+def _finite_numbers(value: dict[str, Any]) -> dict[str, Any]:
+    """A model's params go into every request as JSON, which has no NaN or Infinity."""
+
+    def check(item: Any, where: str) -> None:
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"{where}: got {item!r}; a number sent in a request must be finite")
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                check(inner, f"{where}.{key}")
+        elif isinstance(item, list):
+            for index, inner in enumerate(item):
+                check(inner, f"{where}[{index}]")
+
+    for key, item in value.items():
+        check(item, key)
     return value
 
 
@@ -224,7 +243,7 @@ class ModelConfig(StrictModel):
     min_healthy: PositiveInt = 1
     model: Annotated[str, Field(min_length=1)]
     kind: ModelKind
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: Annotated[dict[str, Any], AfterValidator(_finite_numbers)] = Field(default_factory=dict)
     dimensions: PositiveInt | None = None
     health_check: bool = True
     probe_max_tokens: PositiveInt = 16  # raise for reasoning models that think before answering
