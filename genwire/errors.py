@@ -216,4 +216,11 @@ class BudgetStopped(RunError):
         self.kept = kept
         self.spent_usd = spent_usd
         self.cap_usd = cap_usd
+        # A gated run (SPEC §21): kept, wanted, candidates, rate, ... for ``--json``.
+        self.funnel: dict[str, Any] | None = None
         super().__init__(message)
+
+
+class CandidatesExhausted(BudgetStopped):
+    """A gated run tried ``pipeline.max_candidates`` candidates before it kept the rows it
+    wants (exit 3, as the budget): a higher cap on the same command goes on (SPEC §21)."""

@@ -20,10 +20,11 @@ from genwire.config.limits import too_many_rows
 from genwire.container.core import WiredPipeline
 from genwire.engine.batch_journal import open_batch_ids
 from genwire.engine.batch_mode import BatchMode, batch_providers
-from genwire.engine.batches import BatchResult, BatchRunner, batched
+from genwire.engine.batches import BatchResult, BatchRunner, Earlier, batched
 from genwire.engine.checkpoint import Checkpoint, checkpoint_dir
 from genwire.engine.costs import RunCosts
 from genwire.engine.fingerprint import fingerprint
+from genwire.engine.gates import CandidatePlan, Funnel, funnel_summary, gated_run
 from genwire.engine.metrics import RunMetrics
 from genwire.engine.options import Engine, RunOptions
 from genwire.engine.report import end_session
@@ -75,6 +76,8 @@ class RunResult:
     finished: bool = True  # False: an estimate's sample, the checkpoint kept for the run
     # Per pooled alias, per endpoint (SPEC §17): requests, failures, latency.
     endpoints: dict[str, dict[str, EndpointStats]] = field(default_factory=dict)
+    funnel: Funnel | None = None  # a gated run (SPEC §21): candidates → each gate → kept
+    surplus: int = 0  # a gated run: kept candidates past the rows wanted (in the rejected file)
 
     @property
     def requests(self) -> dict[str, int]:
@@ -98,6 +101,7 @@ class RunResult:
             "models": {alias: self._model_summary(alias, u) for alias, u in self.usage.items()},
             **({"batches": [b.as_dict() for b in self.batches]} if self.batches is not None else {}),
             **({"cost": self.cost} if self.cost is not None else {}),
+            **(funnel_summary(self.funnel, self.surplus) if self.funnel is not None else {}),
         }
 
 
@@ -160,11 +164,17 @@ async def run_pipeline(
         )
     target = output_path(container, options.output)
     directory = checkpoint_dir(target)
+    gated = gated_run(container, n, engine=engine, batch=bool(batching))  # SPEC §21; None without a gate
     # Before anything is paid for: the output must be writable and must not be an input.
     check_output(target, protected=dataset_files(container), extra=[errors_path(target), directory])
     costs = RunCosts(container, max_cost_usd=options.max_cost_usd, engine=engine)  # refuses a cap it cannot keep
     checkpoint = Checkpoint.open(
-        directory, fingerprint(container.loaded, container.columns), n, fresh=not options.resume, fresh_hint=FRESH_HINT
+        directory,
+        fingerprint(container.loaded, container.columns),
+        n,
+        fresh=not options.resume,
+        fresh_hint=FRESH_HINT,
+        candidates=gated.cap if gated is not None else None,
     )
     try:
         costs.open(directory, probing=not options.skip_preflight)
@@ -188,6 +198,7 @@ async def run_pipeline(
             batch_mode=bool(batching),
             stop=costs.exhausted,
             hold=lambda live: costs.hold_rows(sink.written if sink is not None else 0, live, cfg.batch_size),
+            earlier=gated.earlier(checkpoint) if gated is not None else None,
         )
     sink: OutputSink | None = None
     live_rows = source.live_rows if isinstance(source, LocalBatches) else (lambda: 0)
@@ -217,7 +228,7 @@ async def run_pipeline(
         outcome = result = RunResult(
             output=target,
             rows_requested=n,
-            rows_written=sink.kept,
+            rows_written=sink.in_output,
             rows_failed=sink.failed,
             errors_file=sink.errors_target if sink.failed else None,
             duration_s=time.perf_counter() - started,
@@ -225,6 +236,8 @@ async def run_pipeline(
             usage=usage,
             concurrency=container.concurrency(),
             preflight=report,
+            funnel=plan.funnel if plan is not None else None,
+            surplus=sink.surplus,
             batches=batch_mode.infos() if batch_mode is not None else None,
             cost=costs.report(usage),
             meter=costs.meter,
@@ -243,6 +256,7 @@ async def run_pipeline(
         )
 
     report: PreflightReport | None = None
+    plan: CandidatePlan | None = None
     try:
         costs.attach()  # the probes are paid for too
         if not options.skip_preflight:
@@ -260,22 +274,33 @@ async def run_pipeline(
             await batch_mode.start()  # after the probes: they stay online
         sink = OutputSink(
             target,
-            [c.name for c in container.columns],
+            [c.name for c in container.columns if gated is None or c.name not in gated.gates],
             checkpoint,
             max_failure_rate=cfg.max_failure_rate,
             progress=progress,
             status=lambda: batch_mode.status() if batch_mode is not None else in_flight_text(container.concurrency()),
+            wanted=n if gated is not None else None,
         )
         pending = checkpoint.pending()
+        feed = None
+        if gated is not None:
+            plan = gated.plan(checkpoint, pending)
+            feed = plan.feed(cfg.batch_size) if options.sample_rows is None else None  # the estimate: K candidates
         if options.sample_rows is not None:
             pending = itertools.islice(pending, options.sample_rows)
-        batches = source.batches(pending, cfg.batch_size)
+        batches = (
+            source.batches(pending, cfg.batch_size)
+            if feed is None or not isinstance(source, LocalBatches)
+            else source.batches(pending, cfg.batch_size, feed=feed)
+        )
         ticker = asyncio.create_task(_tick(sink)) if batch_mode is not None else None
         try:
             async for result in batches:
                 if batch_mode is not None:
                     batch_mode.raise_if_broken()
                 sink.add(result)
+                if plan is not None:
+                    plan.record(result)
         finally:
             if ticker is not None:
                 ticker.cancel()
@@ -287,7 +312,11 @@ async def run_pipeline(
             checkpoint.keep_journal = bool(await batch_mode.still_open())
         if costs.exhausted():
             sink.suspend()
-            raise costs.stopped(directory, sink.kept, n)
+            stop = costs.stopped(directory, sink.kept, n)
+            raise plan.at_budget(stop) if plan is not None else stop
+        if plan is not None and plan.capped:
+            sink.suspend()
+            raise plan.stopped(directory)
         if options.sample_rows is None:
             sink.finish(before_removal=completed)
         else:
@@ -384,8 +413,10 @@ class LocalBatches:
         batch_mode: bool = False,
         stop: Callable[[], bool] | None = None,
         hold: Callable[[int], bool] | None = None,
+        earlier: Earlier | None = None,
     ) -> None:
         self._container = container
+        self._earlier = earlier  # a gated run: what in-order gates remember from earlier sessions
         # The budget: stop() true, no new batch at all (running ones finish); hold(live
         # rows) true, none for now (what is left would not finish them).
         self._stop = stop
@@ -407,9 +438,14 @@ class LocalBatches:
         queued for them (a braked or paced model's queue is long, so it never grows)."""
         return any(c.waiting < c.limit for c in self._container.concurrency().values())
 
-    async def batches(self, indices: Iterator[int], batch_size: int) -> AsyncGenerator[BatchResult, None]:
-        runner = self._runner = BatchRunner(self._container, self._cache)
-        todo = enumerate(batched(indices, batch_size))
+    async def batches(
+        self, indices: Iterator[int], batch_size: int, *, feed: Iterator[list[int]] | None = None
+    ) -> AsyncGenerator[BatchResult, None]:
+        """``feed`` (a gated run's ``CandidatePlan``) says which rows to start, batch by
+        batch, in place of ``indices``: an empty batch means none for now."""
+        runner = self._runner = BatchRunner(self._container, self._cache, earlier=self._earlier)
+        todo = batched(indices, batch_size) if feed is None else feed
+        numbers = itertools.count()
         running: dict[asyncio.Task[BatchResult], int] = {}
         finished: dict[int, asyncio.Task[BatchResult]] = {}  # an error is raised in row order too
         next_out = 0
@@ -432,12 +468,14 @@ class LocalBatches:
                 # The budget: when nothing runs, one more batch learns whether anything still fits.
                 and not (self._hold is not None and (running or finished) and self._hold(runner.live + fresh))
             ):
-                item = next(todo, None)
-                if item is None:
+                batch = next(todo, None)
+                if batch is None:
                     exhausted = True
                     return
-                running[asyncio.create_task(runner.run(item[1]))] = item[0]
-                fresh += len(item[1])
+                if not batch:  # the feed: enough is running for now
+                    return
+                running[asyncio.create_task(runner.run(batch))] = next(numbers)
+                fresh += len(batch)
 
         try:
             while True:

@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, get_args
@@ -140,6 +140,7 @@ class FakeOpenAIServer:
         self._tool_scripts: list[ToolScript] = []  # see genwire.testing.fake_tool_calls
         self._realistic: dict[str, RealisticUsage] = {}  # per model ("*": all)
         self._advertised: dict[str, dict[str, str]] = {}  # x-ratelimit-limit-* headers, per model ("*": all)
+        self._answer_fns: dict[str, Callable[[str], str]] = {}  # per model: the chat answer to a prompt
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -295,6 +296,15 @@ class FakeOpenAIServer:
                 self._no_response_format.add(model)
             else:
                 self._no_response_format.discard(model)
+
+    def answer_with(self, model: str, answer: Callable[[str], str] | None) -> None:
+        """``model``'s chat answers are ``answer(prompt)`` (the last message's text), e.g.
+        a judge's JSON scoring each prompt its own way; None: the default answers again."""
+        with self._lock:
+            if answer is None:
+                self._answer_fns.pop(model, None)
+            else:
+                self._answer_fns[model] = answer
 
     def vary_answers(self, model: str = "*", vary: bool = True) -> None:
         """Plain chat answers for ``model`` ("*": every model) end with `` #N``, N a serial
@@ -612,6 +622,10 @@ class FakeOpenAIServer:
                     return _json(200, _chat_body(model, None, prompt_tokens, 1, calls))
                 content = text
             completion_tokens: int | None = None
+            with self._lock:
+                answer_fn = self._answer_fns.get(model)
+            if content is None and answer_fn is not None:
+                content = answer_fn(texts[-1] if texts else "")
             if content is None:
                 schema = requested_schema(body.get("response_format"))
                 # Structured output: an instance of the requested schema, as JSON text.
