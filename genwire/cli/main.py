@@ -499,7 +499,7 @@ def run(
             if isinstance(exc, RunStopped | BudgetStopped):
                 summary.update(rows_kept=exc.kept, checkpoint=str(exc.checkpoint))
             if isinstance(exc, BudgetStopped):
-                summary.update(spent_usd=exc.spent_usd, max_cost_usd=exc.cap_usd)
+                summary.update(spent_usd=exc.spent_usd, max_cost_usd=exc.cap_usd, **(exc.funnel or {}))
             if isinstance(exc, PreflightError):
                 summary["preflight"] = exc.report.model_dump(mode="json")
             emit_json(summary)

@@ -54,6 +54,22 @@ class Funnel:
     kept: int = 0
     failed: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
+    gates: list[str] = field(default_factory=list)  # in column order
+
+    def passed(self) -> list[tuple[str, int]]:
+        """(gate, candidates that passed it), in column order: a candidate passed a gate
+        when it was kept or rejected by a later one."""
+        order = self.gates or sorted(self.rejected)
+        out = []
+        for i, gate in enumerate(order):
+            out.append((gate, self.kept + sum(self.rejected.get(g, 0) for g in order[i + 1 :])))
+        return out
+
+    def text(self, surplus: int = 0) -> str:
+        """``195 candidates → even 90 → good 32 → 30 kept (+2 surplus)``."""
+        steps = [f"{self.decided:,} candidates", *(f"{gate} {n:,}" for gate, n in self.passed())]
+        kept = f"{self.kept - surplus:,} kept" + (f" (+{surplus:,} surplus)" if surplus else "")
+        return " → ".join([*steps, kept])
 
     @property
     def decided(self) -> int:
@@ -169,7 +185,9 @@ class GatedRun:
     cap: int
 
     def plan(self, checkpoint: Checkpoint, pending: Iterator[int]) -> CandidatePlan:
-        return CandidatePlan(self.wanted, self.cap, pending, funnel_of(checkpoint, self.wanted))
+        funnel = funnel_of(checkpoint, self.wanted)
+        funnel.gates = list(self.gates)
+        return CandidatePlan(self.wanted, self.cap, pending, funnel)
 
     def earlier(self, checkpoint: Checkpoint) -> Any:
         """What in-order gates remember (``BatchRunner(earlier=...)``), read when asked."""

@@ -24,7 +24,7 @@ from genwire.engine.batches import BatchResult, BatchRunner, Earlier, batched
 from genwire.engine.checkpoint import Checkpoint, checkpoint_dir
 from genwire.engine.costs import RunCosts
 from genwire.engine.fingerprint import fingerprint
-from genwire.engine.gates import CandidatePlan, Funnel, funnel_summary, gated_run
+from genwire.engine.gates import CandidatePlan, Funnel, funnel_summary, gated_run, rejected_path
 from genwire.engine.metrics import RunMetrics
 from genwire.engine.options import Engine, RunOptions
 from genwire.engine.report import end_session
@@ -78,6 +78,10 @@ class RunResult:
     endpoints: dict[str, dict[str, EndpointStats]] = field(default_factory=dict)
     funnel: Funnel | None = None  # a gated run (SPEC §21): candidates → each gate → kept
     surplus: int = 0  # a gated run: kept candidates past the rows wanted (in the rejected file)
+
+    @property
+    def rejected_file(self) -> Path:
+        return rejected_path(self.output)
 
     @property
     def requests(self) -> dict[str, int]:
