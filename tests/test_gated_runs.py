@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import signal
 import subprocess
@@ -257,3 +258,52 @@ def test_the_candidates_cap_stops_with_exit_3_and_a_higher_cap_goes_on_asking_no
     assert (tmp_path / "out.jsonl").read_text() == (ref / "out.jsonl").read_text()
     ours, theirs = (lines(root / "out.jsonl.rejected.jsonl") for root in (tmp_path, ref))
     assert up_to_last_kept(ours, N) == up_to_last_kept(theirs, N)
+
+
+def quarter(server: FakeOpenAIServer, root: Path, n: int) -> dict[str, Any]:
+    """``n`` → ``question`` (asked for every candidate) → keep-if(n % 4 == 0): a 25 % gate."""
+    cfg = judged(server, root, n=n)
+    columns = cfg["pipeline"]["columns"]
+    cfg["pipeline"]["columns"] = [
+        columns[0],
+        columns[2],
+        {"name": "fourth", "generator": "keep-if", "params": {"expression": "n % 4 == 0"}},
+    ]
+    cfg["models"] = {"writer": {**cfg["models"]["writer"], "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}}}
+    return cfg
+
+
+def test_the_estimate_projects_the_candidates_a_run_needs_and_keeps_its_own(tmp_path: Path) -> None:
+    wanted = 100
+    with FakeOpenAIServer() as server:
+        config = write(quarter(server, tmp_path, wanted), tmp_path / "genwire.yaml")
+        estimate = cli("estimate", config, "-k", "60", "--json")
+        assert estimate.returncode == 0, estimate.stderr
+        found = json.loads(estimate.stdout)
+        acceptance = found["acceptance"]
+        assert acceptance["low"] <= acceptance["rate"] <= acceptance["high"]
+        assert set(acceptance["by_gate"]) == {"fourth"}
+        projected = found["candidates_needed"]["expected"]
+        assert projected == math.ceil(wanted / acceptance["rate"])
+        assert found["candidates_needed"]["pessimistic"] >= projected
+        assert found["gates"]["cost_per_kept_row_usd"] > 0
+        sampled = asked(server)
+        assert len(sampled) == 60
+        server.reset_stats()
+
+        run = cli("run", config, "--json")
+        assert run.returncode == 0, run.stderr
+        summary = json.loads(run.stdout)
+        assert summary["rows_written"] == wanted
+        assert abs(summary["candidates"] - projected) <= 0.5 * projected
+        assert not set(sampled) & set(asked(server))  # the estimate's candidates are the run's first
+        human = cli("estimate", write(quarter(server, tmp_path / "again", wanted), tmp_path / "again" / "g.yaml"))
+        assert "acceptance:" in human.stdout and "candidates for 100 kept rows" in human.stdout
+
+
+def test_the_estimate_warns_when_too_few_candidates_were_kept(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        config = write(quarter(server, tmp_path, 50), tmp_path / "genwire.yaml")
+        estimate = cli("estimate", config, "-k", "8", "--json")
+        assert estimate.returncode == 0, estimate.stderr
+        assert "weak projection" in estimate.stderr

@@ -55,6 +55,7 @@ class Funnel:
     failed: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
     gates: list[str] = field(default_factory=list)  # in column order
+    session: int = 0  # candidates decided in this session (the estimate's sample)
 
     def passed(self) -> list[tuple[str, int]]:
         """(gate, candidates that passed it), in column order: a candidate passed a gate
@@ -136,7 +137,9 @@ class CandidatePlan:
 
     def record(self, result: BatchResult, *, kept: int | None = None) -> None:
         """A finished batch (``kept``: its rows the sink could write, when not all)."""
-        self.recorded += result.size or len(result.indices) + len(result.failures) + len(result.rejected)
+        size = result.size or len(result.indices) + len(result.failures) + len(result.rejected)
+        self.recorded += size
+        self.funnel.session += size
         self.funnel.kept += len(result.rows) if kept is None else kept
         self.funnel.failed += len(result.failures) + (len(result.rows) - kept if kept is not None else 0)
         for record in result.rejected:

@@ -58,13 +58,12 @@ async def assert_verdicts(
     got = await gate_verdicts(gate, rows, **options)
     wrong = []
     for i, (verdict, want) in enumerate(zip(got, expected, strict=True)):
+        said = "" if isinstance(verdict, RowFailure) else ("kept" if verdict.keep else f"rejected ({verdict.reason})")
         if isinstance(verdict, RowFailure):
             wrong.append(f"row {i}: failed ({verdict.message}), expected {want!r}")
         elif isinstance(want, bool) and verdict.keep != want:
-            wrong.append(f"row {i}: {'kept' if verdict.keep else f'rejected ({verdict.reason})'}, expected {want}")
+            wrong.append(f"row {i}: {said}, expected {want}")
         elif isinstance(want, str) and (verdict.keep or want not in verdict.reason):
-            wrong.append(
-                f"row {i}: {'kept' if verdict.keep else f'rejected ({verdict.reason})'}, expected a rejection for {want!r}"
-            )
+            wrong.append(f"row {i}: {said}, expected a rejection for {want!r}")
     if wrong:
         raise AssertionError(f"{gate.__qualname__}: verdicts differ:\n" + "\n".join(f"  {w}" for w in wrong))
