@@ -120,6 +120,10 @@ def test_a_judged_pipeline_keeps_exactly_n_rows_and_sends_nothing_past_a_rejecti
         assert server.requests["judge"] == passed_even + 1  # + its pre-flight probe
         # Scheduled from the measured rate: not far past what the rate needs.
         assert candidates <= 2 * N / DESIGNED_RATE
+        page = (tmp_path / "out.jsonl.report.html").read_text(encoding="utf-8")
+        assert f'data-funnel="candidates">{candidates}<' in page
+        assert f'data-funnel="kept">{N}<' in page
+        assert f'data-rejected="even">{by_gate["even"]}<' in page and "n % 2 == 0 is false" in page
         human = cli("run", config, "--fresh", "--no-response-cache")
         assert "candidates" in human.stdout and "→ even" in human.stdout and "30 kept" in human.stdout
 
