@@ -104,7 +104,12 @@ def gated_estimate(sample: RunResult, base: Estimate, columns: list[str]) -> Gat
     paid = paid_by_column(directory, rejected_candidates(directory))
     left = max(0, (expected or funnel.decided) - funnel.decided)
     cost = None if paid.total_usd is None or base.cost_usd is None else paid.total_usd + base.cost_usd
-    per_candidate_left = base.cost_usd / left if base.cost_usd is not None and left else None
+    # What one more candidate costs: the projection's, or (nothing left) what one cost so far.
+    per_candidate_left = (
+        base.cost_usd / left
+        if base.cost_usd is not None and left
+        else (paid.total_usd / funnel.decided if paid.total_usd is not None and funnel.decided else None)
+    )
     pessimistic_cost = (
         paid.total_usd + per_candidate_left * max(0, pessimistic - funnel.decided)
         if paid.total_usd is not None and per_candidate_left is not None and pessimistic is not None

@@ -141,6 +141,7 @@ class FakeOpenAIServer:
         self._realistic: dict[str, RealisticUsage] = {}  # per model ("*": all)
         self._advertised: dict[str, dict[str, str]] = {}  # x-ratelimit-limit-* headers, per model ("*": all)
         self._answer_fns: dict[str, Callable[[str], str]] = {}  # per model: the chat answer to a prompt
+        self._varied_structured: set[str] = set()  # models ("*": all) whose structured answers vary by prompt
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -305,6 +306,15 @@ class FakeOpenAIServer:
                 self._answer_fns.pop(model, None)
             else:
                 self._answer_fns[model] = answer
+
+    def vary_structured(self, model: str = "*", vary: bool = True) -> None:
+        """``model``'s structured answers vary with the prompt (deterministically): a
+        bounded integer (a judge's score) or an enum takes a value of its own per prompt."""
+        with self._lock:
+            if vary:
+                self._varied_structured.add(model)
+            else:
+                self._varied_structured.discard(model)
 
     def vary_answers(self, model: str = "*", vary: bool = True) -> None:
         """Plain chat answers for ``model`` ("*": every model) end with `` #N``, N a serial
@@ -629,8 +639,11 @@ class FakeOpenAIServer:
             if content is None:
                 schema = requested_schema(body.get("response_format"))
                 # Structured output: an instance of the requested schema, as JSON text.
+                with self._lock:
+                    by_prompt = model in self._varied_structured or "*" in self._varied_structured
+                seed = (texts[-1] if texts else "") if by_prompt else None
                 content = (
-                    json.dumps(schema_instance(schema))
+                    json.dumps(schema_instance(schema, seed=seed))
                     if schema is not None
                     else fake_answer(texts[-1] if texts else "")
                 )

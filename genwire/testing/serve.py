@@ -22,10 +22,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--pad-mb", type=float, default=0.0, help="MiB of whitespace before every answer (inf: endless)"
     )
+    parser.add_argument(
+        "--vary-structured",
+        action="store_true",
+        help="structured answers vary with the prompt (a judge's bounded score differs per prompt)",
+    )
     args = parser.parse_args(argv)
     with FakeOpenAIServer(latency=args.latency, dimensions=args.dimensions) as server:
         server.require_api_key(args.api_key)
         server.pad_answers("*", args.pad_mb)
+        server.vary_structured("*", args.vary_structured)
         print(server.url, flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()
