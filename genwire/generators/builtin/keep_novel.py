@@ -39,13 +39,15 @@ class KeptVectors:
         self.count = 0
         self.candidates: list[int] = []
 
-    def closest(self, vector: npt.NDArray[np.float64]) -> tuple[float, int]:
-        """(similarity, candidate) of the kept row closest to ``vector``; (-2, -1) if none."""
+    def closest_each(self, vectors: npt.NDArray[np.float64]) -> list[tuple[float, int]]:
+        """For each vector, (similarity, candidate) of the closest row kept so far; (-2, -1)
+        if none. One matrix product for the batch (the rows it will keep are compared by
+        the caller, in order)."""
         if self._matrix is None or not self.count:
-            return -2.0, -1
-        scores = self._matrix[: self.count] @ vector.astype(self._matrix.dtype)
-        best = int(scores.argmax())
-        return float(scores[best]), self.candidates[best]
+            return [(-2.0, -1)] * len(vectors)
+        scores = self._matrix[: self.count] @ vectors.astype(self._matrix.dtype).T
+        best = scores.argmax(axis=0)
+        return [(float(scores[b, i]), self.candidates[int(b)]) for i, b in enumerate(best)]
 
     def add(self, vector: npt.NDArray[np.float64], candidate: int) -> None:
         import numpy as np
@@ -127,14 +129,23 @@ class KeepNovel(Generator[KeepNovelParams]):
                 out[i] = RowFailure(exc)
             return out
         threshold = self.params.threshold
-        for i, vector in zip(positions, vectors, strict=True):
-            similarity, candidate = self._kept.closest(vector)
+        before = self._kept.closest_each(vectors)  # the rows kept before this batch
+        kept_here: list[int] = []  # positions in ``vectors`` of the rows this batch keeps
+        for j, (i, vector) in enumerate(zip(positions, vectors, strict=True)):
+            similarity, candidate = before[j]
+            if kept_here:  # and the rows of lower index this batch kept
+                scores = vectors[kept_here] @ vector
+                best = int(scores.argmax())
+                if scores[best] > similarity:
+                    similarity, candidate = float(scores[best]), indices[positions[kept_here[best]]]
             if similarity >= threshold:
                 out[i] = Verdict(
                     False,
                     f"{self.params.column}: cosine {similarity:.3f} to candidate {candidate} (threshold {threshold:g})",
                 )
             else:
-                self._kept.add(vector, indices[i])
+                kept_here.append(j)
                 out[i] = Verdict(True)
+        for j in kept_here:
+            self._kept.add(vectors[j], indices[positions[j]])
         return out
