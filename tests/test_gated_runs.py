@@ -311,3 +311,22 @@ def test_the_estimate_warns_when_too_few_candidates_were_kept(tmp_path: Path) ->
         estimate = cli("estimate", config, "-k", "8", "--json")
         assert estimate.returncode == 0, estimate.stderr
         assert "weak projection" in estimate.stderr
+
+
+def test_max_cost_stops_a_gated_run_with_its_figures_and_a_higher_cap_finishes_it(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        cfg = judged(server, tmp_path)
+        for model in cfg["models"].values():
+            model["price"] = {"input_per_mtok": 1000, "output_per_mtok": 1000}
+            model["params"] = {"max_tokens": 20}
+        config = write(cfg, tmp_path / "genwire.yaml")
+        stopped = cli("run", config, "--json", "--skip-preflight", "--max-cost", "0.5")
+        assert stopped.returncode == 3, stopped.stderr
+        figures = json.loads(stopped.stdout)
+        assert figures["wanted"] == N and 0 < figures["kept"] < N and figures["spent_usd"] <= 0.5
+        assert f"{figures['kept']} of {N} rows kept from {figures['candidates']} candidates" in stopped.stderr
+        first = asked(server)
+        again = cli("run", config, "--json", "--skip-preflight", "--max-cost", "50")
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["rows_written"] == N
+    assert not set(first) & set(asked(server)[len(first) :])  # nothing kept was asked again

@@ -4,6 +4,7 @@ engine does with a verdict. The runs that keep N rows are in tests/test_gated_ru
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+import genwire
 from genwire.cli.main import cli
+from genwire.errors import PluginError
 from genwire.generators import Generator, GeneratorMetadata, Verdict
 from genwire.generators.builtin.keep_if import KeepIf
 from genwire.generators.builtin.keep_novel import KeepNovel
@@ -168,3 +171,71 @@ def test_gates_are_listed_as_plugins_and_declare_their_resources() -> None:
         assert name in result.stdout
     assert KeepNovel.metadata.required_resources == {"model": "embedding_model"}
     assert all(g.metadata.gate for g in (KeepIf, KeepValid, KeepUnique, KeepNovel))
+
+
+# --- what the engine does with a verdict (no model: the pipeline is local) -------------------
+
+
+class SaysMaybe(Generator[Any]):
+    metadata = GeneratorMetadata(name="says-maybe", description="x", required_resources={}, gate=True)
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        return ["maybe" for _ in rows]
+
+
+class FailsOdd(Generator[Any]):
+    """A gate that cannot judge odd n (an error, not a verdict)."""
+
+    metadata = GeneratorMetadata(name="fails-odd", description="x", required_resources={}, gate=True)
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        return [RowFailure(ValueError("cannot judge")) if r["n"] % 2 else Verdict(True) for r in rows]
+
+
+def local(tmp_path: Path, gate: str, n: int = 6, **extra: Any) -> dict[str, Any]:
+    return {
+        "pipeline": {
+            "num_records": n,
+            "seed": 1,
+            "batch_size": 4,
+            "output": str(tmp_path / "o.jsonl"),
+            "columns": [
+                {
+                    "name": "n",
+                    "generator": "sampler",
+                    "params": {"kind": "uniform", "low": 0, "high": 1000, "integer": True},
+                },
+                {"name": "g", "generator": gate},
+            ],
+            **extra,
+        }
+    }
+
+
+async def test_a_gate_that_returns_no_verdict_stops_the_run_naming_it(tmp_path: Path) -> None:
+    container = genwire.boot(local(tmp_path, "says-maybe"), generators=[SaysMaybe])
+    async with container:
+        with pytest.raises(PluginError, match="gate 'says-maybe' \\(column 'g'\\) returned str.*Verdict"):
+            await container.run()
+
+
+async def test_a_gate_that_fails_fails_the_row_not_rejects_it(tmp_path: Path) -> None:
+    container = genwire.boot(local(tmp_path, "fails-odd", max_failure_rate=1.0), generators=[FailsOdd])
+    async with container:
+        result = await container.run()
+    assert result.rows_written == 6 and result.funnel is not None
+    errors = [json.loads(line) for line in (tmp_path / "o.jsonl.errors.jsonl").read_text().splitlines()]
+    assert errors and all(e["column"] == "g" and "cannot judge" in e["error"] for e in errors)
+    assert result.funnel.failed == len(errors) and result.funnel.rejected == {}
+    rejected = [json.loads(line) for line in (tmp_path / "o.jsonl.rejected.jsonl").read_text().splitlines()]
+    assert all(r["reason"] == "surplus" for r in rejected)  # failures are not rejections
+
+
+async def test_ray_refuses_a_gated_pipeline_before_anything_is_paid(tmp_path: Path) -> None:
+    cfg = local(tmp_path, "keep-if")
+    cfg["pipeline"]["columns"][1]["params"] = {"expression": "n > 1"}
+    container = genwire.boot(cfg)
+    async with container:
+        with pytest.raises(genwire.RunError, match="local engine"):
+            await container.run(engine="ray")
+    assert not (tmp_path / "o.jsonl.checkpoint").exists()
