@@ -14,6 +14,8 @@ from click.testing import CliRunner
 
 import genwire
 from genwire.cli.main import cli
+from genwire.engine.batches import BatchResult
+from genwire.engine.gates import CandidatePlan, Funnel
 from genwire.errors import PluginError
 from genwire.generators import Generator, GeneratorMetadata, Verdict
 from genwire.generators.builtin.keep_if import KeepIf
@@ -215,7 +217,7 @@ def local(tmp_path: Path, gate: str, n: int = 6, **extra: Any) -> dict[str, Any]
 async def test_a_gate_that_returns_no_verdict_stops_the_run_naming_it(tmp_path: Path) -> None:
     container = genwire.boot(local(tmp_path, "says-maybe"), generators=[SaysMaybe])
     async with container:
-        with pytest.raises(PluginError, match="gate 'says-maybe' \\(column 'g'\\) returned str.*Verdict"):
+        with pytest.raises(PluginError, match=r"gate 'says-maybe' \(column 'g'\) returned str.*Verdict"):
             await container.run()
 
 
@@ -239,3 +241,37 @@ async def test_ray_refuses_a_gated_pipeline_before_anything_is_paid(tmp_path: Pa
         with pytest.raises(genwire.RunError, match="local engine"):
             await container.run(engine="ray")
     assert not (tmp_path / "o.jsonl.checkpoint").exists()
+
+
+# --- the schedule (engine-independent) -------------------------------------------------------
+
+
+def result_of(start: int, kept: int, rejected: int) -> BatchResult:
+    indices = list(range(start, start + kept))
+    records = [{"candidate": start + kept + i, "gate": "g", "reason": "r", "row": {}} for i in range(rejected)]
+    return BatchResult(indices, [{} for _ in indices], [], rejected=records, size=kept + rejected)
+
+
+def test_the_plan_schedules_from_the_measured_rate_and_stops_at_the_target() -> None:
+    plan = CandidatePlan(wanted=10, cap=1000, pending=iter(range(1000)), funnel=Funnel(wanted=10))
+    first = plan.take(8)
+    second = plan.take(8)
+    assert first == list(range(8)) and second == [8, 9]  # nothing measured: one candidate per row
+    assert plan.take(8) == []  # enough in flight for now
+    plan.record(result_of(0, 2, 6))  # 25 % kept
+    assert plan.take(100) is not None
+    assert 20 <= plan.in_flight <= 40  # about (10 - 2) / 0.25 in flight
+    plan.funnel.kept = 10
+    assert plan.take(8) is None and plan.met and not plan.capped
+
+
+def test_the_plan_reports_the_cap() -> None:
+    plan = CandidatePlan(wanted=10, cap=12, pending=iter(range(12)), funnel=Funnel(wanted=10))
+    assert plan.take(8) == list(range(8))
+    plan.record(result_of(0, 1, 7))
+    assert plan.take(8) == [8, 9, 10, 11]
+    plan.record(result_of(8, 1, 3))
+    assert plan.take(8) is None and plan.capped
+    error = plan.stopped(Path("ckpt"))
+    assert error.funnel is not None and error.funnel["kept"] == 2 and error.funnel["candidates"] == 12
+    assert "max_candidates (12)" in str(error) and "raise pipeline.max_candidates" in str(error)

@@ -167,7 +167,7 @@ def run_estimate(
         return
     out.print(estimate_table(found, unit="rows" if gates is None else "candidates"))
     if gates is not None:
-        table, projection = gates_table(gates)
+        table, projection = gates_table(gates, usd=usd, duration=_duration)
         out.print(table)
         out.print(projection, markup=False)
     run = f"genwire run {file}" + (f" -n {n}" if num_records else "") + (f" -o {output}" if output else "")

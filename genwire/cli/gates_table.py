@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rich.table import Table
 
     from genwire.engine.gated_estimate import GatedEstimate
@@ -26,12 +28,13 @@ def weak_warning(found: GatedEstimate) -> str:
     )
 
 
-def gates_table(found: GatedEstimate) -> tuple[Table, str]:
-    """The acceptance per gate, and the lines of what it projects (the overall rate first)."""
+def gates_table(
+    found: GatedEstimate, *, usd: Callable[[float | None], str], duration: Callable[[float], str]
+) -> tuple[Table, str]:
+    """The acceptance per gate, and the lines of what it projects (the overall rate first);
+    ``usd`` and ``duration`` format as the estimate's own table does."""
     from rich.markup import escape
     from rich.table import Table
-
-    from genwire.cli.estimate_command import _duration, usd
 
     a = found.acceptance
     table = Table(title="Gates", title_justify="left")
@@ -49,8 +52,8 @@ def gates_table(found: GatedEstimate) -> tuple[Table, str]:
         f"cost: {per_row} per kept row; {usd(found.cost_usd)} for {found.wanted:,} rows "
         f"({usd(found.cost_pessimistic_usd)} at the low end)",
         "duration: "
-        + (f"{_duration(found.duration_per_kept_row_s)} per kept row; " if found.duration_per_kept_row_s else "")
-        + f"≈ {_duration(found.duration_s)} for the candidates still to do",
+        + (f"{duration(found.duration_per_kept_row_s)} per kept row; " if found.duration_per_kept_row_s else "")
+        + f"≈ {duration(found.duration_s)} for the candidates still to do",
         f"early gates save ≈ {usd(found.saved_by_gates_usd)} over the run "
         "(the columns after a gate are not generated for the candidates it rejects)",
     ]

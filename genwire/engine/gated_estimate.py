@@ -9,15 +9,24 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from genwire.engine.checkpoint import checkpoint_dir
 from genwire.engine.gate_costs import paid_by_column, rejected_candidates
 from genwire.engine.gates import Funnel
 
 if TYPE_CHECKING:
-    from genwire.engine.estimate import Estimate
     from genwire.engine.run import RunResult
+
+
+class Projection(Protocol):
+    """What this reads of ``engine.estimate.Estimate`` (which imports this module)."""
+
+    @property
+    def cost_usd(self) -> float | None: ...
+
+    @property
+    def duration_s(self) -> float: ...
 
 Z95 = 1.959963984540054
 WEAK_BELOW = 5  # fewer kept candidates than this: the projection is weak
@@ -93,7 +102,7 @@ class GatedEstimate:
         return out
 
 
-def gated_estimate(sample: RunResult, base: Estimate, columns: list[str]) -> GatedEstimate:
+def gated_estimate(sample: RunResult, base: Projection, columns: list[str]) -> GatedEstimate:
     """``base``: the estimate projected in candidates (``candidate_counts``)."""
     funnel = sample.funnel
     assert funnel is not None
