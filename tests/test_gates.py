@@ -4,6 +4,7 @@ engine does with a verdict. The runs that keep N rows are in tests/test_gated_ru
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -275,3 +276,24 @@ def test_the_plan_reports_the_cap() -> None:
     error = plan.stopped(Path("ckpt"))
     assert error.funnel is not None and error.funnel["kept"] == 2 and error.funnel["candidates"] == 12
     assert "max_candidates (12)" in str(error) and "raise pipeline.max_candidates" in str(error)
+
+
+def test_a_damaged_rejected_line_is_warned_about_and_its_candidate_generated_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from genwire.engine.checkpoint import Checkpoint
+
+    directory = tmp_path / "o.jsonl.checkpoint"
+    opened = Checkpoint.open(directory, {"k": "v"}, 5, fresh=False, fresh_hint="--fresh", candidates=50)
+    record = {"candidate": 1, "gate": "g", "reason": "no", "row": {"n": 1}}
+    opened.append([(0, b'{"i": 0, "row": {"n": 0}}\n')], [], [(1, "g", (json.dumps(record) + "\n").encode())])
+    opened.append([], [], [(2, "g", b"{not json\n")])
+    opened.close()
+    again = Checkpoint.open(directory, {"k": "v"}, 5, fresh=False, fresh_hint="--fresh", candidates=50)
+    try:
+        assert "rejected-0001.jsonl line 2 cannot be used" in caplog.text
+        assert again.rejections.by_gate == {"g": 1}
+        assert list(itertools.islice(again.pending(), 3)) == [2, 3, 4]  # 0 kept, 1 rejected, 2 again
+        assert [r["candidate"] for r in again.rejected()] == [1]
+    finally:
+        again.close()
