@@ -330,3 +330,27 @@ def test_max_cost_stops_a_gated_run_with_its_figures_and_a_higher_cap_finishes_i
         assert again.returncode == 0, again.stderr
         assert json.loads(again.stdout)["rows_written"] == N
     assert not set(first) & set(asked(server)[len(first) :])  # nothing kept was asked again
+
+
+def test_an_unchanged_gated_rerun_pays_nothing_and_writes_the_same_files(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        cfg = judged(server, tmp_path)
+        cfg["models"]["embedder"] = {"provider": "srv", "model": "embedder", "kind": "embedding"}
+        novel = {"name": "novel", "generator": "keep-novel", "resources": {"model": "embedder"}}
+        cfg["pipeline"]["columns"].insert(3, {**novel, "params": {"column": "question"}})
+        config = write(cfg, tmp_path / "genwire.yaml")
+        first = cli("run", config)
+        assert first.returncode == 0, first.stderr
+        out = (tmp_path / "out.jsonl").read_text()
+        rejected = lines(tmp_path / "out.jsonl.rejected.jsonl")
+        asked_first = asked(server)
+        server.reset_stats()
+        again = cli("run", config, "--fresh")
+        assert again.returncode == 0, again.stderr
+        # Every answer the first run had, the gate's embeddings included, came from the
+        # response cache: a request went out only for a candidate the first run never
+        # reached (past its last kept row, how far the schedule ran ahead depends on timing).
+        assert not set(asked_first) & set(asked(server))
+        assert server.requests["embedder"] <= 1 + server.requests["writer"] - 1
+    assert (tmp_path / "out.jsonl").read_text() == out
+    assert up_to_last_kept(lines(tmp_path / "out.jsonl.rejected.jsonl"), N) == up_to_last_kept(rejected, N)
