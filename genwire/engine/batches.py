@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from genwire.container.core import WiredPipeline
 from genwire.engine.gate_turns import GateTurns
+from genwire.engine.receipt import Receipt
 from genwire.errors import (
     BatchModeFailed,
     BudgetExhausted,
@@ -50,6 +51,8 @@ class BatchResult:
     # The answers its rows kept, for a runner that does not store them itself (a Ray
     # worker: the driver is the cache's one writer).
     answers: list[Entry] = field(default_factory=list)
+    # What a Ray worker paid for since its last receipt (the driver feeds the run's accounts).
+    receipt: Receipt | None = None
     # A gated run (SPEC §21): the candidates a gate rejected, in index order,
     # ``{"candidate", "gate", "reason", "row"}`` (the row's cells generated so far).
     rejected: list[dict[str, Any]] = field(default_factory=list)

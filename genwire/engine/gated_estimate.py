@@ -16,7 +16,7 @@ from genwire.engine.gate_costs import paid_by_column, rejected_candidates
 from genwire.engine.gates import Funnel
 
 if TYPE_CHECKING:
-    from genwire.engine.run import RunResult
+    from genwire.engine.result import RunResult
 
 
 class Projection(Protocol):
