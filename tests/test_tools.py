@@ -677,9 +677,46 @@ async def test_the_preflight_probes_an_llm_tools_model_with_tools(
         report = await container.preflight()
         assert report.ok, report
         (probe,) = [b for m, b in fake_openai_server.bodies if m == "tool-caller"]
-        assert probe["tools"][0]["function"]["name"] == "lookup"  # the request the run sends carries tools
+        (echo,) = await container.resource("web").list()
+        assert probe["tools"] == [echo.openai()]  # the allowed tools, with their real schemas
         with container.override("m", TextOnlyModel()):
             report = await container.preflight()
     (check,) = [c for c in report.checks if c.target == "m"]
     assert check.status == "failed" and check.error_class is ErrorClass.BAD_RESPONSE
     assert "cannot call tools" in check.message
+
+
+async def test_the_preflight_probes_with_exactly_the_allowed_tools_and_their_schemas(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    cfg = llm_tools_cfg(fake_openai_server.url, tmp_path, {"web": stdio(allow=["echo", "slow"])})
+    container = genwire.boot(cfg)
+    async with container:
+        report = await container.preflight()
+        assert report.ok, report
+        (probe,) = [b for m, b in fake_openai_server.bodies if m == "tool-caller"]
+        offered = {t["function"]["name"]: t["function"]["parameters"] for t in probe["tools"]}
+        assert sorted(offered) == ["echo", "slow"]
+        assert offered["slow"]["properties"]["seconds"]["type"] == "number"
+        (server,) = container._graph.live_tool_servers
+        assert server.starts == 1  # listed once: the tools check and the model probe share it
+        # A provider that rejects one of those schemas fails in the pre-flight, not mid-run.
+        fake_openai_server.reject_tool_schema("tool-caller", "slow")
+        report = await container.preflight()
+    assert not report.ok
+    (check,) = [c for c in report.checks if c.target == "m"]
+    assert check.status == "failed" and check.variant == "a" and check.error_class is ErrorClass.BAD_RESPONSE
+    assert "Invalid schema for function 'slow'" in check.message
+
+
+async def test_a_model_probe_whose_tool_server_cannot_be_listed_is_not_sent(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    broken = {"kind": "mcp", "transport": "stdio", "command": [sys.executable, "-c", "raise SystemExit(3)"]}
+    container = genwire.boot(llm_tools_cfg(fake_openai_server.url, tmp_path, {"web": broken}))
+    async with container:
+        report = await container.preflight()
+    checks = {c.target: c for c in report.checks}
+    assert checks["web"].status == "failed" and checks["web"].error_class is ErrorClass.UNREACHABLE
+    assert checks["m"].status == "failed" and "could not be listed" in checks["m"].message
+    assert [b for m, b in fake_openai_server.bodies if m == "tool-caller"] == []

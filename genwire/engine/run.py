@@ -100,7 +100,6 @@ class RunResult:
             **({"cost": self.cost} if self.cost is not None else {}),
         }
 
-
     def _model_summary(self, alias: str, usage: ModelUsage) -> dict[str, Any]:
         summary: dict[str, Any] = usage.as_dict()
         if alias in self.endpoints:

@@ -202,18 +202,14 @@ class OpenAIProvider:
 
     # --- requests ----------------------------------------------------------------------
 
-    async def post(
-        self, alias: str, path: str, payload: dict[str, Any], *, failover: bool = False
-    ) -> tuple[Any, int]:
+    async def post(self, alias: str, path: str, payload: dict[str, Any], *, failover: bool = False) -> tuple[Any, int]:
         """``send``, traced when traces are on (``providers.tracing``)."""
         with request_span(alias, path, payload) as traced:
             data, attempts = await self.send(alias, path, payload, failover=failover)
             answered(traced, data, attempts)
             return data, attempts
 
-    async def send(
-        self, alias: str, path: str, payload: dict[str, Any], *, failover: bool = False
-    ) -> tuple[Any, int]:
+    async def send(self, alias: str, path: str, payload: dict[str, Any], *, failover: bool = False) -> tuple[Any, int]:
         """POST ``payload`` to ``{base_url}{path}`` with retries.
 
         ``failover``: the model is a member of an endpoint pool, which re-sends a failed
