@@ -23,13 +23,11 @@ from click.testing import CliRunner
 import genwire
 from genwire.cli.main import cli
 from genwire.generators import Generator, GeneratorMetadata, ResourceKind
-from genwire.providers.tools.server import STDERR_TAIL_CHARS
 from genwire.testing import FakeOpenAIServer
 from genwire.testing.fake_server import FakeResponse
 from tests.otlp_receiver import OTLPReceiver
 from tests.support import cli as cli_process
-from tests.support import start_cli
-from tests.support import write
+from tests.support import start_cli, write
 
 ENV_KEY = "sk-CANARY-env-5f1e"
 FILE_KEY = "sk-CANARY-file-77a0"
@@ -153,6 +151,8 @@ def closed_port() -> int:
 
 async def test_a_failing_servers_stderr_is_scrubbed_before_it_is_cut() -> None:
     """Every offset at which the 400-character tail of a server's stderr can cut the secret."""
+    from genwire.providers.tools.server import STDERR_TAIL_CHARS
+
     tools = {}
     for offset in range(len(TOOL_CANARY) + 1):
         after = STDERR_TAIL_CHARS - len(TOOL_CANARY) + offset  # the tail starts `offset` chars into it
