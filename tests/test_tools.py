@@ -741,6 +741,33 @@ def wait_for(path: Path, proc: subprocess.Popen[str] | None = None, text: str = 
         time.sleep(0.1)
 
 
+def test_ctrl_c_while_a_server_is_stuck_in_initialize_stops_it_and_its_child(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """Killed at once, not asked to stop and waited on: it never sees its stdin close."""
+    pid_file, child_file, marker = tmp_path / "server.pid", tmp_path / "child.pid", tmp_path / "saw-eof"
+    stuck = (
+        f"import os, sys, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+        f"sys.stdin.read(); open({str(marker)!r}, 'w').write('eof'); time.sleep(300)"
+    )
+    command = ["bash", "-c", f'sleep 300 & echo $! > {child_file}; exec {sys.executable} -c "{stuck}"']
+    tools = {"web": {"kind": "mcp", "transport": "stdio", "command": command}}
+    proc = start_cli("preflight", write(llm_tools_cfg(fake_openai_server.url, tmp_path, tools), tmp_path / "g.yaml"))
+    try:
+        wait_for(pid_file, proc)
+        wait_for(child_file, proc)
+        os.kill(proc.pid, signal.SIGINT)
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _, err = proc.communicate()
+    assert code == 130, err
+    pids = {"server": int(pid_file.read_text()), "its child": int(child_file.read_text())}
+    assert {name: pid for name, pid in pids.items() if not wait_gone(pid, timeout=5)} == {}
+    assert not marker.exists()
+
+
 @pytest.mark.parametrize("ending", ["finished", "failed", "ctrl-c", "kill-9"])
 def test_no_server_or_child_of_one_outlives_any_ending(
     fake_openai_server: FakeOpenAIServer, tmp_path: Path, ending: str
