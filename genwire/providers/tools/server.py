@@ -53,8 +53,9 @@ class _Connection:
     pid: int | None = None  # a stdio server's reaper: the leader of its process group
 
     def kill(self) -> None:
-        """End a stdio server's process group at once (nothing to wait for)."""
-        if self.pid is not None:
+        """End a stdio server's process group at once (nothing to wait for). Once its task
+        is done the transport has stopped (and reaped) it: nothing is signalled then."""
+        if self.pid is not None and not self.task.done():
             launcher.kill_group(self.pid)
 
 

@@ -88,7 +88,8 @@ async def stdio_transport(
         try:
             yield read_out, write_in
         except BaseException:
-            launcher.kill_group(process.pid)
+            if process.returncode is None:
+                launcher.kill_group(process.pid)
             raise
         finally:
             with anyio.CancelScope(shield=True):
@@ -106,7 +107,10 @@ async def _stop(process: anyio.abc.Process) -> None:
         with anyio.move_on_after(GRACE_S):
             while process.returncode is None:
                 await anyio.sleep(0.02)
-    launcher.kill_group(process.pid)  # the server's children too, whether it exited or not
+    # The reaper ends its group before it exits itself: once it has exited, its PID (a
+    # group id no longer) is not signalled, for it may belong to another process by now.
+    if process.returncode is None:
+        launcher.kill_group(process.pid)
     with anyio.move_on_after(GRACE_S):
         await process.wait()
 
