@@ -202,14 +202,18 @@ class OpenAIProvider:
 
     # --- requests ----------------------------------------------------------------------
 
-    async def post(self, alias: str, path: str, payload: dict[str, Any], *, failover: bool = False) -> tuple[Any, int]:
+    async def post(
+        self, alias: str, path: str, payload: dict[str, Any], *, failover: bool = False
+    ) -> tuple[Any, int]:
         """``send``, traced when traces are on (``providers.tracing``)."""
         with request_span(alias, path, payload) as traced:
             data, attempts = await self.send(alias, path, payload, failover=failover)
             answered(traced, data, attempts)
             return data, attempts
 
-    async def send(self, alias: str, path: str, payload: dict[str, Any], *, failover: bool = False) -> tuple[Any, int]:
+    async def send(
+        self, alias: str, path: str, payload: dict[str, Any], *, failover: bool = False
+    ) -> tuple[Any, int]:
         """POST ``payload`` to ``{base_url}{path}`` with retries.
 
         ``failover``: the model is a member of an endpoint pool, which re-sends a failed
@@ -520,9 +524,19 @@ class _Handle(TokenHandle):
             column = current_column()
             base = slot.key if slot is not None else uncached_base(provider.cache_endpoint, path, body, column)
             custom_id = batcher.request_id(base)
-            data, attempts = await metered_batch_call(
-                provider.meter, route.alias, path, body, lambda: batcher.ask(route.alias, path, body, custom_id)
-            )
+
+            async def ask() -> tuple[Any, int]:
+                # Each time its line went in a batch is a request to this endpoint (a
+                # pool's per-endpoint figures), answered or failed.
+                try:
+                    answered = await batcher.ask(route.alias, path, body, custom_id)
+                except ModelError as exc:
+                    count_attempt(exc.attempts)
+                    raise
+                count_attempt(answered[1])
+                return answered
+
+            data, attempts = await metered_batch_call(provider.meter, route.alias, path, body, ask)
         else:
             data, attempts = await provider.post(route.alias, path, body, failover=route.pool is not None)
         answer = answer_of(data, attempts)
