@@ -113,10 +113,13 @@ def run_estimate(
     """``genwire estimate`` once its container is booted (``cli.main`` owns the command:
     this module never imports it back)."""
     from genwire.cli.exits import emit_json
-    from genwire.cli.render import RichProgress, show_preflight
-    from genwire.cli.signals import run_interruptibly
+    from genwire.cli.render import RichProgress, interrupted_message, show_preflight
+    from genwire.cli.signals import Interrupted, run_interruptibly
+    from genwire.engine.checkpoint import checkpoint_dir, kept_rows
     from genwire.engine.estimate import estimate_of
     from genwire.engine.options import RunOptions
+    from genwire.engine.run import output_path
+    from genwire.errors import GenwireError
     from genwire.preflight.report import PreflightError
 
     console = err if as_json else out
@@ -133,6 +136,16 @@ def run_estimate(
 
     try:
         result = run_interruptibly(go())
+    except Interrupted as exc:  # as at `run`: what is kept, and how to go on (exit 130 / 143)
+        directory = checkpoint_dir(output_path(container, output))
+        kept = kept_rows(directory)
+        if as_json:
+            emit_json(
+                {"ok": False, "error": "interrupted", "errors": ["interrupted"], "rows_kept": kept,
+                 "checkpoint": str(directory)}
+            )  # fmt: skip
+        err.print(interrupted_message(directory, kept, n), markup=False)
+        sys.exit(exc.exit_code)
     except GenwireError as exc:
         if as_json:
             summary = failure(exc)

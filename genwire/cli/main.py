@@ -482,11 +482,12 @@ def run(
         kept = kept_rows(directory)
         if as_json:
             emit_json({**_failure_text("interrupted"), "rows_kept": kept, "checkpoint": str(directory)})
-        if kept:
-            message = f"interrupted: {kept:,} of {total:,} rows kept in {directory}; rerun the same command to resume"
-        else:
-            message = "interrupted before any row was done; nothing to resume"
         from genwire.cli.batch_commands import interrupted_hint
+        from genwire.cli.render import interrupted_message
+        from genwire.engine.run import response_cache_dir
+
+        cached = response_cache_dir(container, not no_response_cache) is not None
+        message = interrupted_message(directory, kept, total, response_cache=cached)
 
         hint = interrupted_hint(file, directory)  # batch mode: batches left running
         if hint:
@@ -648,6 +649,8 @@ def _register_batches() -> None:
     from genwire.cli.report_command import report
 
     cli.add_command(batches)
+    # Exits as every command does: a signal unwinds it (no half-written page is left), one line.
+    report.callback = handle_errors(report.callback)  # type: ignore[arg-type]
     cli.add_command(report)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -247,3 +248,48 @@ class RichProgress:
 
     def stop(self) -> None:
         self._progress.stop()
+
+
+def plural(count: int, one: str, many: str | None = None) -> str:
+    """``1 request``, ``2 requests``: the count and the word that goes with it."""
+    return f"{count:,} {one if count == 1 else (many or one + 's')}"
+
+
+def paid_row_answers(directory: Path) -> int:
+    """Answers paid for rows (not the pre-flight's probes) the run's ledger lists: what the
+    response cache holds for a rerun even when no row was kept."""
+    import json
+
+    from genwire.engine.ledger import LEDGER_NAME
+
+    count = 0
+    try:
+        with (directory / LEDGER_NAME).open("rb") as handle:
+            for line in handle:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # a line torn by a kill
+                if isinstance(record, dict) and record.get("rows"):
+                    count += 1
+    except OSError:
+        return 0
+    return count
+
+
+def interrupted_message(directory: Path, kept: int, total: int, *, response_cache: bool = True) -> str:
+    """What an interrupted ``run`` or ``estimate`` says: the rows kept and how to go on;
+    before any row was kept, the answers already paid that the response cache keeps."""
+    if kept:
+        return f"interrupted: {kept:,} of {total:,} rows kept in {directory}; rerun the same command to resume"
+    paid = paid_row_answers(directory)
+    if not paid:
+        return "interrupted before any row was done; nothing to resume"
+    answers = plural(paid, "answer")
+    if response_cache:
+        return (
+            f"interrupted before any row was kept; the response cache holds the {answers} paid for so far: "
+            "rerun the same command and they are not paid again"
+        )
+    were = "was" if paid == 1 else "were"
+    return f"interrupted before any row was kept; {answers} {were} paid for and not kept (--no-response-cache)"

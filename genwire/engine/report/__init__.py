@@ -6,6 +6,7 @@ OUTPUT`` writes it for a run that did not finish."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -41,8 +42,13 @@ def write_report(
     data = collect(checkpoint_dir(output), output, done=done, counts=counts)
     target = report_path(output)
     temporary = target.with_name(target.name + ".tmp")
-    temporary.write_text(render(data, version=__version__), encoding="utf-8")
-    os.replace(temporary, target)
+    try:
+        temporary.write_text(render(data, version=__version__), encoding="utf-8")
+        os.replace(temporary, target)
+    except BaseException:  # a full disk, a folder in the way, a signal: no half page is left
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
     return target
 
 
