@@ -24,6 +24,7 @@ from typing import TypeVar
 from genwire.providers.failures import AttemptFailure
 
 __all__ = [
+    "BUCKETS",
     "AliasSecond",
     "RequestRecorder",
     "bucket_bounds",
