@@ -650,7 +650,8 @@ def _register_batches() -> None:
 
     cli.add_command(batches)
     # Exits as every command does: a signal unwinds it (no half-written page is left), one line.
-    report.callback = handle_errors(report.callback)  # type: ignore[arg-type]
+    assert report.callback is not None
+    report.callback = handle_errors(report.callback)
     cli.add_command(report)
 
 

@@ -154,11 +154,12 @@ class RunCosts:
             )
 
     def attach(self) -> None:
-        """Every HTTP provider a used model is served by meters its requests from now on."""
+        """Every provider a used model is served by meters its requests from now on: HTTP
+        endpoints and the embedded (local) models alike, one accounting for all."""
         config = self.container.config
         names = {name for alias in self.prices for name in config.models[alias].providers}  # a pool: each endpoint's
         for name in sorted(names):
-            if isinstance(config.providers.get(name), OpenAIProviderConfig):
+            if isinstance(config.providers.get(name), OpenAIProviderConfig | LocalProviderConfig):
                 client = self.container.client(name)
                 client.meter = self.meter
                 self._clients.append(client)

@@ -305,7 +305,8 @@ def _latency(data: ReportData) -> str:
     head = "<tr><th>model</th><th class=n>answers</th>" + "".join(f"<th class=n>{q}</th>" for q, _ in QUANTILES)
     marks = [(name, value) for name, q in QUANTILES if (value := percentile(overall, q)) is not None]
     return (
-        '<h2>Latency</h2><div class="grid2"><div class="panel"><h3>Time per HTTP attempt, all models</h3>'
+        '<h2>Latency</h2><div class="grid2"><div class="panel">'
+        "<h3>Time per request (an HTTP attempt, or a call of an embedded model), all models</h3>"
         f"{latency_histogram(overall, marks)}</div>"
         f'<div><div class="wrap"><table>{head}</tr>{"".join(rows)}</table></div>'
         '<p class="muted">From sending a request to its answer (waits for a slot and retry backoffs not '
