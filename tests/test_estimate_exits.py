@@ -129,3 +129,35 @@ def test_a_report_that_cannot_be_written_leaves_no_temporary_file(tmp_path: Path
     assert done.returncode == 2, done.stderr
     assert "cannot write the report" in done.stderr and "Traceback" not in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl.checkpoint", "out.jsonl.report.html"]
+
+
+# --- an estimate is its own ending (issue 41 item 10) ---------------------------------------
+
+
+def test_an_estimate_is_its_own_ending_and_keeps_a_finished_runs_report(
+    server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    path = pipeline(server, tmp_path, n=6)
+    output = tmp_path / "out.jsonl"
+    page = output.with_name("out.jsonl.report.html")
+    done = cli("run", path, "--json")
+    assert done.returncode == 0, done.stderr
+    finished = page.read_text(encoding="utf-8")
+    assert 'data-metric="outcome">completed<' in finished
+
+    # An estimate over the finished run's output: it samples rows into a new checkpoint,
+    # and the finished run's report stays the page beside its output.
+    done = cli("estimate", path, "--json", "-k", "2", "-n", "8")
+    assert done.returncode == 0, done.stderr
+    assert page.read_text(encoding="utf-8") == finished
+    assert not page.with_name(page.name + ".tmp").exists()
+    lines = [json.loads(x) for x in (checkpoint_dir(output) / "metrics.jsonl").read_text().splitlines()]
+    ends = [line for line in lines if line["kind"] == "end"]
+    assert [e["outcome"] for e in ends] == ["estimate"]
+    assert "genwire run" in ends[0]["message"]
+
+    # Its session, asked for, is badged as what it was: an estimate, not a completed run.
+    done = cli("report", output)
+    assert done.returncode == 0, done.stderr
+    sampled = page.read_text(encoding="utf-8")
+    assert 'data-metric="outcome">estimate<' in sampled

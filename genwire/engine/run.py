@@ -240,6 +240,7 @@ async def run_pipeline(
             counts=_counts(result),
             usage=result.usage,
             summary=result.summary(),
+            estimate=options.sample_rows is not None,
         )
 
     report: PreflightReport | None = None
@@ -306,6 +307,7 @@ async def run_pipeline(
             done=checkpoint.is_done,
             counts={"rows_written": checkpoint.kept, "rows_resumed": checkpoint.resumed, "rows_requested": n},
             usage=merge_usage([container.usage_by_model(), source.usage()]),
+            estimate=options.sample_rows is not None,
         )
         if checkpoint.kept == 0 and not costs.paid and (batch_mode is None or not batch_mode.holds_batches):
             checkpoint.remove()  # nothing was paid for: leave no empty checkpoint behind

@@ -15,7 +15,14 @@ from genwire.engine.report.data import ModelTotals, ReportData, cell_text, merge
 from genwire.engine.report.svg import colour, latency_histogram, time_chart
 
 QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
-OUTCOME_STYLE = {"completed": "ok", "interrupted": "warn", "unfinished": "warn", "stopped": "bad", "failed": "bad"}
+OUTCOME_STYLE = {
+    "completed": "ok",
+    "estimate": "info",
+    "interrupted": "warn",
+    "unfinished": "warn",
+    "stopped": "bad",
+    "failed": "bad",
+}
 
 CSS = """
 :root{--fg:#1f2933;--muted:#616e7c;--line:#e4e7eb;--bg:#f5f7fa;--card:#fff;--accent:#2563eb}
@@ -31,6 +38,7 @@ h3{font-size:14px;margin:0 0 6px}
 .badge{display:inline-block;padding:2px 10px;border-radius:999px;font-weight:600;font-size:12px;
 text-transform:uppercase;letter-spacing:.04em}
 .ok{background:#d3f9d8;color:#2b8a3e}.warn{background:#fff3bf;color:#946200}.bad{background:#ffe3e3;color:#c92a2a}
+.info{background:#dbe4ff;color:#364fc7}
 .message{background:var(--card);border-left:4px solid #f59f00;padding:8px 12px;margin:0 0 16px;
 white-space:pre-wrap;word-break:break-word}
 .cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(150px,1fr));gap:10px}
