@@ -13,6 +13,7 @@ from typing import Any
 
 from genwire.engine.report.data import ModelTotals, ReportData, cell_text, merged_latency, percentile
 from genwire.engine.report.svg import colour, latency_histogram, time_chart
+from genwire.errors import plural
 
 QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
 OUTCOME_STYLE = {
@@ -352,7 +353,7 @@ def _preflight(data: ReportData) -> str:
     took = report.get("duration_s")
     when = f" in {seconds_text(took)}" if isinstance(took, int | float) else ""
     return (
-        f'<h2>Pre-flight</h2><p class="muted">{len(rows)} check(s){t(when)}.</p>'
+        f'<h2>Pre-flight</h2><p class="muted">{t(plural(len(rows), "check"))}{t(when)}.</p>'
         f'<div class="wrap"><table>{head}{"".join(rows)}</table></div>'
     )
 
