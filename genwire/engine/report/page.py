@@ -397,7 +397,7 @@ def _samples(data: ReportData) -> str:
         rows.append(f"<tr><td class=n>{t(index)}</td>{cells}</tr>")
     more = f" (first {len(columns)} of {len(data.columns)} columns)" if len(data.columns) > len(columns) else ""
     return (
-        f'<h2>Sample rows</h2><p class="muted">The first {len(data.samples)} rows kept{t(more)}; '
+        f'<h2>Sample rows</h2><p class="muted">The first {t(plural(len(data.samples), "row"))} kept{t(more)}; '
         "long cells are cut.</p>"
         f'<div class="wrap"><table>{head}{"".join(rows)}</table></div>'
     )

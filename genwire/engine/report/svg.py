@@ -143,9 +143,13 @@ def latency_ticks(lo: float, hi: float) -> list[float]:
     inside = [s for s in (10.0**k for k in range(-3, 4)) if lo <= math.log(s) <= hi]
     if len(inside) < 2:
         inside = [f * 10.0**k for k in range(-3, 4) for f in (1, 2, 5) if lo <= math.log(f * 10.0**k) <= hi]
-    if len(inside) < 2:
-        inside = [math.exp(lo) * 1.02, math.exp(hi) / 1.02]
-    return inside
+    if len(inside) >= 2:
+        return inside
+    # The ends, and a round value between them where it leaves room for its label.
+    ends = [math.exp(lo) * 1.02, math.exp(hi) / 1.02]
+    room = (hi - lo) * 0.2
+    middle = [s for s in inside if all(abs(math.log(s) - math.log(e)) >= room for e in ends)]
+    return [ends[0], *middle, ends[1]]
 
 
 def latency_histogram(buckets: dict[int, int], marks: Sequence[tuple[str, float]]) -> str:
