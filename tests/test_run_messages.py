@@ -91,6 +91,8 @@ def test_ctrl_c_before_any_row_says_how_many_paid_answers_the_cache_holds(
     assert proc.returncode == 130, stderr
     assert "nothing to resume" not in stderr
     assert "interrupted before any row was kept; the response cache holds the 8 answers paid for so far" in stderr
+    assert len(stderr.strip().splitlines()) == 1  # one line, the report page's place in it
+    assert stderr.strip().endswith(f"; report page: {tmp_path / 'out.jsonl.report.html'}")
     # And it does: the rerun asks the writer nothing.
     server.set_latency("critic", 0.01)
     asked = server.requests["writer"]

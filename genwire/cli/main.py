@@ -493,15 +493,16 @@ def run(
             emit_json({**_failure_text("interrupted"), "rows_kept": kept, "checkpoint": str(directory)})
         from genwire.cli.batch_commands import interrupted_hint
         from genwire.cli.render import interrupted_message
-        from genwire.engine.run import response_cache_dir
+        from genwire.engine.session import response_cache_dir
 
         cached = response_cache_dir(container, not no_response_cache) is not None
         message = interrupted_message(directory, kept, total, response_cache=cached)
-
+        page = report_note(target, began)
+        if page is not None:  # an interrupt says it in one line: the page's place in it
+            message += f"; {page}"
         hint = interrupted_hint(file, directory)  # batch mode: batches left running
         if hint:
             message = message.replace("; nothing to resume", "") + "\n" + hint
-        say_report()
         err.print(message, markup=False)
         sys.exit(exc.exit_code)
     except GenwireError as exc:
