@@ -61,7 +61,9 @@ class ProblemsError(GenwireError):
     title = "error"
 
     def __init__(self, problems: Sequence[str] | str) -> None:
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        from genwire.scrub import without_userinfo  # every located problem: no URL's password
+
+        self.problems = [without_userinfo(p) for p in ([problems] if isinstance(problems, str) else problems)]
         count = len(self.problems)
         head = self.title if count == 1 else f"{self.title} ({count} problems)"
         lines = [f"  {p}" for p in self.problems[:SHOWN_PROBLEMS]]

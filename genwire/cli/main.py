@@ -130,6 +130,9 @@ def handle_errors(fn: F) -> F:
 def cli(debug: bool) -> None:
     """genwire: each generator wired with exactly the resources it declares, and every
     wired model and dataset checked before generation starts."""
+    from genwire.scrub import show_tracebacks
+
+    show_tracebacks(debug)  # libraries' log records keep their (scrubbed) tracebacks only then
 
 
 _FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))

@@ -136,6 +136,7 @@ class FakeOpenAIServer:
         self._api_key: str | None = None
         self._buckets: dict[str | None, _TokenBucket] = {}  # per model; None: every other model
         self._no_response_format: set[str] = set()
+        self._rejected_tools: dict[str, set[str]] = {}  # model -> tool names whose schema it refuses
         self._varied: set[str] = set()
         self._padding_mb: dict[str, float] = {}  # per model ("*": all): whitespace before answers
         self._answers_varied = 0
@@ -299,6 +300,12 @@ class FakeOpenAIServer:
                 self._no_response_format.add(model)
             else:
                 self._no_response_format.discard(model)
+
+    def reject_tool_schema(self, model: str, tool: str) -> None:
+        """``model`` answers 400 to any request offering tool ``tool`` (as a provider does
+        that refuses a tool's JSON schema)."""
+        with self._lock:
+            self._rejected_tools.setdefault(model, set()).add(tool)
 
     def vary_answers(self, model: str = "*", vary: bool = True) -> None:
         """Plain chat answers for ``model`` ("*": every model) end with `` #N``, N a serial
@@ -519,6 +526,7 @@ class FakeOpenAIServer:
             api_key = self._api_key
             known = self.known_models
             rejects_format = set(self._no_response_format)
+            rejected_tools = set(self._rejected_tools.get(model, ()))
             item = self._next_item(model, texts)
         if api_key is not None and request.headers.get("Authorization") != f"Bearer {api_key}":
             return _raw(401, _error_body(401, code="invalid_api_key"))
@@ -527,6 +535,11 @@ class FakeOpenAIServer:
             return _raw(404, _error_body(404, message, code="model_not_found"))
         if "response_format" in body and model in rejects_format:
             return _raw(400, _error_body(400, "response_format is not supported by this model"))
+        offered = [t.get("function", {}).get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
+        refused = sorted(rejected_tools.intersection(n for n in offered if isinstance(n, str)))
+        if refused:
+            message = f"Invalid schema for function '{refused[0]}': the schema is not supported by this model."
+            return _raw(400, _error_body(400, message, code="invalid_function_parameters"))
         if item is None:
             with self._lock:
                 padding = self._padding_mb.get(model, self._padding_mb.get("*", 0.0))
