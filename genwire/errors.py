@@ -25,6 +25,12 @@ _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
 
 
+def plural(count: int, one: str, many: str | None = None) -> str:
+    """``1 request``, ``2 requests``: a count and the word that agrees with it (every
+    message that counts says it this way, never ``1 requests`` or ``check(s)``)."""
+    return f"{count:,} {one if count == 1 else (many or one + 's')}"
+
+
 def printable(text: str) -> str:
     """``text`` safe to print inside a message, a location or a table cell: control and
     bidi characters written as escapes (``\\n``, ``\\u202e``), so a name holding them can

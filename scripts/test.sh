@@ -6,7 +6,7 @@
 # (install the offline models, run the example), in the same tree, as a newcomer does.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-PYTHON="${PYTHON:-python}"
+export PYTHON="${PYTHON:-$(command -v python >/dev/null 2>&1 && echo python || echo python3)}"  # python3-only machines too
 
 "$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[test,parquet]"
 bash scripts/install-local.sh --quiet --disable-pip-version-check

@@ -235,7 +235,12 @@ class RunSession:
             surplus=sink.surplus,
         )
         accounts.end(
-            None, self.plan.target, done=self.checkpoint.is_done, counts=result.counts(), summary=result.summary()
+            None,
+            self.plan.target,
+            done=self.checkpoint.is_done,
+            counts=result.counts(),
+            summary=result.summary(),
+            estimate=self.options.sample_rows is not None,
         )
         return result
 
@@ -249,7 +254,8 @@ class RunSession:
             self.sink.suspend()
         counts = {"rows_written": checkpoint.kept, "rows_resumed": checkpoint.resumed}
         counts["rows_requested"] = self.plan.num_records
-        self.accounts.end(error, self.plan.target, done=checkpoint.is_done, counts=counts)
+        estimate = self.options.sample_rows is not None
+        self.accounts.end(error, self.plan.target, done=checkpoint.is_done, counts=counts, estimate=estimate)
         if checkpoint.kept == 0 and not self.accounts.paid and (batch_mode is None or not batch_mode.holds_batches):
             checkpoint.remove()  # nothing was paid for: leave no empty checkpoint behind
         else:

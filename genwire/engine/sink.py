@@ -115,8 +115,11 @@ class OutputSink:
         self.failed += len(late)
         tried = self.total if wanted is None else self.kept + self.failed + self.rejected
         try:
-            if (self.failed and self.failed / tried > self.max_failure_rate) or self.kept == 0:
-                self._stop(f"{self.failed} of {tried} rows failed ({self.failed / tried:.0%})", late)
+            rate = self.failed / tried if tried else 0.0
+            if (self.failed and rate > self.max_failure_rate) or self.kept == 0:
+                # Every row failed at max_failure_rate 100 %: stopped at the rate (no row to write), not above it.
+                where = "above" if rate > self.max_failure_rate else "at"
+                self._stop(f"{self.failed} of {tried} rows failed ({rate:.0%})", late, where=where)
             if wanted is not None:
                 from genwire.engine.gates import rejected_path, write_rejected
 
@@ -147,10 +150,10 @@ class OutputSink:
         self._stop_progress()
         self.checkpoint.close()
 
-    def _stop(self, what: str, late: Sequence[WriteFailure] = ()) -> NoReturn:
+    def _stop(self, what: str, late: Sequence[WriteFailure] = (), *, where: str = "above") -> NoReturn:
         self._write_errors(late)
         raise RunStopped(
-            f"{what}, above max_failure_rate {self.max_failure_rate:.0%}; failed rows are in "
+            f"{what}, {where} max_failure_rate {self.max_failure_rate:.0%}; failed rows are in "
             f"{self.errors_target}. {self.kept:,} of {self.total:,} rows are kept in {self.checkpoint.directory}; "
             "fix the cause and rerun the same command to resume",
             checkpoint=self.checkpoint.directory,
