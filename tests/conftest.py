@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-
 # Test modules whose tests must not run beside each other on two workers, by xdist group.
 # test_ray.py: its module fixture starts a local two-CPU Ray instance, and every test waits
 # for that instance's CPUs to be free again; two instances (or two modules' tests sharing
@@ -76,13 +75,14 @@ def write_config(tmp_path: Path) -> Callable[[str], Path]:
 
 
 @pytest.fixture
-def install_plugin(tmp_path: Path) -> Iterator[Callable[..., None]]:
+def install_plugin(tmp_path: Path) -> Iterator[Callable[..., Path]]:
     """Install a plugin distribution: a module plus dist-info declaring entry points in
-    the ``genwire.generators`` group, importable from a fresh sys.path entry."""
+    the ``genwire.generators`` group, importable from a fresh sys.path entry (returned: a
+    genwire process started with it on PYTHONPATH sees the plugin too)."""
     added: list[str] = []
     modules: list[str] = []
 
-    def install(dist: str, module: str, source: str, entry_points: dict[str, str]) -> None:
+    def install(dist: str, module: str, source: str, entry_points: dict[str, str]) -> Path:
         root = tmp_path / f"site-{dist}"
         root.mkdir()
         (root / f"{module}.py").write_text(textwrap.dedent(source), encoding="utf-8")
@@ -95,6 +95,7 @@ def install_plugin(tmp_path: Path) -> Iterator[Callable[..., None]]:
         added.append(str(root))
         modules.append(module)
         importlib.invalidate_caches()
+        return root
 
     yield install
     for entry in added:

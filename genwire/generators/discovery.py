@@ -1,12 +1,16 @@
 """Find generators through the ``genwire.generators`` entry-point group (built-ins too).
 
-A broken plugin is never dropped silently: each problem names the entry point and why.
+A config's generators are resolved by name: only the entry points it names are imported
+(an entry point is named as its generator), so a command pays for the generators it uses,
+and a plugin it does not name, broken or slow to import, is never imported. A broken
+plugin is never dropped silently: each problem a loaded entry point has names the entry
+point and why, and ``genwire plugins`` loads them all.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
@@ -70,11 +74,33 @@ def _add(found: Discovered, cls: Any, origin: str) -> None:
     found.origins[name] = origin
 
 
-def discover(extra: Iterable[type[Generator[Any]]] = ()) -> Discovered:
-    """All generators from entry points, then ``extra`` classes given in Python."""
-    found = Discovered()
+def discover(extra: Iterable[type[Generator[Any]]] = (), names: Collection[str] | None = None) -> Discovered:
+    """Generators from entry points, then ``extra`` classes given in Python.
+
+    ``names``: the generators a config names; only the entry points of those names are
+    imported. If one of them is neither such an entry point nor an ``extra`` class (a typo,
+    or a plugin whose entry point is named apart from its generator), every entry point is
+    imported, as with ``names=None``: the generator is found by its metadata's name, or the
+    config's error lists every installed generator."""
+    extra = list(extra)
     # Sorted so that which of two clashing plugins "wins" never depends on install order.
-    for ep in sorted(entry_points(group=GROUP), key=lambda e: (e.value.startswith("genwire."), e.name), reverse=True):
+    points = sorted(entry_points(group=GROUP), key=lambda e: (e.value.startswith("genwire."), e.name), reverse=True)
+    if names is not None:
+        wanted = set(names) - {_declared_name(cls) for cls in extra}
+        found = _load([ep for ep in points if ep.name in wanted], extra)
+        if wanted <= found.generators.keys():
+            return found
+    return _load(points, extra)
+
+
+def _declared_name(cls: object) -> str | None:
+    meta = getattr(cls, "metadata", None)
+    return meta.name if isinstance(meta, GeneratorMetadata) else None
+
+
+def _load(points: Sequence[EntryPoint], extra: Sequence[type[Generator[Any]]]) -> Discovered:
+    found = Discovered()
+    for ep in points:
         origin = _describe(ep)
         try:
             cls = ep.load()
