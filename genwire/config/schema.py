@@ -83,7 +83,7 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 
 
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 # --- providers -----------------------------------------------------------------------

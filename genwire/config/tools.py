@@ -29,7 +29,7 @@ def _check_env(value: dict[str, SecretStr]) -> dict[str, SecretStr]:
 
 
 class _ToolServerBase(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     kind: Literal["mcp"]
     # What a generator may call (None: every tool the server lists).

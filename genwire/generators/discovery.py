@@ -24,18 +24,39 @@ from genwire.generators.metadata import GeneratorMetadata
 GROUP = "genwire.generators"
 
 
+class Origin:
+    """Where a generator came from, put into words only when a message or a listing reads
+    it: naming an entry point's distribution parses that distribution's metadata file."""
+
+    def __init__(self, ep: EntryPoint | None = None, text: str = "") -> None:
+        self.ep = ep
+        self.text = text
+
+    def __str__(self) -> str:
+        if self.ep is None:
+            return self.text
+        dist = getattr(self.ep, "dist", None)
+        where = f" from {dist.name}" if dist is not None else ""
+        return f"entry point {self.ep.name!r} ({self.ep.value}{where})"
+
+
 @dataclass
 class Discovered:
     generators: dict[str, type[Generator[Any]]] = field(default_factory=dict)
-    origins: dict[str, str] = field(default_factory=dict)  # name -> "entry point X (dist Y)"
+    sources: dict[str, Origin] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+
+    @property
+    def origins(self) -> dict[str, str]:
+        """Name -> "entry point X (value from dist Y)" or "class 'X'"."""
+        return {name: str(origin) for name, origin in self.sources.items()}
 
     def raise_for_problems(self) -> None:
         if self.problems:
             raise PluginError(self.problems)
 
 
-def check_generator_class(obj: object, origin: str) -> str | None:
+def check_generator_class(obj: object, origin: str | Origin) -> str | None:
     """Why ``obj`` is not a usable generator class, or None if it is."""
     if not (inspect.isclass(obj) and issubclass(obj, Generator)):
         return f"{origin}: does not name a genwire Generator subclass (got {obj!r})"
@@ -52,13 +73,7 @@ def check_generator_class(obj: object, origin: str) -> str | None:
     return None
 
 
-def _describe(ep: EntryPoint) -> str:
-    dist = getattr(ep, "dist", None)
-    where = f" from {dist.name}" if dist is not None else ""
-    return f"entry point {ep.name!r} ({ep.value}{where})"
-
-
-def _add(found: Discovered, cls: Any, origin: str) -> None:
+def _add(found: Discovered, cls: Any, origin: Origin) -> None:
     problem = check_generator_class(cls, origin)
     if problem:
         found.problems.append(problem)
@@ -66,12 +81,12 @@ def _add(found: Discovered, cls: Any, origin: str) -> None:
     name = cls.metadata.name
     if name in found.generators:
         found.problems.append(
-            f"{origin}: generator name {name!r} is already provided by {found.origins[name]}; "
+            f"{origin}: generator name {name!r} is already provided by {found.sources[name]}; "
             "rename one of them (plugin names must not clash with built-ins or each other)"
         )
         return
     found.generators[name] = cls
-    found.origins[name] = origin
+    found.sources[name] = origin
 
 
 def discover(extra: Iterable[type[Generator[Any]]] = (), names: Collection[str] | None = None) -> Discovered:
@@ -101,7 +116,7 @@ def _declared_name(cls: object) -> str | None:
 def _load(points: Sequence[EntryPoint], extra: Sequence[type[Generator[Any]]]) -> Discovered:
     found = Discovered()
     for ep in points:
-        origin = _describe(ep)
+        origin = Origin(ep)
         try:
             cls = ep.load()
         except ValidationError as exc:  # GeneratorMetadata(...) rejected at class definition
@@ -118,5 +133,5 @@ def _load(points: Sequence[EntryPoint], extra: Sequence[type[Generator[Any]]]) -
             continue
         _add(found, cls, origin)
     for cls in extra:
-        _add(found, cls, f"class {getattr(cls, '__qualname__', cls)!r}")
+        _add(found, cls, Origin(text=f"class {getattr(cls, '__qualname__', cls)!r}"))
     return found
