@@ -181,7 +181,7 @@ async def test_under_a_cap_a_models_first_request_goes_alone() -> None:
     meter.release(third)
 
 
-def test_the_ledger_of_a_stopped_run_is_what_the_server_billed_or_more(
+def test_the_ledger_of_a_stopped_run_is_what_the_server_billed(
     server: FakeOpenAIServer, tmp_path: Path
 ) -> None:
     server.shape_answers("writer", tokens=300)
