@@ -37,6 +37,7 @@ from genwire.providers.request_context import (
     current_column,
     endpoint_id,
     is_text,
+    may_be_stored,
     peek_answer,
 )
 from genwire.providers.response_cache import HOLE
@@ -578,6 +579,8 @@ class OpenAIChatModel(_Handle):
     ) -> str | None:
         """``complete``'s answer for ``rows`` if the response cache holds it (a hit), else
         None: the built-in generators' synchronous peek (``peek_completion``)."""
+        if not may_be_stored(rows):  # a first run: no request to build, no key to make
+            return None
         payload = self._payload(prompt, system, params)
         text: str | None = self._peek(rows, "/chat/completions", payload, "messages", is_text)
         return text

@@ -50,6 +50,7 @@ __all__ = [
     "endpoint_id",
     "is_credential_header",
     "is_text",
+    "may_be_stored",
     "peek_answer",
 ]
 
@@ -103,6 +104,13 @@ class ColumnScope:
         if self.found is None:
             self.found = cache.get_many(self.name, self.rows)
         return self.found.get(key)
+
+    def found_any(self, cache: ResponseCache) -> bool:
+        """Whether anything is stored for this column and ``rows`` (the bulk lookup, made
+        now if it was not yet)."""
+        if self.found is None:
+            self.found = cache.get_many(self.name, self.rows)
+        return bool(self.found)
 
 
 @dataclass(slots=True)
@@ -205,6 +213,16 @@ def cache_slot(endpoint: str, body: Any, part: Any) -> CacheSlot | None:
     return CacheSlot(batch, row, column, column.key(endpoint, body, part, row.rows, batch.seed))
 
 
+def may_be_stored(rows: tuple[int, ...]) -> bool:
+    """False when no answer can be stored for a request for ``rows``: no run cache, no
+    column, or nothing stored for the column and the batch's rows (a first run). A peek
+    checks this before it builds the request's key."""
+    batch, column = _batch.get(), _column.get()
+    if batch is None or column is None or not rows:
+        return False
+    return rows[0] not in column.rows or column.found_any(batch.cache)
+
+
 def peek_answer(
     endpoint: str, body: Any, part: Any, rows: tuple[int, ...], usage: ModelUsage, usable: Callable[[Any], bool]
 ) -> Any | None:
@@ -214,6 +232,8 @@ def peek_answer(
     batch, column = _batch.get(), _column.get()
     if batch is None or column is None or not rows:
         return None
+    if rows[0] in column.rows and not column.found_any(batch.cache):
+        return None  # nothing stored for the batch's rows (a first run): no key to make
     key = column.key(endpoint, body, part, rows, batch.seed)
     found = _stored_answer(batch, column, rows[0], key, usage, usable)
     return None if found is None else found.answer
