@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import importlib.util
 import io
 import json
 import multiprocessing
@@ -205,11 +206,13 @@ def run_case(case: str, rows_list: list[int], args: argparse.Namespace) -> list[
             with tempfile.TemporaryDirectory() as tmp:
                 common = {"url": server.url, "rows": rows, "concurrency": args.concurrency, "dir": tmp}
                 raw1, raw_cpu1, _ = measure(what="raw", **common)
-                off, off_cpu, rss_off = measure(what="genwire", models=True, cache=False, **common)
-                on, on_cpu, rss_on = measure(what="genwire", models=True, cache=True, **common)
+                gw = {**common, "loop": args.loop}
+                off, off_cpu, rss_off = measure(what="genwire", models=True, cache=False, **gw)
+                on, on_cpu, rss_on = measure(what="genwire", models=True, cache=True, **gw)
                 raw2, raw_cpu2, _ = measure(what="raw", **common)
-                template, _, _ = measure(what="genwire", models=False, cache=False, **common)
-                rerun, _, rss_rerun = measure(what="genwire", models=True, cache=True, expect_cached=True, **common)
+                template, _, _ = measure(what="genwire", models=False, cache=False, **gw)
+                rerun, _, rss_rerun = measure(what="genwire", models=True, cache=True, expect_cached=True, **gw)
+                raw_uv = measure(what="raw", loop="uvloop", **common)[0] if args.loop == "uvloop" else None
             raw = (raw1 + raw2) / 2  # before and after the genwire runs: drift shows in both
             raw_cpu = (raw_cpu1 + raw_cpu2) / 2
             requests = 2 * rows
@@ -218,6 +221,7 @@ def run_case(case: str, rows_list: list[int], args: argparse.Namespace) -> list[
                     "case": case,
                     "rows": rows,
                     "raw": requests / raw,
+                    "raw_uvloop": requests / raw_uv if raw_uv else None,
                     "raw_spread": abs(raw1 - raw2) / raw,
                     # the client process's CPU per answered request, in microseconds
                     "cpu": tuple(1e6 * c / requests for c in (raw_cpu, off_cpu, on_cpu)),
@@ -238,6 +242,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, load: str) -
         f"uuid + 2 llm-text columns, fake server (own process) at {args.latency * 1000:g} ms "
         f"per answer, max_concurrency {args.concurrency}; load average at start: {load}"
     )
+    print(f"genwire on the {args.loop} event loop (as `genwire run`), the raw client on asyncio's")
     print("requests/s (2 a row) of genwire's first run beside a raw aiohttp client's, same server, same run")
     header = (
         f"{'case':<10}{'rows':>8}{'raw req/s':>11}{'off req/s':>11}{'off %':>7}{'on req/s':>10}{'on %':>7}"
@@ -252,6 +257,12 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, load: str) -
             f"{r['rerun'] / r['template']:>9.0%}{rss:>22}"
         )
     print("targets: off >= 90 %, on >= 85 % of the raw client; cached rerun >= 80 % of template columns")
+    for r in results:
+        if r["raw_uvloop"]:
+            print(
+                f"{r['case']} {r['rows']:,}: the raw client on uvloop too: {r['raw_uvloop']:,.0f} req/s; "
+                f"genwire off {r['off'] / r['raw_uvloop']:.0%}, on {r['on'] / r['raw_uvloop']:.0%} of that"
+            )
     print()
     print("the client process's CPU per answered request (the run's limit on a fast endpoint), microseconds")
     print(f"{'case':<10}{'rows':>8}{'raw':>8}{'off':>8}{'on':>8}{'raw/off':>9}{'raw/on':>8}")
@@ -269,8 +280,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, load: str) -
             small, big = rows[0], rows[-1]
             growth = max(b / s - 1 for s, b in zip(small["rss"], big["rss"], strict=True))
             print(
-                f"{case}: peak RSS at {big['rows']:,} rows vs {small['rows']:,}: "
-                f"+{growth:.0%} at most (target <= 10 %)"
+                f"{case}: peak RSS at {big['rows']:,} rows vs {small['rows']:,}: +{growth:.0%} at most (target <= 10 %)"
             )
 
 
@@ -285,10 +295,15 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, help="cProfile one cache-off run; its top functions to this file")
     parser.add_argument("--profile-rows", type=int, default=8000)
     parser.add_argument("--profile-top", type=int, default=25)
+    parser.add_argument(
+        "--loop", choices=("auto", "asyncio", "uvloop"), default="auto", help="genwire's; auto: as `genwire run`"
+    )
     args = parser.parse_args()
     if args.child:
         child(json.loads(args.child))
         return
+    if args.loop == "auto":
+        args.loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     results = []
     for case in args.cases:
@@ -306,6 +321,7 @@ def main() -> None:
                     dir=tmp,
                     models=True,
                     cache=False,
+                    loop=args.loop,
                     profile=str(args.profile.resolve()),
                     top=args.profile_top,
                 )

@@ -213,17 +213,13 @@ class OpenAIProvider:
             return self.send(alias, path, payload, failover=failover)
         return self._traced_send(alias, path, payload, failover)
 
-    async def _traced_send(
-        self, alias: str, path: str, payload: dict[str, Any], failover: bool
-    ) -> tuple[Any, int]:
+    async def _traced_send(self, alias: str, path: str, payload: dict[str, Any], failover: bool) -> tuple[Any, int]:
         with request_span(alias, path, payload) as traced:
             data, attempts = await self.send(alias, path, payload, failover=failover)
             answered(traced, data, attempts)
             return data, attempts
 
-    async def send(
-        self, alias: str, path: str, payload: dict[str, Any], *, failover: bool = False
-    ) -> tuple[Any, int]:
+    async def send(self, alias: str, path: str, payload: dict[str, Any], *, failover: bool = False) -> tuple[Any, int]:
         """POST ``payload`` to ``{base_url}{path}`` with retries.
 
         ``failover``: the model is a member of an endpoint pool, which re-sends a failed
@@ -242,8 +238,10 @@ class OpenAIProvider:
         """
         body = json.dumps(payload, separators=(",", ":")).encode()  # encoded once, all tries
         meter = self.meter
-        hold = None if meter is None else await meter.reserve(
-            alias, len(body), _max_tokens(payload), output=path != "/embeddings"
+        hold = (
+            None
+            if meter is None
+            else await meter.reserve(alias, len(body), _max_tokens(payload), output=path != "/embeddings")
         )
         cfg = self.config
         url = self.base_url + path
