@@ -20,7 +20,8 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from array import array
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -36,15 +37,18 @@ FIRST_CHARS_PER_TOKEN = 1.0  # before any answer: a token is at least a characte
 MARGIN = 0.1  # on top of a request's worst case
 MARGIN_TOKENS = 16
 UNKNOWN_OUTPUT_BOUND = 4096  # no max_tokens and no answer seen yet
+_MAX_COUNT = 2**63 - 1  # what an array("q") holds
 
 
 @dataclass
 class ModelStats:
     """What one alias's answers showed in this session."""
 
-    input_tokens: list[int] = field(default_factory=list)  # per paid request
-    output_tokens: list[int] = field(default_factory=list)
-    latencies: list[float] = field(default_factory=list)  # seconds, the successful attempt
+    # Per paid request, as machine numbers (8 bytes each, not a list of Python objects):
+    # a 100,000-row run's RSS grew 15 % with lists. A count past 2**63 is kept as that.
+    input_tokens: array[int] = field(default_factory=lambda: array("q"))
+    output_tokens: array[int] = field(default_factory=lambda: array("q"))
+    latencies: array[float] = field(default_factory=lambda: array("d"))  # seconds, the successful attempt
     usd: float = 0.0
     chars_per_token: float | None = None  # smallest body chars / prompt tokens seen
     limit_requests: int | None = None  # x-ratelimit-limit-requests (per minute)
@@ -128,9 +132,7 @@ class CostMeter:
         """The pre-flight is over: what the estimate measures starts here (what the
         probes taught about characters per token and limits is kept)."""
         for stats in self.stats.values():
-            stats.input_tokens.clear()
-            stats.output_tokens.clear()
-            stats.latencies.clear()
+            del stats.input_tokens[:], stats.output_tokens[:], stats.latencies[:]
             stats.usd = 0.0
         self._rows_begun = True
 
@@ -223,8 +225,8 @@ class CostMeter:
             ratio = hold.chars / input_tokens
             if stats.chars_per_token is None or ratio < stats.chars_per_token:
                 stats.chars_per_token = ratio
-        stats.input_tokens.append(input_tokens)
-        stats.output_tokens.append(output_tokens)
+        stats.input_tokens.append(min(input_tokens, _MAX_COUNT))
+        stats.output_tokens.append(min(output_tokens, _MAX_COUNT))
         stats.latencies.append(latency_s)
         if headers is not None:
             stats.limit_requests = _header_int(headers, "x-ratelimit-limit-requests") or stats.limit_requests
@@ -264,7 +266,7 @@ def _header_int(headers: Mapping[str, str], name: str) -> int | None:
     return number if number > 0 else None
 
 
-def p95(values: list[int] | list[float]) -> float:
+def p95(values: Sequence[int] | Sequence[float]) -> float:
     """The 95th percentile (nearest rank); 0 for no values."""
     if not values:
         return 0.0

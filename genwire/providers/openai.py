@@ -80,6 +80,8 @@ _MISSING_MODEL_PHRASES = (
 
 
 CONTENT_ENCODING = "Content-Encoding"  # a compressed body is bounded as it is inflated (_read_body)
+# One encoder for every request body: json.dumps with options builds a new one per call.
+_BODY_ENCODER = json.JSONEncoder(separators=(",", ":"))
 _FLOAT: frozenset[type] = frozenset({float})
 _NUMBER: frozenset[type] = frozenset({float, int})
 
@@ -236,7 +238,7 @@ class OpenAIProvider:
         One coroutine for all of it (the attempts' loop included): at thousands of requests a
         second, each frame between a request's task and the socket costs on every resumption.
         """
-        body = json.dumps(payload, separators=(",", ":")).encode()  # encoded once, all tries
+        body = _BODY_ENCODER.encode(payload).encode()  # encoded once, all tries
         meter = self.meter
         hold = (
             None
