@@ -37,8 +37,8 @@ from genwire.providers.request_context import (
     current_column,
     endpoint_id,
     is_text,
-    may_be_stored,
-    peek_answer,
+    peek_in,
+    peek_scope,
 )
 from genwire.providers.response_cache import HOLE
 from genwire.providers.routes import Route, TokenHandle, open_route, resolve_route
@@ -79,6 +79,7 @@ _MISSING_MODEL_PHRASES = (
 )
 
 
+CHAT = "/chat/completions"
 CONTENT_ENCODING = "Content-Encoding"  # a compressed body is bounded as it is inflated (_read_body)
 # One encoder for every request body: json.dumps with options builds a new one per call.
 _BODY_ENCODER = json.JSONEncoder(separators=(",", ":"))
@@ -503,20 +504,6 @@ class _Handle(TokenHandle):
 
     __slots__ = ()
 
-    def _peek(
-        self, rows: tuple[int, ...], path: str, payload: dict[str, Any], part: str, usable: Callable[[Any], bool]
-    ) -> Any | None:
-        """The usable answer the run's response cache holds for this request for ``rows``
-        (counted as a hit), else None; sends nothing."""
-        route, body, request = _routed(self._token, path, payload, part)
-        provider = route.provider
-        found = peek_answer(
-            route.pool or provider.cache_endpoint, request, body[part], rows, provider._usage(route.alias), usable
-        )
-        if found is not None:
-            trace_cache_hit(route.alias, route.model, path)
-        return found
-
     async def _ask(
         self,
         path: str,
@@ -561,7 +548,7 @@ class OpenAIChatModel(_Handle):
 
     async def complete(self, prompt: str, *, system: str | None = None, **params: Any) -> str:
         payload = self._payload(prompt, system, params)
-        return await self._ask("/chat/completions", payload, "messages", self._content, is_text)
+        return await self._ask(CHAT, payload, "messages", self._content, is_text)
 
     async def converse(
         self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Mapping[str, Any]] = (), **params: Any
@@ -578,12 +565,22 @@ class OpenAIChatModel(_Handle):
         self, rows: tuple[int, ...], prompt: str, system: str | None, params: Mapping[str, Any]
     ) -> str | None:
         """``complete``'s answer for ``rows`` if the response cache holds it (a hit), else
-        None: the built-in generators' synchronous peek (``peek_completion``)."""
-        if not may_be_stored(rows):  # a first run: no request to build, no key to make
+        None: the built-in generators' synchronous peek (``peek_completion``), a cached
+        rerun's hot path. The request is keyed as ``_ask`` keys it (``_routed``: the
+        route's model, ``HOLE`` in place of the messages), built here in one step."""
+        scope = peek_scope(rows)
+        if scope is None:  # a first run: no request to build, no key to make
             return None
-        payload = self._payload(prompt, system, params)
-        text: str | None = self._peek(rows, "/chat/completions", payload, "messages", is_text)
-        return text
+        route = resolve_route(self._token, OpenAIProvider)
+        provider = route.provider
+        request = {"path": CHAT, "body": {**self._params, **params, "model": route.model, "messages": HOLE}}
+        endpoint = route.pool or provider.cache_endpoint
+        usage = provider._usage(route.alias)
+        text = peek_in(scope, endpoint, request, chat_messages(prompt, system), rows, usage, is_text)
+        if text is None:
+            return None
+        trace_cache_hit(route.alias, route.model, CHAT)
+        return text if isinstance(text, str) else None
 
     def _payload(self, prompt: str, system: str | None, params: Mapping[str, Any]) -> dict[str, Any]:
         # Config params, then call params (they win); model and messages are ours.

@@ -50,8 +50,9 @@ __all__ = [
     "endpoint_id",
     "is_credential_header",
     "is_text",
-    "may_be_stored",
     "peek_answer",
+    "peek_in",
+    "peek_scope",
 ]
 
 log = logging.getLogger("genwire.cache")
@@ -213,14 +214,35 @@ def cache_slot(endpoint: str, body: Any, part: Any) -> CacheSlot | None:
     return CacheSlot(batch, row, column, column.key(endpoint, body, part, row.rows, batch.seed))
 
 
-def may_be_stored(rows: tuple[int, ...]) -> bool:
-    """False when no answer can be stored for a request for ``rows``: no run cache, no
-    column, or nothing stored for the column and the batch's rows (a first run). A peek
-    checks this before it builds the request's key."""
+PeekScope = tuple[BatchScope, ColumnScope]
+
+
+def peek_scope(rows: tuple[int, ...]) -> PeekScope | None:
+    """Where a peek for ``rows`` looks, or None when no answer can be stored for it: no run
+    cache, no column, or nothing stored for the column and the batch's rows (a first run:
+    then a peek builds no request and makes no key)."""
     batch, column = _batch.get(), _column.get()
     if batch is None or column is None or not rows:
-        return False
-    return rows[0] not in column.rows or column.found_any(batch.cache)
+        return None
+    if rows[0] in column.rows and not column.found_any(batch.cache):
+        return None
+    return batch, column
+
+
+def peek_in(
+    scope: PeekScope,
+    endpoint: str,
+    body: Any,
+    part: Any,
+    rows: tuple[int, ...],
+    usage: ModelUsage,
+    usable: Callable[[Any], bool],
+) -> Any | None:
+    """``peek_answer`` where ``peek_scope(rows)`` said to look."""
+    batch, column = scope
+    key = column.key(endpoint, body, part, rows, batch.seed)
+    found = _stored_answer(batch, column, rows[0], key, usage, usable)
+    return None if found is None else found.answer
 
 
 def peek_answer(
@@ -229,14 +251,8 @@ def peek_answer(
     """The usable answer stored for this request for ``rows`` (counted as a hit), else
     None: ``cache_slot(...).get(...)`` with the rows said directly, for the built-in
     generators' synchronous peek (a cached rerun's hot path: no slot is made)."""
-    batch, column = _batch.get(), _column.get()
-    if batch is None or column is None or not rows:
-        return None
-    if rows[0] in column.rows and not column.found_any(batch.cache):
-        return None  # nothing stored for the batch's rows (a first run): no key to make
-    key = column.key(endpoint, body, part, rows, batch.seed)
-    found = _stored_answer(batch, column, rows[0], key, usage, usable)
-    return None if found is None else found.answer
+    scope = peek_scope(rows)
+    return None if scope is None else peek_in(scope, endpoint, body, part, rows, usage, usable)
 
 
 def _stored_answer(
