@@ -19,9 +19,7 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-import aiohttp
-from multidict import CIMultiDict
-from yarl import URL
+from yarl import URL  # light, and loaded with the config already (its base_url check)
 
 from genwire.config.schema import ModelConfig, OpenAIProviderConfig
 from genwire.errors import ErrorClass, ModelError, exception_text
@@ -46,7 +44,9 @@ from genwire.providers.tool_calls import assistant_message, is_assistant_message
 from genwire.providers.tracing import answered, request_span, trace_cache_hit, tracer
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
 
-if TYPE_CHECKING:  # batch mode is loaded only when a run turns it on
+if TYPE_CHECKING:  # aiohttp with the first request (a rerun the cache serves sends none); batch mode when on
+    import aiohttp
+
     from genwire.config.schema import BatchConfig
     from genwire.providers.batch.collector import BatchCollector, RoundSignal
     from genwire.providers.batch.ledger import Ledger
@@ -87,6 +87,10 @@ _FLOAT: frozenset[type] = frozenset({float})
 _NUMBER: frozenset[type] = frozenset({float, int})
 
 
+class _NeverRaised(Exception):
+    """Stands for aiohttp's errors until aiohttp is imported (no request was sent yet)."""
+
+
 class OpenAIProvider:
     """An OpenAI-compatible endpoint; builds the chat and embedding models that use it."""
 
@@ -103,6 +107,9 @@ class OpenAIProvider:
         self._retry_on = frozenset(config.retry_on)
         self._max_body = int(config.max_response_mb * _MIB)  # bytes of an answer, at most
         self._session: aiohttp.ClientSession | None = None
+        # aiohttp's errors, known once it is imported (with the first session).
+        self._invalid_url: type[BaseException] = _NeverRaised
+        self._client_errors: tuple[type[BaseException], ...] = (OSError,)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._routes: list[Route[OpenAIProvider]] = []  # keeps the handles' routes alive
         # The response cache's endpoint identity: kind, URL and a hash of the headers that
@@ -149,6 +156,10 @@ class OpenAIProvider:
 
     def _open_session(self, loop: asyncio.AbstractEventLoop) -> aiohttp.ClientSession:
         # Created synchronously (no await) so concurrent first calls cannot open two.
+        import aiohttp  # here, not at the top: a run the response cache serves whole never needs it
+        from multidict import CIMultiDict
+
+        self._invalid_url, self._client_errors = aiohttp.InvalidURL, (aiohttp.ClientError, OSError)
         cfg = self.config
         headers: CIMultiDict[str] = CIMultiDict({"Content-Type": "application/json", "Accept": "application/json"})
         if cfg.api_key is not None:
@@ -376,14 +387,14 @@ class OpenAIProvider:
                 retry=True,
                 retry_after=None,
             ) from None
-        except aiohttp.InvalidURL as exc:
+        except self._invalid_url as exc:
             raise AttemptFailure(
                 ErrorClass.UNREACHABLE,
                 f"invalid URL {self._where(url)}: {exc}",
                 retry=False,
                 retry_after=None,
             ) from None
-        except (aiohttp.ClientError, OSError) as exc:
+        except self._client_errors as exc:
             # Connect refused/reset, DNS failure, server disconnected, truncated body.
             raise AttemptFailure(
                 ErrorClass.UNREACHABLE,
