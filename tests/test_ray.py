@@ -456,3 +456,113 @@ def test_cli_joins_a_cluster_by_address(ray_workers: Any, fake_openai_server: Fa
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(read_rows(tmp_path / "out.jsonl")) == 30
+
+
+# --- the run's accounting: the driver feeds what the workers paid for (SPEC §22) ---------------
+
+
+def pool_pipeline(urls: list[str], root: Path, *, n: int) -> dict[str, Any]:
+    """``writer`` served by a pool of the replicas at ``urls``."""
+    root.mkdir(parents=True, exist_ok=True)
+    names = [f"r{i}" for i in range(len(urls))]
+    return {
+        "providers": {
+            name: {"kind": "openai", "base_url": url, "max_concurrency": 4}
+            for name, url in zip(names, urls, strict=True)
+        },
+        "models": {"writer": {"kind": "chat", "model": "writer", "endpoints": [{"provider": n} for n in names]}},
+        "pipeline": {
+            "num_records": n,
+            "batch_size": 4,
+            "max_failure_rate": 0.0,
+            "output": str(root / "out.jsonl"),
+            "columns": [
+                {"name": "uid", "generator": "sampler", "params": {"kind": "uuid"}},
+                {
+                    "name": "text",
+                    "generator": "llm-text",
+                    "resources": {"model": "writer"},
+                    "params": {"prompt": "Sentence {{ uid }}"},
+                },
+            ],
+        },
+    }
+
+
+async def test_a_pool_on_ray_reports_every_workers_requests_per_endpoint(ray_workers: Any, tmp_path: Path) -> None:
+    with FakeOpenAIServer() as first, FakeOpenAIServer() as second:
+        replicas = [first, second]
+        result = await run(pool_pipeline([s.url for s in replicas], tmp_path, n=40), "ray")
+        served = [s.requests.get("writer", 0) for s in replicas]
+    assert result.rows_written == 40 and result.rows_failed == 0
+    endpoints = result.summary()["models"]["writer"]["endpoints"]  # what --json prints
+    # Each endpoint's count is what its replica served (less the driver's probe, outside the pool).
+    assert [endpoints[f"r{i}"]["requests"] for i in range(2)] == [count - 1 for count in served]
+    assert sum(e["requests"] for e in endpoints.values()) == 40  # every row once, whichever worker sent it
+    assert all(e["failures"] == 0 and e["latency_p50_s"] is not None for e in endpoints.values())
+
+
+async def test_a_ray_run_reports_the_same_per_model_figures_as_a_local_run(
+    ray_workers: Any, fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """The metrics (sent, answered, latencies), the ledger and the cost of a Ray run are
+    those of a local run of the same work: the workers' receipts reach the driver."""
+    from genwire.engine.checkpoint import checkpoint_dir
+    from genwire.engine.ledger import LEDGER_NAME, read_totals
+    from genwire.engine.report.data import collect
+
+    cfg = pipeline(fake_openai_server, tmp_path, n=40)
+    cfg["models"]["writer"]["price"] = {"input_per_mtok": 1.0, "output_per_mtok": 2.0}
+    figures = {}
+    for engine in ("local", "ray"):
+        out = tmp_path / f"{engine}.jsonl"
+        result = await run(cfg, engine, output=out, sample_rows=40)  # the checkpoint stays: its report is read
+        data = collect(checkpoint_dir(out), out)  # what the report page shows
+        writer = data.models["writer"]
+        cost = result.cost["by_model"]["writer"]
+        ledger = read_totals(checkpoint_dir(out) / LEDGER_NAME)["writer"]
+        figures[engine] = {
+            "requests": writer.count("requests"),
+            "answered": sum(writer.latency.values()),
+            "input_tokens": writer.count("prompt_tokens"),
+            "output_tokens": writer.count("completion_tokens"),
+            "ledger": (ledger.requests, ledger.input_tokens, ledger.output_tokens, round(ledger.usd, 12)),
+            "cost": {k: round(v, 12) if isinstance(v, float) else v for k, v in cost.items()},
+        }
+    assert figures["ray"] == figures["local"]
+    assert figures["local"]["requests"] == figures["local"]["answered"] == 41  # every row once, plus the probe
+    assert figures["local"]["input_tokens"] > 0
+
+
+def test_the_run_span_of_a_ray_run_carries_the_local_runs_per_model_figures(
+    ray_workers: Any, fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    from tests.otlp_receiver import OTLPReceiver
+
+    address = ray_workers.get_runtime_context().gcs_address
+    figures: dict[str, dict[str, Any]] = {}
+    with OTLPReceiver() as receiver:
+        for engine in ("local", "ray"):
+            root = tmp_path / engine
+            root.mkdir()
+            path = root / "genwire.yaml"
+            path.write_text(json.dumps(pipeline(fake_openai_server, root, n=30)))  # JSON is YAML
+            env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS" and not k.startswith("OTEL_")}
+            env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.endpoint
+            on_ray = ["--engine", "ray", "--address", address, "--workers", str(WORKERS)] if engine == "ray" else []
+            before = len(receiver.spans)
+            proc = subprocess.run(
+                [sys.executable, "-m", "genwire.cli.main", "run", str(path), "--json", *on_ray],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=120,
+            )
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            (run_span,) = [s for s in receiver.spans[before:] if s.name == "genwire.run"]
+            assert run_span.attributes["genwire.engine"] == engine
+            figures[engine] = {k: v for k, v in run_span.attributes.items() if k.startswith("genwire.model.")}
+            summary = json.loads(proc.stdout)["models"]["writer"]
+            assert figures[engine]["genwire.model.writer.requests"] == summary["requests"] == 31  # rows + probe
+            assert figures[engine]["genwire.model.writer.input_tokens"] == summary["prompt_tokens"] > 0
+    assert figures["ray"] == figures["local"]

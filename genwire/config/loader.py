@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from genwire.config.messages import describe, shown, user_path
 from genwire.config.schema import GenwireConfig
+from genwire.config.strict import Substituted
 from genwire.errors import ConfigError, printable
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
@@ -192,7 +193,7 @@ class _Builder:
             return self._substitute(value, node, path, self.env)
         return value
 
-    def _substitute(self, text: str, node: yaml.Node, path: Path_, env: Mapping[str, str]) -> str:
+    def _substitute(self, text: str, node: yaml.Node, path: Path_, env: Mapping[str, str]) -> Substituted:
         def repl(match: re.Match[str]) -> str:
             if match.group(0) == "$$":
                 return "$"
@@ -214,7 +215,9 @@ class _Builder:
             )
             return ""
 
-        return _ENV_RE.sub(repl, text)
+        done = _ENV_RE.sub(repl, text)
+        scalar = core_scalar(done)
+        return Substituted(done, done if isinstance(scalar, _TooLong) else scalar)
 
 
 MAX_DIGITS = 100  # a longer number is a mistake (and Python refuses > 4,300-digit ints)

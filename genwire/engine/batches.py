@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from genwire.container.core import WiredPipeline
+from genwire.engine.receipt import Receipt
 from genwire.errors import (
     BatchModeFailed,
     BudgetExhausted,
@@ -47,6 +48,8 @@ class BatchResult:
     # The answers its rows kept, for a runner that does not store them itself (a Ray
     # worker: the driver is the cache's one writer).
     answers: list[Entry] = field(default_factory=list)
+    # What a Ray worker paid for since its last receipt (the driver feeds the run's accounts).
+    receipt: Receipt | None = None
 
 
 def private_rows(rows: list[dict[str, Any]], mutable: list[str]) -> list[dict[str, Any]]:

@@ -4,20 +4,21 @@ checkpoint, and the ``"cost"`` object of the summary."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from genwire.config.schema import LocalProviderConfig, OpenAIProviderConfig
 from genwire.container.core import WiredPipeline
-from genwire.engine.ledger import LedgerTotal, RunLedger
+from genwire.engine.ledger import RunLedger
+from genwire.engine.receipt import LedgerEntry
 from genwire.errors import BudgetStopped, RunSetupError
 from genwire.providers.budget import CostMeter
 from genwire.providers.pricing import Price, load_price_table, model_prices
 from genwire.providers.probes import CHAT_PROBE_PROMPT, STRUCTURED_PROBE_TOKENS
 from genwire.providers.usage import ModelUsage
 
-__all__ = ["RunCosts", "priced_models", "used_models"]
+__all__ = ["RunCosts", "attach_meter", "priced_models", "used_models"]
 
 LOCAL_PRICE = Price(0.0, 0.0, 0.0, 0.0, "local (embedded model: no charge)")
 PROBE_BODY_CHARS = 2 * len(CHAT_PROBE_PROMPT) + 400  # a probe's JSON body, generously
@@ -45,6 +46,20 @@ def priced_models(container: WiredPipeline) -> dict[str, Price | None]:
             LOCAL_PRICE if isinstance(provider, LocalProviderConfig) and prices[alias] is None else prices[alias]
         )
     return out
+
+
+def attach_meter(container: WiredPipeline, aliases: Iterable[str], meter: CostMeter) -> list[Any]:
+    """Every HTTP provider serving one of ``aliases`` meters its requests with ``meter``
+    from now on; returns their clients (set their ``meter`` to None to detach)."""
+    config = container.config
+    names = {name for alias in aliases for name in config.models[alias].providers}  # a pool: each endpoint's
+    clients = []
+    for name in sorted(names):
+        if isinstance(config.providers.get(name), OpenAIProviderConfig):
+            client = container.client(name)
+            client.meter = meter
+            clients.append(client)
+    return clients
 
 
 class RunCosts:
@@ -155,13 +170,7 @@ class RunCosts:
 
     def attach(self) -> None:
         """Every HTTP provider a used model is served by meters its requests from now on."""
-        config = self.container.config
-        names = {name for alias in self.prices for name in config.models[alias].providers}  # a pool: each endpoint's
-        for name in sorted(names):
-            if isinstance(config.providers.get(name), OpenAIProviderConfig):
-                client = self.container.client(name)
-                client.meter = self.meter
-                self._clients.append(client)
+        self._clients.extend(attach_meter(self.container, self.prices, self.meter))
 
     def detach(self) -> None:
         self.meter.end_rows()
@@ -170,6 +179,12 @@ class RunCosts:
         self._clients.clear()
         if self.ledger is not None:
             self.ledger.close()
+
+    def paid_elsewhere(self, entry: LedgerEntry) -> None:
+        """An answer a Ray worker paid for: spent against the cap, and in the ledger."""
+        self.meter.paid_elsewhere(entry.paid)
+        if self.ledger is not None:
+            self.ledger.record(entry.paid, entry.rows, entry.column)
 
     def stopped(self, checkpoint: Path, kept: int, total: int) -> BudgetStopped:
         meter = self.meter
@@ -193,10 +208,7 @@ class RunCosts:
         total: float | None = 0.0
         session: float | None = self.meter.session_usd
         saved: float | None = 0.0
-        totals = self.ledger.totals if self.ledger is not None else {}
-        if self.engine != "local":  # Ray's workers sent the requests: their usage, this session's
-            totals = {alias: _total_of(u, self.prices.get(alias)) for alias, u in usage.items() if u.requests}
-            session = None if any(t.unpriced for t in totals.values()) else sum(t.usd for t in totals.values())
+        totals = self.ledger.totals if self.ledger is not None else {}  # Ray's workers' answers too
         for alias in sorted(set(self.prices) | set(totals)):
             price = self.prices.get(alias)
             paid = totals.get(alias)
@@ -231,13 +243,3 @@ class RunCosts:
             "max_cost_usd": self.max_cost_usd,
             "max_tokens": self.max_tokens,
         }
-
-
-def _total_of(usage: ModelUsage, price: Price | None) -> LedgerTotal:
-    paid = usage.requests - usage.retries  # a retried attempt was not answered, nor billed
-    total = LedgerTotal(paid, usage.prompt_tokens, usage.completion_tokens)
-    if price is None:
-        total.unpriced = paid
-    else:
-        total.usd = price.cost(usage.prompt_tokens, usage.completion_tokens)
-    return total

@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,16 +76,17 @@ class RunLedger:
                 handle.truncate(good)
         self.totals = read_totals(self.path, data[:good])
 
-    def record(self, paid: Paid) -> None:
-        """One paid answer: into the totals and, in one write, onto the disk."""
+    def record(self, paid: Paid, rows: Sequence[int] | None = None, column: str | None = None) -> None:
+        """One paid answer: into the totals and, in one write, onto the disk. ``rows`` and
+        ``column``: those it was paid for, when not the running request's (a Ray worker's)."""
         self.totals.setdefault(paid.alias, LedgerTotal()).add(paid)
         line = {
             "m": paid.alias,
             "in": paid.input_tokens,
             "out": paid.output_tokens,
             "usd": paid.usd,
-            "rows": list(current_rows()),
-            "col": current_column(),
+            "rows": list(current_rows() if rows is None else rows),
+            "col": current_column() if rows is None else column,
             "b": paid.batched,
         }
         data = (_LINE_ENCODER.encode(line) + "\n").encode()

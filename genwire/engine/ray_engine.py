@@ -45,8 +45,15 @@ in row order, so the ``OutputSink`` writes exactly what the local engine writes.
   and dataset files at the same absolute paths on every node; each worker loads its own
   copy of any embedded (``local``) model. Container overrides live in the driver's
   process only, so a run with overrides is refused rather than silently using the real
-  resource on the workers. Each worker returns its usage (requests, retries, tokens)
-  when it closes; ``RunResult.usage`` adds them to the driver's pre-flight requests.
+  resource on the workers.
+* **Accounting: the driver is its one writer.** Each worker meters its requests as the
+  driver does and sends what it paid for with its rows: the last ``BatchResult`` of a
+  block carries a ``Receipt`` (usage, ledger entries with their rows, per-second request
+  figures, a pool's per-endpoint figures, each since its previous receipt), and closing a
+  worker returns what a cancelled block paid. The driver feeds every receipt to the run's
+  ``RunAccounts`` before the block's rows go to the checkpoint, so the ledger, the cost,
+  the metrics, the report page and ``--json`` count the workers' requests as a local run
+  counts its own.
 * **Checkpoints.** Blocks come back to the driver in row order and go through the same
   ``OutputSink`` as the local engine's batches: the driver writes the checkpoint, and a
   resume sends the workers only the missing rows.
@@ -78,7 +85,7 @@ import pickle
 import re
 import traceback
 from collections import deque
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -88,10 +95,14 @@ from genwire.container.core import WiredPipeline
 from genwire.container.graph import build_graph
 from genwire.container.wiring import wire_columns
 from genwire.engine.batches import BatchResult, BatchRunner, batched
+from genwire.engine.costs import attach_meter, priced_models
+from genwire.engine.receipt import Receipt, ReceiptBook
 from genwire.errors import GenwireError, RunError, exception_text
 from genwire.generators.base import Generator
+from genwire.providers.budget import CostMeter
+from genwire.providers.metrics import start_recording, stop_recording
+from genwire.providers.pricing import Price
 from genwire.providers.response_cache import ResponseCache
-from genwire.providers.usage import ModelUsage, merge_usage
 
 INSTALL_HINT = "the ray engine needs Ray: pip install 'genwire[ray]'"
 BATCHES_PER_BLOCK = 4  # a retried block re-runs at most this many batches
@@ -114,6 +125,7 @@ class WorkerSpec:
     loaded: LoadedConfig
     generators: dict[str, type[Generator[Any]]]
     response_cache: Path | None = None  # the driver's cache directory: a path every node sees
+    prices: dict[str, Price | None] = dataclasses.field(default_factory=dict)  # the driver's, resolved once
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,6 +178,8 @@ class BlockWorker:
         self._container: WiredPipeline | None = None
         self._runner: BatchRunner | None = None
         self._cache: ResponseCache | None = None
+        self._metered: list[Any] = []  # the clients this worker's meter is attached to
+        self._book = ReceiptBook()  # what this worker paid for, sent with its rows
         # Created on first use: asyncio primitives belong to the actor's event loop.
         self._boot_lock: asyncio.Lock | None = None
         self._slots: asyncio.Semaphore | None = None
@@ -179,6 +193,9 @@ class BlockWorker:
                 if self._spec.response_cache is not None:  # read only: the driver stores the answers
                     self._cache = ResponseCache(self._spec.response_cache, writer=False)
                 self._runner = BatchRunner(self._container, self._cache, store_answers=False)
+                # Metered as on the driver: each paid answer goes to the driver's ledger.
+                meter = CostMeter(self._spec.prices, record=self._book.paid)
+                self._metered = attach_meter(self._container, self._spec.prices, meter)
                 self._slots = asyncio.Semaphore(BATCHES_IN_FLIGHT)
         assert self._slots is not None
         return self._runner, self._slots
@@ -186,6 +203,7 @@ class BlockWorker:
     async def run_block(self, indices: list[int], batch_size: int) -> list[BatchResult] | RemoteError:
         """The block's batches in order, or the first error in row order (as the local
         engine would raise it)."""
+        recording = start_recording(self._book.recorder)  # the block's tasks inherit it
         try:
             runner, slots = await self._ready()
 
@@ -195,25 +213,39 @@ class BlockWorker:
 
             tasks = [asyncio.create_task(batch(rows)) for rows in batched(indices, batch_size)]
             try:
-                return [await task for task in tasks]
+                results = [await task for task in tasks]
             finally:
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
+            if results:
+                results[-1].receipt = self._receipt()
+            return results
         except Exception as exc:
             return RemoteError.capture(exc)
+        finally:
+            stop_recording(recording)
 
-    async def close(self) -> dict[str, dict[str, int]]:
-        """Close the container; returns this worker's usage per model alias."""
+    def _receipt(self) -> Receipt:
+        container = self._container
+        if container is None:
+            return self._book.take({}, {})
+        return self._book.take(container.usage_by_model(), container.endpoint_stats())
+
+    async def close(self) -> Receipt:
+        """Close the container; returns what this worker paid for since its last block
+        (a block cancelled or failed midway)."""
+        receipt = self._receipt()
         container, self._container, self._runner = self._container, None, None
         cache, self._cache = self._cache, None
+        for client in self._metered:
+            client.meter = None
+        self._metered = []
         if cache is not None:
             cache.close()
-        if container is None:
-            return {}
-        usage = {alias: u.as_dict() for alias, u in container.usage_by_model().items()}
-        await container.aclose()
-        return usage
+        if container is not None:
+            await container.aclose()
+        return receipt
 
 
 # --- the driver ------------------------------------------------------------------------
@@ -313,18 +345,16 @@ def last_line(exc: BaseException) -> str:
     return _lines(exc)[-1]
 
 
-async def close_workers(ray: ModuleType, actors: list[Any]) -> dict[str, ModelUsage]:
-    """Close every worker's container (bounded wait) and free the actors' CPUs; returns
-    what the workers' requests cost, per model alias."""
-    parts: list[dict[str, ModelUsage]] = []
+async def close_workers(ray: ModuleType, actors: list[Any], feed: Callable[[Receipt], None]) -> None:
+    """Close every worker's container (bounded wait) and free the actors' CPUs; ``feed``
+    gets what the workers paid for since their last block."""
     try:
         if actors:
             closing = asyncio.gather(*(actor.close.remote() for actor in actors), return_exceptions=True)
             with contextlib.suppress(asyncio.TimeoutError):
-                for counts in await asyncio.wait_for(closing, CLOSE_TIMEOUT_S):
-                    if isinstance(counts, dict):
-                        parts.append({alias: ModelUsage(**u) for alias, u in counts.items()})
-        return merge_usage(parts)
+                for receipt in await asyncio.wait_for(closing, CLOSE_TIMEOUT_S):
+                    if isinstance(receipt, Receipt):
+                        feed(receipt)
     finally:
         for actor in actors:
             with contextlib.suppress(Exception):
@@ -351,17 +381,22 @@ class RayBatches:
         address: str | None,
         workers: int | None,
         response_cache: ResponseCache | None = None,
+        *,
+        feed: Callable[[Receipt], None] = lambda receipt: None,
+        prices: dict[str, Price | None] | None = None,
     ) -> None:
-        """``response_cache``: the driver's cache, the one that stores the workers' answers."""
+        """``response_cache``: the driver's cache, the one that stores the workers' answers;
+        ``feed``: the run's accounting, which every worker's receipt goes to; ``prices``:
+        the models' prices the workers' meters price their answers with."""
         self._container = container
         self._cache = response_cache
         self._address = address
         self._workers = workers
-        self._usage: dict[str, ModelUsage] = {}
+        self._feed = feed
+        self._prices = prices  # the run's, resolved once (None: resolved here)
 
-    def usage(self) -> dict[str, ModelUsage]:
-        """The workers' usage, once the batches are closed."""
-        return self._usage
+    def live_rows(self) -> int:
+        return 0  # batch mode, which counts them, runs on the local engine only
 
     async def batches(self, indices: Iterator[int], batch_size: int) -> AsyncGenerator[BatchResult, None]:
         container = self._container
@@ -388,6 +423,7 @@ class RayBatches:
         workers = min(workers, math.ceil(n / block_rows))
 
         generators = {c.generator_name: c.generator_cls for c in container.columns}
+        prices = priced_models(container) if self._prices is None else self._prices  # read here, not on every node
         cache = self._cache
         cache_at = None if cache is None else cache.directory
         if cache is not None:
@@ -415,7 +451,7 @@ class RayBatches:
 
         try:
             for i in range(workers):
-                spec = WorkerSpec(split_config(container.loaded, caps, workers, i), generators, cache_at)
+                spec = WorkerSpec(split_config(container.loaded, caps, workers, i), generators, cache_at, prices)
                 try:
                     actors.append(actor_cls.remote(spec))
                 except Exception as exc:  # the spec must pickle: config data and importable classes
@@ -435,10 +471,14 @@ class RayBatches:
                 submit()  # before yielding: the next block runs while the sink writes this one
                 if cache is not None:
                     await store_worker_answers(cache, out)
+                for result in out:  # paid for before its rows are checkpointed, as locally
+                    receipt, result.receipt = result.receipt, None
+                    if receipt is not None:
+                        self._feed(receipt)
                 for result in out:
                     yield result
         finally:
             for _, _, ref in pending:
                 with contextlib.suppress(Exception):
                     ray.cancel(ref)
-            self._usage = await close_workers(ray, actors)
+            await close_workers(ray, actors, self._feed)

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn, Protocol
+from typing import NoReturn, Protocol, TypeVar
 
 from genwire.engine.batches import BatchResult, failure_record
 from genwire.engine.checkpoint import Checkpoint
 from genwire.engine.encoding import UnwritableCell, encode_failure, encode_row
 from genwire.engine.writers import AtomicFile, WriteFailure, errors_path, open_writer
 from genwire.errors import RunStopped
+
+T = TypeVar("T")
 
 MIN_ROWS_FOR_RATE = 20  # don't stop early on the failure rate of a handful of rows
 
@@ -82,10 +84,10 @@ class OutputSink:
         parts = [self.status() if self.status else "", f"{self.cached:,} cached" if self.cached else ""]
         return ", ".join(p for p in parts if p)
 
-    def finish(self, before_removal: Callable[[], None] | None = None) -> None:
+    def finish(self, before_removal: Callable[[], T]) -> T:
         """All rows were tried: check the failure rate over the whole run, then write
         the output and the errors file, call ``before_removal`` (the run's report reads
-        the checkpoint) and remove the checkpoint."""
+        the checkpoint) and remove the checkpoint; returns what ``before_removal`` did."""
         self._stop_progress()
         writer = open_writer(self.target, self.columns)
         try:
@@ -106,9 +108,9 @@ class OutputSink:
         else:
             self.errors_target.unlink(missing_ok=True)  # a stale errors file from an earlier run would mislead
         writer.commit()
-        if before_removal is not None:
-            before_removal()
+        outcome = before_removal()
         self.checkpoint.remove()
+        return outcome
 
     @property
     def kept(self) -> int:

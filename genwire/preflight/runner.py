@@ -393,6 +393,7 @@ async def run_preflight(
     ttl = container.config.preflight.cache_ttl_s
     cache = ProbeCache(cache_dir or default_cache_dir(), ttl) if use_cache and ttl > 0 else None
     report = await _Preflight(container, cache, on_check).run()
+    container.mark_endpoints(report.endpoint_verdicts())  # no first wave to a failed endpoint
     if batch_providers is None and any(
         getattr(getattr(p, "batch", None), "enabled", False) for p in container.config.providers.values()
     ):

@@ -241,6 +241,16 @@ class CostMeter:
             self._record(Paid(alias, input_tokens, output_tokens, usd, batched))
         self._free(hold)
 
+    def paid_elsewhere(self, paid: Paid) -> None:
+        """An answer another process paid for (a Ray worker): it counts as spent here,
+        and is recorded, as if this meter had settled it."""
+        if paid.usd is not None:
+            self.stats_of(paid.alias).usd += paid.usd
+            self.spent_usd += paid.usd
+            self.session_usd += paid.usd
+        self.spent_tokens += paid.input_tokens + paid.output_tokens
+        self.session_tokens += paid.input_tokens + paid.output_tokens
+
     def release(self, hold: Hold) -> None:
         """The request failed or was cancelled: nothing was billed."""
         self._free(hold)

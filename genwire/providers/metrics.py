@@ -132,6 +132,18 @@ class RequestRecorder:
         second = self._second(alias)
         second.gave_up[error_class] = second.gave_up.get(error_class, 0) + 1
 
+    def add(self, alias: str, other: AliasSecond) -> None:
+        """Another process's figures (a Ray worker's), into this interval's."""
+        second = self._second(alias)
+        second.sent += other.sent
+        second.answered += other.answered
+        second.peak_in_flight = max(second.peak_in_flight, other.peak_in_flight)
+        for bucket, count in other.latency.items():
+            second.latency[bucket] = second.latency.get(bucket, 0) + count
+        for mine, theirs in ((second.errors, other.errors), (second.gave_up, other.gave_up)):
+            for error_class, count in theirs.items():
+                mine[error_class] = mine.get(error_class, 0) + count
+
 
 CANCELLED = "cancelled"
 

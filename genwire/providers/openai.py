@@ -541,9 +541,19 @@ class _Handle(TokenHandle):
             column = current_column()
             base = slot.key if slot is not None else uncached_base(provider.cache_endpoint, path, body, column)
             custom_id = batcher.request_id(base)
-            data, attempts = await metered_batch_call(
-                provider.meter, route.alias, path, body, lambda: batcher.ask(route.alias, path, body, custom_id)
-            )
+
+            async def ask() -> tuple[Any, int]:
+                # Each time its line went in a batch is a request to this endpoint (a
+                # pool's per-endpoint figures), answered or failed.
+                try:
+                    answered = await batcher.ask(route.alias, path, body, custom_id)
+                except ModelError as exc:
+                    count_attempt(exc.attempts)
+                    raise
+                count_attempt(answered[1])
+                return answered
+
+            data, attempts = await metered_batch_call(provider.meter, route.alias, path, body, ask)
         else:
             data, attempts = await provider.post(route.alias, path, body, failover=route.pool is not None)
         answer = answer_of(data, attempts)

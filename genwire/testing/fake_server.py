@@ -119,6 +119,7 @@ class FakeOpenAIServer:
         dimensions: int = 384,
         hang_s: float = 3600.0,
         host: str = "127.0.0.1",
+        port: int = 0,
     ) -> None:
         self.default_latency = latency
         self.default_dimensions = dimensions
@@ -126,6 +127,7 @@ class FakeOpenAIServer:
         self.host = host
         self.known_models: set[str] | None = None  # None: every model name is served
         self.port: int | None = None
+        self._bind_port = port  # 0: any free port (``port`` tells which once started)
         self._latency: dict[str, float] = {}
         self._dimensions: dict[str, int] = {}
         self._scripts: dict[str, deque[Scripted]] = defaultdict(deque)
@@ -258,7 +260,9 @@ class FakeOpenAIServer:
         await runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
-            sock.bind((self.host, 0))
+            if self._bind_port:  # a fixed port: reusable at once after an earlier server's exit
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self._bind_port))
             sock.listen(1024)
             sock.setblocking(False)
             site = web.SockSite(runner, sock, backlog=1024)
@@ -397,7 +401,8 @@ class FakeOpenAIServer:
         statuses: Sequence[Scripted] = (503,),
         seed: int = 0,
     ) -> None:
-        """A seeded random ``rate`` of requests for ``model`` fail with one of ``statuses``."""
+        """A seeded random ``rate`` of requests for ``model`` ("*": every model without a
+        rate of its own) fail with one of ``statuses``."""
         for item in statuses:
             _check_item(item)
         with self._lock:
@@ -572,7 +577,7 @@ class FakeOpenAIServer:
             for substring, item in self._fail_when.get(rules_model, ()):
                 if any(substring in t for t in texts):
                     return item
-        chance = self._fail_rate.get(model)
+        chance = self._fail_rate.get(model) or self._fail_rate.get("*")
         if chance is not None:
             rate, statuses, rng = chance
             if rng.random() < rate:

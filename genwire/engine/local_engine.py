@@ -1,0 +1,118 @@
+"""The local engine: the run's batches in this process, several in flight, in row order."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Callable, Iterator
+
+from genwire.container.core import WiredPipeline
+from genwire.engine.batches import BatchResult, BatchRunner, batched
+from genwire.providers.response_cache import ResponseCache
+
+__all__ = ["LocalBatches"]
+
+BATCHES_IN_FLIGHT = 4  # at least: keeps providers saturated across the barrier between columns
+ROWS_AHEAD = 8192  # at most, in batches running or finished-but-not-yet-written: bounds memory
+# Batch mode: every batch of this many rows starts at once, so a round holds them all.
+BATCH_MODE_ROWS_AHEAD = 10_000
+GROW_TICK_S = 0.01  # how often the engine looks for idle slots to start one more batch
+
+
+class LocalBatches:
+    """Batches in row order, several in flight; a finished batch leaves memory as soon as
+    it is next in order (flat memory however many rows).
+
+    A batch is done only when its slowest row is: a row waiting out a stray 429 (its
+    ``Retry-After``, say a second) holds up its batch, and with a fixed number of batches
+    in flight the providers would idle meanwhile. So beyond ``BATCHES_IN_FLIGHT`` the
+    engine starts one more batch every ``GROW_TICK_S`` while a provider is about to have
+    idle slots, up to ``ROWS_AHEAD`` rows.
+    """
+
+    def __init__(
+        self,
+        container: WiredPipeline,
+        cache: ResponseCache | None = None,
+        *,
+        batch_mode: bool = False,
+        stop: Callable[[], bool] | None = None,
+        hold: Callable[[int], bool] | None = None,
+    ) -> None:
+        self._container = container
+        # The budget: stop() true, no new batch at all (running ones finish); hold(live
+        # rows) true, none for now (what is left would not finish them).
+        self._stop = stop
+        self._hold = hold
+        self._cache = cache
+        # Batch mode: the whole window at once (a round holds every row of it), nothing to grow.
+        self._batch_mode = batch_mode
+        self._runner: BatchRunner | None = None
+
+    def live_rows(self) -> int:
+        """Rows in the batches running now, not yet failed (batch mode's rounds count them)."""
+        return self._runner.live if self._runner is not None else 0
+
+    def _idle_slots(self) -> bool:
+        """Some provider will soon have idle slots: less than one round of requests is
+        queued for them (a braked or paced model's queue is long, so it never grows)."""
+        return any(c.waiting < c.limit for c in self._container.concurrency().values())
+
+    async def batches(self, indices: Iterator[int], batch_size: int) -> AsyncGenerator[BatchResult, None]:
+        runner = self._runner = BatchRunner(self._container, self._cache)
+        todo = enumerate(batched(indices, batch_size))
+        running: dict[asyncio.Task[BatchResult], int] = {}
+        finished: dict[int, asyncio.Task[BatchResult]] = {}  # an error is raised in row order too
+        next_out = 0
+        exhausted = False
+        ahead = max(2 * BATCHES_IN_FLIGHT, (BATCH_MODE_ROWS_AHEAD if self._batch_mode else ROWS_AHEAD) // batch_size)
+        in_flight = ahead if self._batch_mode else BATCHES_IN_FLIGHT
+
+        def start(up_to: int, *, only_if_idle: bool = False) -> None:
+            """Start batches until ``up_to`` run (while slots sit idle, with ``only_if_idle``)."""
+            nonlocal exhausted
+            if self._stop is not None and self._stop():
+                exhausted = True
+                return
+            fresh = 0  # rows of the batches started here: not live until they first run
+            while (
+                not exhausted
+                and len(running) < up_to
+                and len(running) + len(finished) < ahead
+                and (not only_if_idle or self._idle_slots())
+                # The budget: when nothing runs, one more batch learns whether anything still fits.
+                and not (self._hold is not None and (running or finished) and self._hold(runner.live + fresh))
+            ):
+                item = next(todo, None)
+                if item is None:
+                    exhausted = True
+                    return
+                running[asyncio.create_task(runner.run(item[1]))] = item[0]
+                fresh += len(item[1])
+
+        try:
+            while True:
+                # A new batch starts whenever any batch finishes, not only the oldest: a
+                # slow batch at the head would otherwise leave the provider's slots idle.
+                # Finished batches wait for their turn; the two together stay bounded.
+                start(in_flight)
+                if not running and not finished:
+                    return
+                if next_out not in finished:
+                    may_grow = not exhausted and len(running) + len(finished) < ahead
+                    timeout = GROW_TICK_S if may_grow else None
+                    done, _ = await asyncio.wait(running, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                    for task in done:
+                        finished[running.pop(task)] = task
+                    if not done:  # a tick: one more batch if slots sit idle
+                        start(len(running) + 1, only_if_idle=True)
+                while next_out in finished:
+                    yield finished.pop(next_out).result()
+                    next_out += 1
+        finally:
+            for task in running:
+                task.cancel()
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+            for task in finished.values():  # finished, never yielded: their errors are moot
+                if not task.cancelled():
+                    task.exception()

@@ -1,0 +1,92 @@
+"""What a Ray worker paid for, sent back with its rows (SPEC §22): the driver is the one
+writer of the run's accounting (``engine.accounts``), and a worker's ``Receipt`` is how
+its requests reach it — usage, ledger entries, per-second request figures and a pool's
+per-endpoint figures, each the difference since the worker's last receipt, so that the
+receipts of a run add up to exactly what its workers did."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from genwire.providers.budget import Paid
+from genwire.providers.metrics import AliasSecond, RequestRecorder
+from genwire.providers.pool import EndpointStats
+from genwire.providers.request_context import current_column, current_rows
+from genwire.providers.usage import ModelUsage
+
+__all__ = ["LedgerEntry", "Receipt", "ReceiptBook"]
+
+Endpoints = dict[str, dict[str, EndpointStats]]
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One paid answer and the rows and column it was paid for (a ledger line)."""
+
+    paid: Paid
+    rows: tuple[int, ...]
+    column: str | None
+
+
+@dataclass
+class Receipt:
+    usage: dict[str, ModelUsage] = field(default_factory=dict)
+    paid: list[LedgerEntry] = field(default_factory=list)
+    seconds: dict[str, AliasSecond] = field(default_factory=dict)
+    endpoints: Endpoints = field(default_factory=dict)
+
+
+class ReceiptBook:
+    """A worker's side: what it paid since its last receipt. ``paid`` is its cost meter's
+    ``record``; ``recorder`` records its requests (``providers.metrics``)."""
+
+    def __init__(self) -> None:
+        self.recorder = RequestRecorder()
+        self._paid: list[LedgerEntry] = []
+        self._usage: dict[str, ModelUsage] = {}
+        self._endpoints: dict[tuple[str, str], tuple[int, int, int]] = {}
+
+    def paid(self, paid: Paid) -> None:
+        self._paid.append(LedgerEntry(paid, tuple(current_rows()), current_column()))
+
+    def take(self, usage: Mapping[str, ModelUsage], endpoints: Endpoints) -> Receipt:
+        """The receipt since the last one, given the worker's totals now."""
+        paid, self._paid = self._paid, []
+        receipt = Receipt(paid=paid, seconds=self.recorder.take())
+        for alias, now in usage.items():
+            change = _minus(now, self._usage.get(alias, ModelUsage()))
+            if any(vars(change).values()):
+                receipt.usage[alias] = change
+            self._usage[alias] = dataclasses.replace(now)
+        for alias, stats in endpoints.items():
+            for name, now_stats in stats.items():
+                requests, failures, latencies = self._endpoints.get((alias, name), (0, 0, 0))
+                change_stats = EndpointStats(
+                    now_stats.requests - requests, now_stats.failures - failures, now_stats.latencies[latencies:]
+                )
+                if change_stats.requests or change_stats.failures or change_stats.latencies:
+                    receipt.endpoints.setdefault(alias, {})[name] = change_stats
+                self._endpoints[(alias, name)] = (now_stats.requests, now_stats.failures, len(now_stats.latencies))
+        return receipt
+
+
+def _minus(now: ModelUsage, before: ModelUsage) -> ModelUsage:
+    return ModelUsage(**{name: value - getattr(before, name) for name, value in vars(now).items()})
+
+
+def add_endpoints(into: Endpoints, more: Endpoints) -> None:
+    """Add ``more``'s per-endpoint figures to ``into``'s."""
+    for alias, stats in more.items():
+        for name, extra in stats.items():
+            mine = into.setdefault(alias, {}).setdefault(name, EndpointStats())
+            mine.requests += extra.requests
+            mine.failures += extra.failures
+            mine.latencies.extend(extra.latencies)
+
+
+def add_seconds(recorder: RequestRecorder, seconds: Mapping[str, AliasSecond]) -> None:
+    """Add a worker's request figures to this interval of ``recorder``."""
+    for alias, extra in seconds.items():
+        recorder.add(alias, extra)

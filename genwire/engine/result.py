@@ -1,0 +1,80 @@
+"""What a finished run did (``RunResult``): the summary, ``--json`` (SPEC §9) and the
+estimate read it. Its figures come from the run's accounting (``engine.accounts``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from genwire.preflight.report import PreflightReport
+from genwire.providers.batch.format import BatchInfo
+from genwire.providers.budget import CostMeter
+from genwire.providers.pool import EndpointStats
+from genwire.providers.usage import Concurrency, ModelUsage, requests_of
+
+__all__ = ["RunResult"]
+
+
+@dataclass
+class RunResult:
+    """What a finished run did. ``rows_written`` counts every row in the output,
+    ``rows_resumed`` those of them an earlier, interrupted run had already made."""
+
+    output: Path
+    rows_requested: int
+    rows_written: int
+    rows_failed: int
+    errors_file: Path | None
+    duration_s: float
+    rows_resumed: int = 0
+    usage: dict[str, ModelUsage] = field(default_factory=dict)
+    # Per provider at the end of the run: the adaptive limit it settled at, its peak and
+    # its 429 pauses (this process's providers: Ray workers' are not included).
+    concurrency: dict[str, Concurrency] = field(default_factory=dict)
+    preflight: PreflightReport | None = None
+    batches: list[BatchInfo] | None = None  # batch mode: every batch it used (None: online)
+    cost: dict[str, Any] | None = None  # SPEC §16's "cost" object
+    meter: CostMeter | None = None  # what the answers showed (the estimate reads it)
+    finished: bool = True  # False: an estimate's sample, the checkpoint kept for the run
+    # Per pooled alias, per endpoint (SPEC §17): requests, failures, latency.
+    endpoints: dict[str, dict[str, EndpointStats]] = field(default_factory=dict)
+
+    @property
+    def requests(self) -> dict[str, int]:
+        return requests_of(self.usage)
+
+    @property
+    def rows_per_s(self) -> float:
+        made = self.rows_written - self.rows_resumed
+        return made / self.duration_s if self.duration_s > 0 else 0.0
+
+    def counts(self) -> dict[str, int]:
+        """The row counts the report page shows."""
+        return {
+            "rows_written": self.rows_written,
+            "rows_failed": self.rows_failed,
+            "rows_resumed": self.rows_resumed,
+            "rows_requested": self.rows_requested,
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """The machine-readable summary (``genwire run --json``; SPEC §9)."""
+        return {
+            "ok": True,
+            "rows_written": self.rows_written,
+            "rows_failed": self.rows_failed,
+            "rows_resumed": self.rows_resumed,
+            "duration_s": round(self.duration_s, 3),
+            "output": str(self.output),
+            "errors_file": str(self.errors_file) if self.errors_file else None,
+            "models": {alias: self._model_summary(alias, u) for alias, u in self.usage.items()},
+            **({"batches": [b.as_dict() for b in self.batches]} if self.batches is not None else {}),
+            **({"cost": self.cost} if self.cost is not None else {}),
+        }
+
+    def _model_summary(self, alias: str, usage: ModelUsage) -> dict[str, Any]:
+        summary: dict[str, Any] = usage.as_dict()
+        if alias in self.endpoints:
+            summary["endpoints"] = {name: s.as_dict() for name, s in self.endpoints[alias].items()}
+        return summary

@@ -1,0 +1,246 @@
+"""One session of a run over its checkpoint: the parts ``run_pipeline`` drives, stage by
+stage — the engine that makes the batches (local or Ray), batch mode, the output sink,
+and the run's accounting (``engine.accounts``), each opened here and closed here."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncGenerator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from genwire.container.core import WiredPipeline
+from genwire.engine.accounts import RunAccounts
+from genwire.engine.batch_mode import BatchMode
+from genwire.engine.batches import BatchResult
+from genwire.engine.checkpoint import Checkpoint
+from genwire.engine.local_engine import LocalBatches
+from genwire.engine.options import RunOptions
+from genwire.engine.result import RunResult
+from genwire.engine.sink import OutputSink, Progress
+from genwire.preflight.report import PreflightError, PreflightReport
+from genwire.preflight.runner import run_preflight
+from genwire.providers.response_cache import ResponseCache, cache_dir
+from genwire.providers.usage import Concurrency
+
+__all__ = ["RunPlan", "RunSession", "in_flight_text", "response_cache_dir"]
+
+STATUS_TICK_S = 1.0  # batch mode: how often the progress line shows the batches' state
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run makes and where: checked before anything is opened (``run.plan_run``)."""
+
+    num_records: int
+    engine: str
+    batching: list[str]  # the providers in batch mode (empty: online)
+    target: Path  # the output
+    directory: Path  # its checkpoint
+
+
+class BatchSource(Protocol):
+    """An engine: batches of the given rows, yielded in row order."""
+
+    def batches(self, indices: Iterator[int], batch_size: int) -> AsyncGenerator[BatchResult, None]: ...
+
+    def live_rows(self) -> int: ...
+
+
+def response_cache_dir(container: WiredPipeline, enabled: bool = True) -> Path | None:
+    """The run's response cache directory; None when it is off (``cache.enabled: false``,
+    ``--no-response-cache``, or a dict config without ``cache.dir``)."""
+    if not enabled or not container.config.cache.enabled:
+        return None
+    return cache_dir(container.loaded)
+
+
+def in_flight_text(concurrency: dict[str, Concurrency]) -> str:
+    """``in flight 6/16`` (one provider) or ``in flight srv 6/16, nim 2/4``."""
+    if not concurrency:
+        return ""
+    if len(concurrency) == 1:
+        return f"in flight {next(iter(concurrency.values()))}"
+    return "in flight " + ", ".join(f"{name} {c}" for name, c in concurrency.items())
+
+
+class RunSession:
+    """The engine, batch mode, the sink and the accounting of one session."""
+
+    def __init__(
+        self,
+        container: WiredPipeline,
+        options: RunOptions,
+        plan: RunPlan,
+        checkpoint: Checkpoint,
+        accounts: RunAccounts,
+        progress: Progress | None,
+    ) -> None:
+        self.container, self.options, self.plan = container, options, plan
+        self.checkpoint, self.accounts, self.progress = checkpoint, accounts, progress
+        self.started = time.perf_counter()
+        responses_at = response_cache_dir(container, options.response_cache)
+        self.responses = ResponseCache(responses_at) if responses_at is not None else None
+        self.sink: OutputSink | None = None
+        self.report: PreflightReport | None = None
+        self.source = self._source()
+        self.batch_mode = (
+            BatchMode(container, plan.batching, plan.directory, self.source.live_rows) if plan.batching else None
+        )
+        accounts.start(
+            plan.directory,
+            metrics=options.metrics,
+            rows=self._rows,
+            resumed=checkpoint.resumed,
+            num_records=plan.num_records,
+            engine=plan.engine,
+            columns=[c.name for c in container.columns],
+            models={alias: model.model for alias, model in container.config.models.items()},
+        )
+
+    def _source(self) -> BatchSource:
+        if self.plan.engine == "ray":
+            from genwire.engine.ray_engine import RayBatches
+
+            options = self.options
+            return RayBatches(
+                self.container,
+                options.ray_address,
+                options.ray_workers,
+                self.responses,
+                feed=self.accounts.feed,
+                prices=self.accounts.costs.prices,
+            )
+        budget = self.accounts.budget
+        batch_rows = self.container.config.pipeline.batch_size
+        return LocalBatches(
+            self.container,
+            self.responses,
+            batch_mode=bool(self.plan.batching),
+            stop=budget.exhausted,
+            hold=lambda live: budget.hold_rows(self.sink.written if self.sink is not None else 0, live, batch_rows),
+        )
+
+    def _rows(self) -> tuple[int, int]:
+        return (self.sink.written, self.sink.failed) if self.sink is not None else (0, 0)
+
+    async def preflight(self, on_preflight: Callable[[PreflightReport], None] | None) -> None:
+        """The one gate (SPEC §7): nothing is generated unless every check passed."""
+        if self.options.skip_preflight:
+            return
+        options = self.options
+        self.report = report = await run_preflight(
+            self.container,
+            use_cache=options.probe_cache,
+            cache_dir=options.probe_cache_dir,
+            batch_providers=self.plan.batching,
+        )
+        if on_preflight is not None:
+            on_preflight(report)
+        self.accounts.note("preflight", report=report.model_dump(mode="json"))
+        if not report.ok:
+            raise PreflightError(report)
+
+    async def generate(self) -> None:
+        """Every pending row, batch by batch, into the checkpoint; the budget's stop last."""
+        batch_mode, container = self.batch_mode, self.container
+        if batch_mode is not None:
+            await batch_mode.start()  # after the probes: they stay online
+        self.sink = sink = OutputSink(
+            self.plan.target,
+            [c.name for c in container.columns],
+            self.checkpoint,
+            max_failure_rate=container.config.pipeline.max_failure_rate,
+            progress=self.progress,
+            status=lambda: batch_mode.status() if batch_mode is not None else in_flight_text(container.concurrency()),
+        )
+        pending = self.checkpoint.pending()
+        if self.options.sample_rows is not None:
+            pending = itertools.islice(pending, self.options.sample_rows)
+        batches = self.source.batches(pending, container.config.pipeline.batch_size)
+        ticker = asyncio.create_task(_tick(sink)) if batch_mode is not None else None
+        try:
+            async for result in batches:
+                if batch_mode is not None:
+                    batch_mode.raise_if_broken()
+                sink.add(result)
+        finally:
+            if ticker is not None:
+                ticker.cancel()
+            await batches.aclose()
+        if batch_mode is not None:
+            batch_mode.raise_if_broken()
+            # The journal is the truth about what was paid: it stays while a batch it names
+            # is still open at the provider (a --fresh run that no longer asks for them).
+            self.checkpoint.keep_journal = bool(await batch_mode.still_open())
+        if self.accounts.budget.exhausted():
+            sink.suspend()
+            raise self.accounts.budget.stopped(self.plan.directory, sink.kept, self.plan.num_records)
+
+    def complete(self) -> RunResult:
+        """The output in place (an estimate's sample stays in the checkpoint for the run)."""
+        assert self.sink is not None
+        if self.options.sample_rows is None:
+            return self.sink.finish(before_removal=self._completed)
+        self.sink.suspend()
+        return self._completed()
+
+    def _completed(self) -> RunResult:
+        """The output is in place, the checkpoint not yet gone: the result, the report."""
+        sink, accounts = self.sink, self.accounts
+        assert sink is not None
+        usage = accounts.usage()
+        result = RunResult(
+            output=self.plan.target,
+            rows_requested=self.plan.num_records,
+            rows_written=sink.kept,
+            rows_failed=sink.failed,
+            errors_file=sink.errors_target if sink.failed else None,
+            duration_s=time.perf_counter() - self.started,
+            rows_resumed=sink.resumed,
+            usage=usage,
+            concurrency=accounts.concurrency(),
+            preflight=self.report,
+            batches=self.batch_mode.infos() if self.batch_mode is not None else None,
+            cost=accounts.cost(usage),
+            meter=accounts.meter,
+            finished=self.options.sample_rows is None,
+            endpoints=accounts.endpoints(),
+        )
+        accounts.end(
+            None, self.plan.target, done=self.checkpoint.is_done, counts=result.counts(), summary=result.summary()
+        )
+        return result
+
+    async def abandon(self, error: BaseException) -> None:
+        """The session ends unfinished: the checkpoint stays for a resume (unless nothing
+        was made nor paid for), and the report says why."""
+        checkpoint, batch_mode = self.checkpoint, self.batch_mode
+        if batch_mode is not None:
+            await batch_mode.stop()
+        if self.sink is not None:
+            self.sink.suspend()
+        counts = {"rows_written": checkpoint.kept, "rows_resumed": checkpoint.resumed}
+        counts["rows_requested"] = self.plan.num_records
+        self.accounts.end(error, self.plan.target, done=checkpoint.is_done, counts=counts)
+        if checkpoint.kept == 0 and not self.accounts.paid and (batch_mode is None or not batch_mode.holds_batches):
+            checkpoint.remove()  # nothing was paid for: leave no empty checkpoint behind
+        else:
+            checkpoint.close()
+
+    async def close(self) -> None:
+        """Whatever happened: meters off, batch mode stopped, the response cache closed."""
+        self.accounts.detach()
+        if self.batch_mode is not None:
+            await self.batch_mode.stop()  # idempotent
+        if self.responses is not None:
+            self.responses.close()
+
+
+async def _tick(sink: OutputSink) -> None:
+    while True:
+        await asyncio.sleep(STATUS_TICK_S)
+        sink.refresh()
