@@ -25,6 +25,12 @@ _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
 
 
+def plural(count: int, one: str, many: str | None = None) -> str:
+    """``1 request``, ``2 requests``: a count and the word that agrees with it (every
+    message that counts says it this way, never ``1 requests`` or ``check(s)``)."""
+    return f"{count:,} {one if count == 1 else (many or one + 's')}"
+
+
 def printable(text: str) -> str:
     """``text`` safe to print inside a message, a location or a table cell: control and
     bidi characters written as escapes (``\\n``, ``\\u202e``), so a name holding them can
@@ -55,7 +61,9 @@ class ProblemsError(GenwireError):
     title = "error"
 
     def __init__(self, problems: Sequence[str] | str) -> None:
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        from genwire.scrub import without_userinfo  # every located problem: no URL's password
+
+        self.problems = [without_userinfo(p) for p in ([problems] if isinstance(problems, str) else problems)]
         count = len(self.problems)
         head = self.title if count == 1 else f"{self.title} ({count} problems)"
         lines = [f"  {p}" for p in self.problems[:SHOWN_PROBLEMS]]
@@ -216,4 +224,11 @@ class BudgetStopped(RunError):
         self.kept = kept
         self.spent_usd = spent_usd
         self.cap_usd = cap_usd
+        # A gated run (SPEC §21): kept, wanted, candidates, rate, ... for ``--json``.
+        self.funnel: dict[str, Any] | None = None
         super().__init__(message)
+
+
+class CandidatesExhausted(BudgetStopped):
+    """A gated run tried ``pipeline.max_candidates`` candidates before it kept the rows it
+    wants (exit 3, as the budget): a higher cap on the same command goes on (SPEC §21)."""

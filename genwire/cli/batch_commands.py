@@ -12,6 +12,8 @@ from typing import Any
 
 import click
 
+from genwire.errors import plural
+
 __all__ = ["batches", "interrupted_hint", "local_provider_notes"]
 
 _FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
@@ -34,8 +36,10 @@ def interrupted_hint(file: Path, directory: Path) -> str | None:
     open_batches = open_batch_ids(directory)
     if not open_batches:
         return None
+    one = len(open_batches) == 1
+    running = f"{plural(len(open_batches), 'batch', 'batches')} {'is' if one else 'are'}"
     return (
-        f"{len(open_batches)} batches are still running at the provider (they are not cancelled): rerun the same "
+        f"{running} still running at the provider ({'it is' if one else 'they are'} not cancelled): rerun the same "
         f"command to collect them, or cancel them with `genwire batches cancel {file}`"
     )
 

@@ -42,12 +42,15 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def cost_table(cost: dict[str, Any] | None) -> Table:
-    """The run's cost (its ``"cost"`` object) per model and in total."""
+def cost_table(cost: dict[str, Any] | None, *, resumed: bool = False) -> Table:
+    """The run's cost (its ``"cost"`` object) per model and in total. Its tokens are the
+    ledger's, every session's: a ``resumed`` run's title says so, beside the summary's
+    figures of this session alone."""
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title="Cost", title_justify="left")
+    title = "Cost of the whole run (every session; this session's share below)" if resumed else "Cost"
+    table = Table(title=title, title_justify="left")
     for name in ("model", "input tokens", "output tokens", "USD", "price from"):
         table.add_column(name, justify="left" if name in ("model", "price from") else "right")
     if not cost:
@@ -55,23 +58,27 @@ def cost_table(cost: dict[str, Any] | None) -> Table:
     for alias, m in cost["by_model"].items():
         tokens = (_tokens(m["input_tokens"]), _tokens(m["output_tokens"]))
         table.add_row(escape(alias), *tokens, usd(m["usd"]), escape(m["price_source"]))
-    table.add_row("total (run)", "", "", usd(cost["total_usd"]), "")
+    table.add_row("total (whole run)", "", "", usd(cost["total_usd"]), "")
     table.add_row("this session", "", "", usd(cost["this_session_usd"]), "")
     table.add_row("saved by the cache", "", "", usd(cost["saved_by_cache_usd"]), "")
     return table
 
 
-def estimate_table(found: Estimate) -> Table:
+def estimate_table(found: Estimate, unit: str = "rows") -> Table:
+    """``unit``: what the projection counts (a gated pipeline's: candidates, SPEC §21)."""
     from rich.markup import escape
     from rich.table import Table
 
-    done = f"{found.rows_done:,} of {found.rows_total:,} rows done"
+    done = f"{found.rows_done:,} of {found.rows_total:,} {unit} done"
     table = Table(
-        title=f"Estimate: {found.sample_rows:,} rows sampled ({usd(found.sample_cost_usd)}); {done}, "
+        title=f"Estimate: {found.sample_rows:,} {unit} sampled ({usd(found.sample_cost_usd)}); {done}, "
         f"{found.rows_left:,} to go" + (" (batch prices)" if found.batch else ""),
         title_justify="left",
     )
-    heads = ("model", "req/row", "input tok/req\nmean · p95", "output tok/req\nmean · p95", "latency", "requests")
+    per = "req/row" if unit == "rows" else "req/candidate"
+    heads = (
+        "model", per, "input tok/req\nmean · p95", "output tok/req\nmean · p95", "latency", "requests",
+    )  # fmt: skip
     for name in (*heads, "cost", "worst case", "price from"):
         table.add_column(name, justify="left" if name in ("model", "price from") else "right")
     for m in found.models:
@@ -113,17 +120,22 @@ def run_estimate(
     """``genwire estimate`` once its container is booted (``cli.main`` owns the command:
     this module never imports it back)."""
     from genwire.cli.exits import emit_json
-    from genwire.cli.render import RichProgress, show_preflight
-    from genwire.cli.signals import run_interruptibly
+    from genwire.cli.render import RichProgress, interrupted_message, show_preflight
+    from genwire.cli.signals import Interrupted, run_interruptibly
+    from genwire.engine.checkpoint import checkpoint_dir, kept_rows
     from genwire.engine.estimate import estimate_of
     from genwire.engine.options import RunOptions
+    from genwire.engine.run import output_path
+    from genwire.errors import GenwireError
     from genwire.preflight.report import PreflightError
 
     console = err if as_json else out
     n = num_records or container.config.pipeline.num_records
+    gated = any(c.generator_cls.metadata.gate for c in container.columns)  # K candidates, N kept rows (SPEC §21)
     options = RunOptions(
-        num_records=n, output=output, sample_rows=min(sample, n), batch=batch, probe_cache=not no_cache
-    )
+        num_records=n, output=output, sample_rows=sample if gated else min(sample, n), batch=batch,
+        probe_cache=not no_cache,
+    )  # fmt: skip
 
     async def go() -> Any:
         async with container:
@@ -133,6 +145,16 @@ def run_estimate(
 
     try:
         result = run_interruptibly(go())
+    except Interrupted as exc:  # as at `run`: what is kept, and how to go on (exit 130 / 143)
+        directory = checkpoint_dir(output_path(container, output))
+        kept = kept_rows(directory)
+        if as_json:
+            emit_json(
+                {"ok": False, "error": "interrupted", "errors": ["interrupted"], "rows_kept": kept,
+                 "checkpoint": str(directory)}
+            )  # fmt: skip
+        err.print(interrupted_message(directory, kept, n), markup=False)
+        sys.exit(exc.exit_code)
     except GenwireError as exc:
         if as_json:
             summary = failure(exc)
@@ -141,10 +163,30 @@ def run_estimate(
             emit_json(summary)
         raise
     found = estimate_of(container, result, batch=batch)
+    gates = None
+    if result.funnel is not None:
+        from genwire.cli.gates_table import gates_table, weak_warning
+        from genwire.engine.gated_estimate import gated_estimate
+
+        gates = gated_estimate(result, found, [c.name for c in container.columns])
+        if gates.weak:
+            err.print(weak_warning(gates), markup=False)
     if as_json:
-        emit_json({**found.as_dict(), "cost": result.cost})
+        extra = {}
+        if gates is not None:
+            extra = {
+                "acceptance": {**vars(gates.acceptance)},
+                "candidates_needed": gates.candidates_needed,
+                "gates": gates.as_dict(),
+            }
+        emit_json({**found.as_dict(), "cost": result.cost, **extra})
         return
-    out.print(estimate_table(found))
+    out.print(estimate_table(found, unit="rows" if gates is None else "candidates"))
+    if gates is not None:
+        table, projection = gates_table(gates, usd=usd, duration=_duration)
+        out.print(table)
+        out.print(projection, markup=False)
     run = f"genwire run {file}" + (f" -n {n}" if num_records else "") + (f" -o {output}" if output else "")
-    out.print(f"the {found.rows_done:,} rows done are kept: `{run}` continues after them", markup=False)
+    what = "rows" if gates is None else "candidates"
+    out.print(f"the {found.rows_done:,} {what} done are kept: `{run}` continues after them", markup=False)
     sys.stdout.flush()

@@ -1,6 +1,6 @@
 """How the command line exits (standard library only, loaded first by entry.py): Ctrl-C
 and SIGTERM exit 130/143 with one line, never a traceback, and under ``--json`` (``run``,
-``preflight``) stdout holds exactly one JSON object on every exit.
+``preflight``, ``estimate``) stdout holds exactly one JSON object on every exit.
 
 Two phases. Until a command's body starts (imports, argument parsing) there is nothing to
 clean up, so a signal ends the process on the spot. Inside a command the signal is
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
-JSON_COMMANDS = ("run", "preflight")  # the commands whose --json promises one object on every exit
+JSON_COMMANDS = ("run", "preflight", "estimate")  # the commands whose --json promises one object on every exit
 
 
 class Terminated(KeyboardInterrupt):

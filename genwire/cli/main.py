@@ -12,6 +12,7 @@ import functools
 import json
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar, cast
@@ -30,7 +31,7 @@ from genwire.cli.exits import (
     start_command,
     steady_gc,
 )
-from genwire.errors import ConfigError, GenwireError, PluginError, ProblemsError, RunSetupError, WiringError
+from genwire.errors import ConfigError, GenwireError, PluginError, ProblemsError, RunSetupError, WiringError, plural
 from genwire.version import __version__
 
 if TYPE_CHECKING:
@@ -129,6 +130,9 @@ def handle_errors(fn: F) -> F:
 def cli(debug: bool) -> None:
     """genwire: each generator wired with exactly the resources it declares, and every
     wired model and dataset checked before generation starts."""
+    from genwire.scrub import show_tracebacks
+
+    show_tracebacks(debug)  # libraries' log records keep their (scrubbed) tracebacks only then
 
 
 _FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
@@ -192,8 +196,8 @@ def validate(file: Path) -> None:
     container = _wire(file)
     plan = container.plan()
     click.echo(
-        f"{file}: valid — {len(plan.columns)} columns, {len(plan.targets)} pre-flight targets"
-        + (f", {len(plan.unreachable)} resources reached by no column" if plan.unreachable else "")
+        f"{file}: valid — {plural(len(plan.columns), 'column')}, {plural(len(plan.targets), 'pre-flight target')}"
+        + (f", {plural(len(plan.unreachable), 'resource')} reached by no column" if plan.unreachable else "")
     )
 
 
@@ -318,7 +322,7 @@ def preflight(
                     "checks": [c.model_dump(mode="json") for c in finished],
                 }
             )
-        sys.stderr.write(f"interrupted: {len(finished)} checks had finished\n")
+        sys.stderr.write(f"interrupted: {plural(len(finished), 'check')} had finished\n")
         sys.exit(exc.exit_code if isinstance(exc, Interrupted) else signal_exit_code(getattr(exc, "signum", 2)))
     if as_json:
         emit_json(report.model_dump(mode="json"), indent=2)
@@ -440,15 +444,23 @@ def run(
     workers: int | None,
 ) -> None:
     """Pre-flight, then generate the dataset, checkpointing as it goes; rerun to resume."""
-    from genwire.cli.render import RichProgress, run_summary, show_preflight
+    from genwire.cli.render import RichProgress, report_note, run_summary, show_preflight
     from genwire.cli.signals import Interrupted, run_interruptibly
     from genwire.engine.checkpoint import checkpoint_dir, kept_rows
     from genwire.engine.run import output_path
     from genwire.errors import BudgetStopped, RunStopped
     from genwire.preflight.report import PreflightError
 
+    began = time.time()
     container = _boot_or_report(file, as_json, {})
     console = err if as_json else out  # --json: stdout holds the summary only
+    target = output_path(container, output)
+
+    def say_report() -> None:  # every ending of a run says where its report page is
+        note = report_note(target, began)
+        if note is not None:
+            err.print(note, markup=False)
+
     if batch:
         from genwire.cli.batch_commands import local_provider_notes
 
@@ -478,16 +490,19 @@ def run(
         result = run_interruptibly(go(), fast_loop=True)
     except Interrupted as exc:
         total = num_records or container.config.pipeline.num_records
-        directory = checkpoint_dir(output_path(container, output))
+        directory = checkpoint_dir(target)
         kept = kept_rows(directory)
         if as_json:
             emit_json({**_failure_text("interrupted"), "rows_kept": kept, "checkpoint": str(directory)})
-        if kept:
-            message = f"interrupted: {kept:,} of {total:,} rows kept in {directory}; rerun the same command to resume"
-        else:
-            message = "interrupted before any row was done; nothing to resume"
         from genwire.cli.batch_commands import interrupted_hint
+        from genwire.cli.render import interrupted_message
+        from genwire.engine.session import response_cache_dir
 
+        cached = response_cache_dir(container, not no_response_cache) is not None
+        message = interrupted_message(directory, kept, total, response_cache=cached)
+        page = report_note(target, began)
+        if page is not None:  # an interrupt says it in one line: the page's place in it
+            message += f"; {page}"
         hint = interrupted_hint(file, directory)  # batch mode: batches left running
         if hint:
             message = message.replace("; nothing to resume", "") + "\n" + hint
@@ -499,22 +514,27 @@ def run(
             if isinstance(exc, RunStopped | BudgetStopped):
                 summary.update(rows_kept=exc.kept, checkpoint=str(exc.checkpoint))
             if isinstance(exc, BudgetStopped):
-                summary.update(spent_usd=exc.spent_usd, max_cost_usd=exc.cap_usd)
+                summary.update(spent_usd=exc.spent_usd, max_cost_usd=exc.cap_usd, **(exc.funnel or {}))
             if isinstance(exc, PreflightError):
                 summary["preflight"] = exc.report.model_dump(mode="json")
             emit_json(summary)
+        say_report()
         if isinstance(exc, BudgetStopped):
             err.print(str(exc), markup=False)
             sys.exit(3)
         raise
     if as_json:
         emit_json(result.summary())
+        say_report()
         return
     out.print(run_summary(result))
     from genwire.cli.estimate_command import cost_table
 
-    out.print(cost_table(result.cost))
+    out.print(cost_table(result.cost, resumed=result.rows_resumed > 0))
     click.echo(f"dataset written to {result.output}")
+    page = report_note(result.output, began)
+    if page is not None:
+        click.echo(page)
 
 
 _CACHE_FILE = click.argument(
@@ -648,6 +668,9 @@ def _register_batches() -> None:
     from genwire.cli.report_command import report
 
     cli.add_command(batches)
+    # Exits as every command does: a signal unwinds it (no half-written page is left), one line.
+    assert report.callback is not None
+    report.callback = handle_errors(report.callback)
     cli.add_command(report)
 
 

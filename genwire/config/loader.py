@@ -368,7 +368,22 @@ def _cross_reference_problems(loaded: LoadedConfig) -> list[str]:
             f"{loaded.where(('tools', name))}: {name!r} names both a tool server and a model or dataset; "
             "names must be unique across models, datasets and tools"
         )
+    if cfg.tools and not mcp_installed():
+        problems.append(f"{loaded.where(('tools',))}: {MCP_MISSING}")
     return problems
+
+
+MCP_MISSING = "tool servers need the MCP SDK, which is not installed: pip install 'genwire[mcp]'"
+
+
+def mcp_installed() -> bool:
+    """Whether the ``mcp`` extra can be imported (found, not imported: validate stays fast)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("mcp") is not None
+    except (ImportError, ValueError):  # a broken or blocked install
+        return False
 
 
 def load_config_text(

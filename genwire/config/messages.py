@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic_core import ErrorDetails
 
+from genwire.scrub import without_userinfo
+
 # Values under these keys may be credentials: never quoted back (header values included).
 SECRET_KEYS = frozenset({"api_key", "headers", "extra_headers"})
 MAX_SHOWN = 80  # characters of a given value quoted back in a message
@@ -35,7 +37,8 @@ def shown(value: Any) -> str:
         return "a list"
     if value is None:
         return "nothing (null)"
-    text = repr(value)
+    # A URL's password goes before the cut: a cut inside it would leave no '@' to find.
+    text = without_userinfo(repr(value))
     return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 1] + "…'"
 
 

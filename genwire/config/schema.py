@@ -353,6 +353,9 @@ class PipelineConfig(StrictModel):
     batch_size: Annotated[int, Field(gt=0, le=100_000)] = 64
     max_failure_rate: Annotated[float, Field(ge=0, le=1)] = 0.1
     budget: BudgetConfig | None = None
+    # With a gate (SPEC §21): candidates tried at most (None: 10 x num_records). Not in the
+    # fingerprint: a higher cap goes on from the same checkpoint.
+    max_candidates: Annotated[PositiveInt, BeforeValidator(_row_count)] | None = None
     columns: Annotated[list[ColumnConfig], Field(min_length=1)]
 
     @field_validator("columns")

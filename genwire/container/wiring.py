@@ -6,8 +6,8 @@ any provider exists and long before any network call.
 
 from __future__ import annotations
 
-import difflib
 import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -19,8 +19,8 @@ from genwire.config.messages import describe
 from genwire.config.schema import TEMPLATE_NAMES, ColumnConfig
 from genwire.errors import WiringError, exception_text
 from genwire.generators.base import Generator
+from genwire.generators.findings import Finding, Severity
 from genwire.generators.metadata import ResourceKind, model_resource_kind
-from genwire.generators.source_check import Finding, Severity, check_generators
 
 BindingSource = Literal["column", "defaults"]  # where a slot's binding was written
 _DEFAULT_FIELD = {
@@ -31,6 +31,7 @@ _DEFAULT_FIELD = {
     ResourceKind.TOOLS: "tools",
 }
 _NOT_MODELS = (ResourceKind.DATASET, ResourceKind.TOOLS)  # what a model registry never serves
+BUILT_IN = "genwire.generators.builtin."  # the built-in generators' modules
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ def _suggest(name: str, candidates: list[str]) -> str:
 
 @functools.lru_cache(maxsize=4096)  # a generated config repeats the same typo thousands of times
 def _suggest_cached(name: str, candidates: tuple[str, ...]) -> str:
+    import difflib  # here: a config without a typo never pays for it (start-up)
+
     close = difflib.get_close_matches(name, candidates, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -214,13 +217,23 @@ class _Wirer:
         return [raw] if isinstance(raw, str) else list(raw)
 
     def check_reads(self, wirings: list[ColumnWiring]) -> None:
-        position = {c.name: i for i, c in enumerate(self.loaded.config.pipeline.columns)}
+        columns = self.loaded.config.pipeline.columns
+        position = {c.name: i for i, c in enumerate(columns)}
+        gates = {w.name for w in wirings if w.generator_cls.metadata.gate}
         for w in wirings:
             for ref in sorted(w.reads):
                 root = ref.split(".", 1)[0]
                 where = position.get(root)
-                path = ("pipeline", "columns", w.index, "params")
-                if where is None:
+                path: tuple[str | int, ...] = ("pipeline", "columns", w.index, "params")
+                if w.name in gates:  # a gate's expression: located at the param that names the column
+                    path = (*path, *_param_reading(columns[w.index].params, root))
+                if root in gates and where is not None and where < w.index:
+                    self.problem(
+                        path,
+                        f"column {w.name!r} reads {root!r}, a gate column: a gate's verdict is not a value "
+                        "later columns can read (a row that reaches them passed it)",
+                    )
+                elif where is None:
                     self.problem(
                         path,
                         f"column {w.name!r} reads {root!r}, which is not a column{_suggest(root, list(position))}"
@@ -233,6 +246,14 @@ class _Wirer:
                         f"{'by the column itself' if where == w.index else 'later'}; "
                         "a column may only read earlier columns (move it below)",
                     )
+
+
+def _param_reading(params: Mapping[str, Any], root: str) -> tuple[str, ...]:
+    """The param whose text names column ``root`` (a template, an expression), to locate
+    an error there; () when no single text param does."""
+    pattern = re.compile(rf"(?<![\w.]){re.escape(root)}(?!\w)")
+    keys = [k for k, v in params.items() if isinstance(v, str) and pattern.search(v)]
+    return (keys[0],) if len(keys) == 1 else ()
 
 
 def wire_columns(loaded: LoadedConfig, generators: Mapping[str, type[Generator[Any]]]) -> list[ColumnWiring]:
@@ -288,13 +309,20 @@ def check_tool_names(loaded: LoadedConfig, wirings: list[ColumnWiring], problems
 def check_sources(
     loaded: LoadedConfig, generators: Mapping[str, type[Generator[Any]]], problems: list[str]
 ) -> list[Finding]:
-    """The static check of every generator the config uses: undeclared slot uses join
-    ``problems`` (located in the plugin's source); warnings and notes are returned."""
+    """The static check of every plugin generator the config uses: undeclared slot uses
+    join ``problems`` (located in the plugin's source); warnings and notes are returned.
+    genwire's built-in generators are not read: genwire's own tests hold them to no
+    findings (tests/test_source_check.py), and a config of built-ins alone never loads the
+    checker (start-up)."""
     columns: dict[type[Generator[Any]], list[str]] = {}
     for column in loaded.config.pipeline.columns:
         cls = generators.get(column.generator)
-        if cls is not None:
+        if cls is not None and not cls.__module__.startswith(BUILT_IN):
             columns.setdefault(cls, []).append(column.name)
+    if not columns:
+        return []
+    from genwire.generators.source_check import check_generators
+
     names = {cls.metadata.name: ", ".join(repr(c) for c in cols) for cls, cols in columns.items()}
     findings = check_generators(columns)
     for f in findings:

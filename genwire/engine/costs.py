@@ -49,13 +49,14 @@ def priced_models(container: WiredPipeline) -> dict[str, Price | None]:
 
 
 def attach_meter(container: WiredPipeline, aliases: Iterable[str], meter: CostMeter) -> list[Any]:
-    """Every HTTP provider serving one of ``aliases`` meters its requests with ``meter``
-    from now on; returns their clients (set their ``meter`` to None to detach)."""
+    """Every provider serving one of ``aliases`` (HTTP endpoints and the embedded models
+    alike: one accounting for all) meters its requests with ``meter`` from now on; returns
+    their clients (set their ``meter`` to None to detach)."""
     config = container.config
     names = {name for alias in aliases for name in config.models[alias].providers}  # a pool: each endpoint's
     clients = []
     for name in sorted(names):
-        if isinstance(config.providers.get(name), OpenAIProviderConfig):
+        if isinstance(config.providers.get(name), OpenAIProviderConfig | LocalProviderConfig):
             client = container.client(name)
             client.meter = meter
             clients.append(client)
@@ -169,7 +170,8 @@ class RunCosts:
             )
 
     def attach(self) -> None:
-        """Every HTTP provider a used model is served by meters its requests from now on."""
+        """Every provider a used model is served by meters its requests from now on: HTTP
+        endpoints and the embedded (local) models alike, one accounting for all."""
         self._clients.extend(attach_meter(self.container, self.prices, self.meter))
 
     def detach(self) -> None:

@@ -147,9 +147,17 @@ class RunMetrics:
             )
         self._last_t = now
 
-    def end(self, error: BaseException | None, *, usage: dict[str, ModelUsage] | None = None, **about: Any) -> None:
-        """The last tick and the ``end`` line; stop recording. Never raises: the run's
-        own outcome is what the user must see."""
+    def end(
+        self,
+        error: BaseException | None,
+        *,
+        usage: dict[str, ModelUsage] | None = None,
+        ending: tuple[str, str] | None = None,
+        **about: Any,
+    ) -> None:
+        """The last tick and the ``end`` line; stop recording. ``ending``: (outcome,
+        message) when the session ended its own way (an estimate's sample), else read from
+        ``error``. Never raises: the run's own outcome is what the user must see."""
         try:
             if self._ticker is not None:
                 self._ticker.cancel()
@@ -158,7 +166,7 @@ class RunMetrics:
                 stop_recording(self._token)
                 self._token = None
             self.tick(usage)
-            outcome, message = outcome_of(error)
+            outcome, message = ending or outcome_of(error)
             self.note("end", t=round(time.time(), 3), outcome=outcome, message=message, **about)
         except Exception as exc:  # a full disk must not hide the run's own error
             log.warning("cannot finish the run's metrics in %s: %s", self.path, exc)

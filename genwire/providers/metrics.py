@@ -1,9 +1,10 @@
 """What a run's model requests did, second by second (SPEC §19): the request side.
 
 The run sets a ``RequestRecorder`` as the current one (``start_recording``); each HTTP attempt
-of a model request goes through ``timed_attempt`` (in flight, latency bucket, outcome)
-and a request that gives up says so with ``note_gave_up``. Outside a run (or with the
-recorder off) both cost one context-variable read. Counters the clients keep anyway
+of a model request, and each call of an embedded (local) model, goes through
+``timed_attempt`` (in flight, latency bucket, outcome) and a request that gives up says
+so with ``note_gave_up``. Outside a run (or with the recorder off) both cost one
+context-variable read. Counters the clients keep anyway
 (requests, retries, 429s, tokens, cache hits, batched lines: ``ModelUsage``) are not
 recorded here: the engine reads their differences once a second (``engine.metrics``), so
 a cache hit costs nothing more than it did.
@@ -21,9 +22,11 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from genwire.errors import ModelError
 from genwire.providers.failures import AttemptFailure
 
 __all__ = [
+    "BUCKETS",
     "AliasSecond",
     "RequestRecorder",
     "bucket_bounds",
@@ -151,7 +154,7 @@ CANCELLED = "cancelled"
 def outcome_of(error: BaseException) -> str:
     """An attempt's outcome when it raised: its failure class, the type of an unclassified
     exception, or ``CANCELLED`` (cancelled, interrupted: no answer)."""
-    if isinstance(error, AttemptFailure):
+    if isinstance(error, AttemptFailure | ModelError):  # ModelError: an embedded model's call
         return error.error_class.value
     if isinstance(error, Exception):
         return type(error).__name__

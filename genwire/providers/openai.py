@@ -43,6 +43,7 @@ from genwire.providers.routes import Route, TokenHandle, open_route, resolve_rou
 from genwire.providers.tool_calls import assistant_message, is_assistant_message
 from genwire.providers.tracing import answered, request_span, trace_cache_hit, tracer
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
+from genwire.scrub import scrub
 
 if TYPE_CHECKING:  # aiohttp with the first request (a rerun the cache serves sends none); batch mode when on
     import aiohttp
@@ -482,11 +483,7 @@ class OpenAIProvider:
         secrets = [*self.config.headers.values()]
         if self.config.api_key is not None:
             secrets.append(self.config.api_key)
-        for secret in secrets:
-            value = secret.get_secret_value()
-            if len(value) >= MIN_SECRET_CHARS:
-                text = text.replace(value, "***")
-        return text
+        return scrub(text, [s.get_secret_value() for s in secrets], MIN_SECRET_CHARS)
 
     def _snippet(self, raw: bytes) -> str:
         """A short, key-free excerpt of a response body: the OpenAI error message if any."""

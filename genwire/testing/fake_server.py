@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, get_args
@@ -136,12 +136,15 @@ class FakeOpenAIServer:
         self._api_key: str | None = None
         self._buckets: dict[str | None, _TokenBucket] = {}  # per model; None: every other model
         self._no_response_format: set[str] = set()
+        self._rejected_tools: dict[str, set[str]] = {}  # model -> tool names whose schema it refuses
         self._varied: set[str] = set()
         self._padding_mb: dict[str, float] = {}  # per model ("*": all): whitespace before answers
         self._answers_varied = 0
         self._tool_scripts: list[ToolScript] = []  # see genwire.testing.fake_tool_calls
         self._realistic: dict[str, RealisticUsage] = {}  # per model ("*": all)
         self._advertised: dict[str, dict[str, str]] = {}  # x-ratelimit-limit-* headers, per model ("*": all)
+        self._answer_fns: dict[str, Callable[[str], str]] = {}  # per model: the chat answer to a prompt
+        self._varied_structured: set[str] = set()  # models ("*": all) whose structured answers vary by prompt
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -299,6 +302,30 @@ class FakeOpenAIServer:
                 self._no_response_format.add(model)
             else:
                 self._no_response_format.discard(model)
+
+    def answer_with(self, model: str, answer: Callable[[str], str] | None) -> None:
+        """``model``'s chat answers are ``answer(prompt)`` (the last message's text), e.g.
+        a judge's JSON scoring each prompt its own way; None: the default answers again."""
+        with self._lock:
+            if answer is None:
+                self._answer_fns.pop(model, None)
+            else:
+                self._answer_fns[model] = answer
+
+    def vary_structured(self, model: str = "*", vary: bool = True) -> None:
+        """``model``'s structured answers vary with the prompt (deterministically): a
+        bounded integer (a judge's score) or an enum takes a value of its own per prompt."""
+        with self._lock:
+            if vary:
+                self._varied_structured.add(model)
+            else:
+                self._varied_structured.discard(model)
+
+    def reject_tool_schema(self, model: str, tool: str) -> None:
+        """``model`` answers 400 to any request offering tool ``tool`` (as a provider does
+        that refuses a tool's JSON schema)."""
+        with self._lock:
+            self._rejected_tools.setdefault(model, set()).add(tool)
 
     def vary_answers(self, model: str = "*", vary: bool = True) -> None:
         """Plain chat answers for ``model`` ("*": every model) end with `` #N``, N a serial
@@ -519,6 +546,7 @@ class FakeOpenAIServer:
             api_key = self._api_key
             known = self.known_models
             rejects_format = set(self._no_response_format)
+            rejected_tools = set(self._rejected_tools.get(model, ()))
             item = self._next_item(model, texts)
         if api_key is not None and request.headers.get("Authorization") != f"Bearer {api_key}":
             return _raw(401, _error_body(401, code="invalid_api_key"))
@@ -527,6 +555,11 @@ class FakeOpenAIServer:
             return _raw(404, _error_body(404, message, code="model_not_found"))
         if "response_format" in body and model in rejects_format:
             return _raw(400, _error_body(400, "response_format is not supported by this model"))
+        offered = [t.get("function", {}).get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
+        refused = sorted(rejected_tools.intersection(n for n in offered if isinstance(n, str)))
+        if refused:
+            message = f"Invalid schema for function '{refused[0]}': the schema is not supported by this model."
+            return _raw(400, _error_body(400, message, code="invalid_function_parameters"))
         if item is None:
             with self._lock:
                 padding = self._padding_mb.get(model, self._padding_mb.get("*", 0.0))
@@ -617,11 +650,18 @@ class FakeOpenAIServer:
                     return _json(200, _chat_body(model, None, prompt_tokens, 1, calls))
                 content = text
             completion_tokens: int | None = None
+            with self._lock:
+                answer_fn = self._answer_fns.get(model)
+            if content is None and answer_fn is not None:
+                content = answer_fn(texts[-1] if texts else "")
             if content is None:
                 schema = requested_schema(body.get("response_format"))
                 # Structured output: an instance of the requested schema, as JSON text.
+                with self._lock:
+                    by_prompt = model in self._varied_structured or "*" in self._varied_structured
+                seed = (texts[-1] if texts else "") if by_prompt else None
                 content = (
-                    json.dumps(schema_instance(schema))
+                    json.dumps(schema_instance(schema, seed=seed))
                     if schema is not None
                     else fake_answer(texts[-1] if texts else "")
                 )

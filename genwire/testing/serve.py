@@ -54,6 +54,11 @@ def _parser() -> argparse.ArgumentParser:
     answers.add_argument(
         "--fail-status", type=_status, default=503, help="the HTTP status of those errors (default: %(default)s)"
     )
+    answers.add_argument(
+        "--vary-structured",
+        action="store_true",
+        help="structured answers vary with the prompt (a judge's bounded score differs per prompt)",
+    )
     usage = parser.add_argument_group("realistic usage (for cost estimates and budgets)")
     usage.add_argument(
         "--realistic-usage",
@@ -128,6 +133,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     server = FakeOpenAIServer(latency=args.latency, dimensions=args.dimensions, host=args.host, port=args.port)
     server.require_api_key(args.api_key)
     server.pad_answers("*", args.pad_mb)
+    server.vary_structured("*", args.vary_structured)
     if args.realistic_usage:
         server.realistic_usage("*", RealisticUsage(completion_mean=args.completion_mean, seed=args.seed))
     if args.fail_rate:
