@@ -27,7 +27,7 @@ class Interrupted(Exception):
 def new_event_loop(*, fast: bool = False) -> asyncio.AbstractEventLoop:
     """An event loop; with ``fast``, uvloop's when it is installed (``pip install
     genwire[fast]``): against a fast endpoint a run's CPU per request is its limit, and
-    uvloop's loop and sockets take about a tenth less of it. Its import (~0.1 s) is paid
+    uvloop's loop and sockets take 5-10 % less of it. Its import (~0.1 s) is paid
     only by the commands that generate."""
     if fast:
         try:
