@@ -199,3 +199,18 @@ def test_a_run_loads_opentelemetry_only_when_the_environment_asks_for_traces(tmp
         code, modules, stderr = modules_after("run", config, "--json", "--fresh", cwd=tmp_path, env=asked)
         assert code == 0, stderr
         assert "opentelemetry.sdk.trace" in modules
+
+
+def test_a_rerun_the_response_cache_serves_whole_never_loads_the_http_client(tmp_path: Path) -> None:
+    """Every answer from the cache, no request sent: aiohttp (and its TLS set-up, a tenth
+    of a second and more) is never imported; the first run, which sent, did import it."""
+    with FakeOpenAIServer() as server:
+        config = one_model_config(tmp_path, server.url, num_records=3)
+        code, modules, stderr = modules_after("run", config, "--json", "--skip-preflight", cwd=tmp_path)
+        assert code == 0, stderr
+        assert "aiohttp" in modules and server.requests["writer"] == 3
+        server.reset_stats()
+        code, modules, stderr = modules_after("run", config, "--json", "--skip-preflight", "--fresh", cwd=tmp_path)
+    assert code == 0, stderr
+    assert server.total_requests == 0 and "genwire.providers.response_cache" in modules
+    assert loaded(modules, ["aiohttp"]) == []

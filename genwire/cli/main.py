@@ -488,7 +488,7 @@ def run(
 
     steady_gc()  # generation makes garbage all along: the collector's usual pace
     try:
-        result = run_interruptibly(go())
+        result = run_interruptibly(go(), fast_loop=True)
     except Interrupted as exc:
         total = num_records or container.config.pipeline.num_records
         directory = checkpoint_dir(target)

@@ -29,7 +29,8 @@ import json
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from array import array
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -57,15 +58,18 @@ MARGIN_TOKENS = 16
 # what today's chat models answer in one go (a reasoning model's may be larger: set
 # models.<alias>.max_output_tokens).
 DEFAULT_OUTPUT_LIMIT = 32_768
+_MAX_COUNT = 2**63 - 1  # what an array("q") holds
 
 
 @dataclass
 class ModelStats:
     """What one alias's answers showed in this session."""
 
-    input_tokens: list[int] = field(default_factory=list)  # per paid request
-    output_tokens: list[int] = field(default_factory=list)
-    latencies: list[float] = field(default_factory=list)  # seconds, the successful attempt
+    # Per paid request, as machine numbers (8 bytes each, not a list of Python objects):
+    # a 100,000-row run's RSS grew 15 % with lists. A count past 2**63 is kept as that.
+    input_tokens: array[int] = field(default_factory=lambda: array("q"))
+    output_tokens: array[int] = field(default_factory=lambda: array("q"))
+    latencies: array[float] = field(default_factory=lambda: array("d"))  # seconds, the successful attempt
     usd: float = 0.0
     chars_per_token: float | None = None  # smallest body chars / prompt tokens seen
     limit_requests: int | None = None  # x-ratelimit-limit-requests (per minute)
@@ -164,9 +168,7 @@ class CostMeter:
         """The pre-flight is over: what the estimate measures starts here (what the
         probes taught about characters per token and limits is kept)."""
         for stats in self.stats.values():
-            stats.input_tokens.clear()
-            stats.output_tokens.clear()
-            stats.latencies.clear()
+            del stats.input_tokens[:], stats.output_tokens[:], stats.latencies[:]
             stats.usd = 0.0
         self._rows_begun = True
 
@@ -324,8 +326,8 @@ class CostMeter:
         input_tokens, output_tokens = usage
         price = self.prices.get(alias)
         usd = price.cost(input_tokens, output_tokens, batched=batched) if price is not None else None
-        stats.input_tokens.append(input_tokens)
-        stats.output_tokens.append(output_tokens)
+        stats.input_tokens.append(min(input_tokens, _MAX_COUNT))
+        stats.output_tokens.append(min(output_tokens, _MAX_COUNT))
         stats.latencies.append(latency_s)
         if headers is not None:
             stats.limit_requests = _header_int(headers, "x-ratelimit-limit-requests") or stats.limit_requests
@@ -397,7 +399,7 @@ def _header_int(headers: Mapping[str, str], name: str) -> int | None:
     return number if number > 0 else None
 
 
-def p95(values: list[int] | list[float]) -> float:
+def p95(values: Sequence[int] | Sequence[float]) -> float:
     """The 95th percentile (nearest rank); 0 for no values."""
     if not values:
         return 0.0
