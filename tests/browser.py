@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -109,7 +110,8 @@ class _Session:
 async def _visit(chromium: str, path: Path, probe: str) -> PageVisit:
     url = path.resolve().as_uri()
     visit = PageVisit(url)
-    with tempfile.TemporaryDirectory(prefix="genwire-chromium-") as profile:
+    # Cleaned up by hand: Chromium's helpers may still be writing to the profile for a moment.
+    with tempfile.TemporaryDirectory(prefix="genwire-chromium-", ignore_cleanup_errors=True) as profile:
         log = Path(profile) / "chromium.log"
         with log.open("wb") as log_file:
             process = subprocess.Popen(
@@ -131,6 +133,7 @@ async def _visit(chromium: str, path: Path, probe: str) -> PageVisit:
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=log_file,
+                start_new_session=True,  # its renderers and helpers in one group, killed together
             )
         try:
             port = await asyncio.wait_for(asyncio.to_thread(_devtools_port, process, log), 60)
@@ -157,9 +160,20 @@ async def _visit(chromium: str, path: Path, probe: str) -> PageVisit:
                     with contextlib.suppress(asyncio.CancelledError):
                         await session.reader
         finally:
-            process.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
             process.wait(30)
+            _remove(Path(profile))
     return visit
+
+
+def _remove(profile: Path) -> None:
+    """The profile, once the killed helpers have let go of it (a few tries)."""
+    for _ in range(50):
+        shutil.rmtree(profile, ignore_errors=True)
+        if not profile.exists():
+            return
+        time.sleep(0.1)
 
 
 def _devtools_port(process: subprocess.Popen[bytes], log: Path) -> int:

@@ -15,7 +15,7 @@ import math
 import signal
 import subprocess
 import sys
-import threading
+import time
 from collections.abc import Iterator, Sequence
 from types import FrameType
 
@@ -146,18 +146,25 @@ def main(argv: Sequence[str] | None = None) -> None:
         cause = exc.__cause__ or exc
         why = getattr(cause, "strerror", None) or cause
         parser.exit(2, f"error: cannot listen on {args.host}:{args.port}: {why}\n")
-    stopped = threading.Event()
 
     def stop(signum: int, frame: FrameType | None) -> None:
-        stopped.set()
+        # Raised, as Ctrl-C raises KeyboardInterrupt: a handler that set an Event could
+        # deadlock on the Event's lock when the signal lands inside the main thread's wait().
+        raise _Stopped
 
-    signal.signal(signal.SIGTERM, stop)
     try:
-        print(server.url, flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            stopped.wait()
+        with contextlib.suppress(KeyboardInterrupt, _Stopped):
+            signal.signal(signal.SIGTERM, stop)
+            print(server.url, flush=True)
+            while True:
+                time.sleep(3600)
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stopping already
         server.stop()
+
+
+class _Stopped(Exception):
+    """SIGTERM: a normal ending."""
 
 
 @contextlib.contextmanager
