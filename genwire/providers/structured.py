@@ -48,6 +48,22 @@ def _paths(value: Any, path: tuple[str | int, ...], into: dict[int, tuple[str | 
             _paths(item, (*path, key), into)
 
 
+def checked_schema(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` when it is a valid JSON Schema whose ``$ref``s resolve; ValueError naming
+    where it is not (a column's ``schema`` param, validated at load)."""
+    import jsonschema
+
+    try:
+        jsonschema.Draft202012Validator.check_schema(value)
+    except jsonschema.exceptions.SchemaError as exc:
+        where = "".join(f"[{p!r}]" for p in exc.absolute_path)
+        raise ValueError(f"not a valid JSON Schema{' at ' + where if where else ''}: {exc.message}") from None
+    problem = unresolvable_ref(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
 def unresolvable_ref(schema: dict[str, Any]) -> str | None:
     """Why a ``$ref`` (or ``$dynamicRef``) of ``schema`` cannot be resolved inside it, or
     None. The run validates replies with nothing but the schema, and the endpoint gets

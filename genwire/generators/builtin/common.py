@@ -14,6 +14,8 @@ from jinja2 import StrictUndefined, Template, TemplateError, TemplateSyntaxError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator, model_validator
 
+from genwire.generators.outcome import RowFailure
+
 if TYPE_CHECKING:  # numpy is imported where vectors are handled: `genwire validate` never pays for it
     import numpy as np
     import numpy.typing as npt
@@ -224,6 +226,22 @@ def text_at(row: Mapping[str, Any], ref: str) -> str:
     if not value.strip():
         raise ValueError(f"{ref!r} is empty")
     return value
+
+
+def texts_of(rows: list[dict[str, Any]], ref: str) -> tuple[list[Any], list[int], list[str]]:
+    """The rows' texts at ``ref`` to embed: (one slot per row, a ``RowFailure`` where a row
+    has no text; the positions of the rows that have one; their texts)."""
+    out: list[Any] = [None] * len(rows)
+    positions: list[int] = []
+    texts: list[str] = []
+    for i, row in enumerate(rows):
+        try:
+            texts.append(text_at(row, ref))
+        except ValueError as exc:
+            out[i] = RowFailure(exc)
+        else:
+            positions.append(i)
+    return out, positions, texts
 
 
 def checked_vectors(vectors: Any, expected: int) -> list[list[float]]:

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from genwire.generators.base import Generator
-from genwire.generators.builtin.common import ColumnRef, checked_vectors, text_at
+from genwire.generators.builtin.common import ColumnRef, checked_vectors, texts_of
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import RowFailure
 from genwire.providers.request_context import cached_rows
@@ -40,16 +40,7 @@ class Embedding(Generator[EmbeddingParams]):
         return await self._embed_rows(rows, indices)
 
     async def _embed_rows(self, rows: list[dict[str, Any]], indices: Sequence[int] | None) -> list[Any]:
-        out: list[Any] = [None] * len(rows)
-        positions: list[int] = []
-        texts: list[str] = []
-        for i, row in enumerate(rows):
-            try:
-                texts.append(text_at(row, self.params.column))
-            except ValueError as exc:
-                out[i] = RowFailure(exc)
-            else:
-                positions.append(i)
+        out, positions, texts = texts_of(rows, self.params.column)
         if not texts:
             return out
         # One request for the batch's texts, cached under all their rows' indices.

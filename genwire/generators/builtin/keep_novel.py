@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from genwire.generators.base import Generator
-from genwire.generators.builtin.common import ColumnRef, checked_vectors, finite_unit_rows, text_at
+from genwire.generators.builtin.common import ColumnRef, checked_vectors, finite_unit_rows, text_at, texts_of
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import RowFailure
 from genwire.generators.resources import Resources
@@ -110,16 +110,7 @@ class KeepNovel(Generator[KeepNovelParams]):
         return await self._decide(rows, indices, cache=True)
 
     async def _decide(self, rows: list[dict[str, Any]], indices: Sequence[int], *, cache: bool) -> list[Any]:
-        out: list[Any] = [None] * len(rows)
-        positions: list[int] = []
-        texts: list[str] = []
-        for i, row in enumerate(rows):
-            try:
-                texts.append(text_at(row, self.params.column))
-            except ValueError as exc:
-                out[i] = RowFailure(exc)
-            else:
-                positions.append(i)
+        out, positions, texts = texts_of(rows, self.params.column)
         if not texts:
             return out
         try:

@@ -13,7 +13,7 @@ from genwire.generators.metadata import GeneratorMetadata
 from genwire.generators.outcome import RowFailure
 from genwire.generators.resources import Resources
 from genwire.generators.verdict import Verdict
-from genwire.providers.structured import unresolvable_ref
+from genwire.providers.structured import checked_schema
 
 
 class KeepValidParams(BaseModel):
@@ -25,17 +25,7 @@ class KeepValidParams(BaseModel):
     @field_validator("json_schema")
     @classmethod
     def _check_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
-        import jsonschema
-
-        try:
-            jsonschema.Draft202012Validator.check_schema(value)
-        except jsonschema.exceptions.SchemaError as exc:
-            where = "".join(f"[{p!r}]" for p in exc.absolute_path)
-            raise ValueError(f"not a valid JSON Schema{' at ' + where if where else ''}: {exc.message}") from None
-        problem = unresolvable_ref(value)
-        if problem:
-            raise ValueError(problem)
-        return value
+        return checked_schema(value)
 
 
 def json_path(parts: Any) -> str:

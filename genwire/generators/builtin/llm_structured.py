@@ -16,7 +16,7 @@ from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import RowFailure
 from genwire.generators.resources import Resources
 from genwire.providers.request_context import cached_rows
-from genwire.providers.structured import parse_reply, response_format, unresolvable_ref
+from genwire.providers.structured import checked_schema, parse_reply, response_format
 
 
 class LLMStructuredParams(PromptParams):
@@ -29,16 +29,7 @@ class LLMStructuredParams(PromptParams):
     @field_validator("json_schema")
     @classmethod
     def _check_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
-        import jsonschema
-
-        try:
-            jsonschema.Draft202012Validator.check_schema(value)
-        except jsonschema.exceptions.SchemaError as exc:
-            where = "".join(f"[{p!r}]" for p in exc.absolute_path)
-            raise ValueError(f"not a valid JSON Schema{' at ' + where if where else ''}: {exc.message}") from None
-        ref_problem = unresolvable_ref(value)
-        if ref_problem:
-            raise ValueError(ref_problem)
+        checked_schema(value)
         if value.get("type") != "object":
             raise ValueError("the schema must describe an object (type: object): the cell is that object")
         return value
