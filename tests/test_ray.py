@@ -566,3 +566,96 @@ def test_the_run_span_of_a_ray_run_carries_the_local_runs_per_model_figures(
             assert figures[engine]["genwire.model.writer.requests"] == summary["requests"] == 31  # rows + probe
             assert figures[engine]["genwire.model.writer.input_tokens"] == summary["prompt_tokens"] > 0
     assert figures["ray"] == figures["local"]
+
+
+# --- the guarantees held cluster-wide (SPEC §22) ------------------------------------------------
+
+PRICE = (0.15, 0.60)  # writer, USD per million tokens
+ANSWER_TOKENS = 12  # small answers: a cheap run
+
+
+def priced_pipeline(server: FakeOpenAIServer, root: Path, *, n: int) -> dict[str, Any]:
+    """``uid`` and one priced chat column whose prompt names the row (every request is one row's)."""
+    cfg = pool_pipeline([server.url], root, n=n)
+    cfg["models"]["writer"] = {
+        "provider": "r0",
+        "model": "writer",
+        "kind": "chat",
+        "params": {"max_tokens": ANSWER_TOKENS},
+        "price": {"input_per_mtok": PRICE[0], "output_per_mtok": PRICE[1]},
+    }
+    cfg["providers"]["r0"]["max_concurrency"] = 8
+    cfg["pipeline"]["batch_size"] = 8
+    return cfg
+
+
+def cli_on_ray(ray: Any, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    address = ray.get_runtime_context().gcs_address
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    command = [sys.executable, "-m", "genwire.cli.main", *map(str, args)]
+    on_ray = ["--engine", "ray", "--address", address, "--workers", str(WORKERS)]
+    return subprocess.run([*command, *on_ray], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_max_cost_holds_across_the_cluster_stops_with_exit_3_and_a_higher_cap_finishes(
+    ray_workers: Any, tmp_path: Path
+) -> None:
+    from genwire.engine.checkpoint import checkpoint_dir
+    from genwire.engine.ledger import LEDGER_NAME, read_totals
+    from genwire.providers.budget import CostMeter
+    from genwire.providers.pricing import Price
+    from genwire.testing.fake_usage import RealisticUsage
+
+    n = 600
+    with FakeOpenAIServer(latency=0.005) as server:
+        server.realistic_usage("*", RealisticUsage(seed=5))
+
+        def server_usd() -> float:
+            return (server.prompt_tokens["writer"] * PRICE[0] + server.completion_tokens["writer"] * PRICE[1]) / 1e6
+
+        # What the whole run costs: a local estimate of a copy of it (its own output).
+        probe = tmp_path / "estimate"
+        probe.mkdir()
+        config = write_json(priced_pipeline(server, probe, n=n), probe / "genwire.yaml")
+        estimate = subprocess.run(
+            [sys.executable, "-m", "genwire.cli.main", "estimate", "-k", "8", "--json", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert estimate.returncode == 0, estimate.stderr
+        found = json.loads(estimate.stdout)
+        cap = 0.4 * (found["cost_usd"] + found["cost"]["this_session_usd"])
+        server.reset_stats()
+
+        path = write_json(priced_pipeline(server, tmp_path, n=n), tmp_path / "genwire.yaml")
+        stopped = cli_on_ray(ray_workers, "run", path, "--max-cost", repr(cap))
+        assert stopped.returncode == 3, stopped.stdout + stopped.stderr
+        assert "stopped at the budget" in stopped.stderr and "--max-cost" in stopped.stderr
+        assert "Traceback" not in stopped.stderr
+        # One request's worst case (a body far longer than these, its answer at max_tokens).
+        meter = CostMeter({"writer": Price(PRICE[0] / 1e6, PRICE[1] / 1e6, 0.0, 0.0, "test")})
+        _, worst = meter.worst_case("writer", 600, ANSWER_TOKENS)
+        assert server_usd() <= cap + WORKERS * worst  # the server's own count
+        ledger = read_totals(checkpoint_dir(tmp_path / "out.jsonl") / LEDGER_NAME)["writer"]
+        assert (ledger.requests, ledger.input_tokens, ledger.output_tokens) == (
+            server.requests["writer"],
+            server.prompt_tokens["writer"],
+            server.completion_tokens["writer"],
+        )
+        assert 0 < ledger.requests < n  # it stopped partway
+
+        done = cli_on_ray(ray_workers, "run", path, "--max-cost", repr(cap * 10), "--json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        summary = json.loads(done.stdout)
+        rows = read_rows(tmp_path / "out.jsonl")
+        assert len(rows) == n and len({r["uid"] for r in rows}) == n
+        asked = [json.dumps(body["messages"]) for model, body in server.bodies if model == "writer"]
+        per_row = [a for a in asked if "Sentence" in a]
+        assert len(per_row) == len(set(per_row)) == n  # every row paid for once, across both sessions
+        assert summary["cost"]["total_usd"] == pytest.approx(server_usd(), rel=1e-9)
+
+
+def write_json(cfg: dict[str, Any], path: Path) -> Path:
+    path.write_text(json.dumps(cfg))  # JSON is YAML
+    return path

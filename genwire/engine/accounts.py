@@ -54,6 +54,7 @@ class RunAccounts:
         """Prices resolved; a cap the engine cannot keep is refused here, before anything is opened."""
         self.container = container
         self.costs = RunCosts(container, max_cost_usd=max_cost_usd, engine=engine)
+        self.budget: Budget = self.costs  # a Ray run's: the cluster's (engine.cluster.ClusterBudget)
         self.metrics: RunMetrics | None = None
         self.trace: RunTrace | None = None
         self._workers_usage: dict[str, ModelUsage] = {}  # what Ray's workers' receipts said
@@ -110,15 +111,11 @@ class RunAccounts:
             self._workers_usage.setdefault(alias, ModelUsage()).add(usage)
         add_endpoints(self._workers_endpoints, receipt.endpoints)
         for entry in receipt.paid:
-            self.costs.paid_elsewhere(entry)
+            self.budget.paid_elsewhere(entry)
         if self.metrics is not None:
             add_seconds(self.metrics.recorder, receipt.seconds)
 
     # --- what it says ----------------------------------------------------------------------
-
-    @property
-    def budget(self) -> Budget:
-        return self.costs
 
     @property
     def meter(self) -> CostMeter:

@@ -31,6 +31,11 @@ in row order, so the ``OutputSink`` writes exactly what the local engine writes.
   requests and tokens per minute). A 429 slows only the worker that got it: workers share
   no state, so the cluster adapts worker by worker, and a burst from all W workers at
   once can still draw 429s that one process would have avoided.
+* **The budget** (``--max-cost``, ``pipeline.budget``) is held cluster-wide by a
+  coordinator actor (``engine.cluster``): each worker's meter spends leases of the cap,
+  the driver reads the coordinator after every block and takes no new rows once it is
+  exhausted (or, as locally, while what is left would not finish them), and the run
+  stops with exit 3.
 * **Fault tolerance.** Actors have ``max_restarts`` and their tasks
   ``max_task_retries``: a worker process that dies mid-block is restarted and the block
   re-run. A block's result is returned only when the whole block is done, so a retried
@@ -95,6 +100,7 @@ from genwire.container.core import WiredPipeline
 from genwire.container.graph import build_graph
 from genwire.container.wiring import wire_columns
 from genwire.engine.batches import BatchResult, BatchRunner, batched
+from genwire.engine.cluster import ClusterBudget, Coordinator, worker_meter
 from genwire.engine.costs import attach_meter, priced_models
 from genwire.engine.receipt import Receipt, ReceiptBook
 from genwire.errors import GenwireError, RunError, exception_text
@@ -126,6 +132,9 @@ class WorkerSpec:
     generators: dict[str, type[Generator[Any]]]
     response_cache: Path | None = None  # the driver's cache directory: a path every node sees
     prices: dict[str, Price | None] = dataclasses.field(default_factory=dict)  # the driver's, resolved once
+    worker: int = 0  # this worker's index
+    coordinator: Any = None  # the run's coordinator actor (engine.cluster), when the run shares state
+    budget_caps: tuple[bool, bool] = (False, False)  # a cost cap, a token cap: spent in leases of the coordinator's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,6 +204,8 @@ class BlockWorker:
                 self._runner = BatchRunner(self._container, self._cache, store_answers=False)
                 # Metered as on the driver: each paid answer goes to the driver's ledger.
                 meter = CostMeter(self._spec.prices, record=self._book.paid)
+                if any(self._spec.budget_caps):  # the cap is the cluster's: spend leases of it
+                    worker_meter(meter, self._spec.budget_caps, self._spec.coordinator, self._spec.worker)
                 self._metered = attach_meter(self._container, self._spec.prices, meter)
                 self._slots = asyncio.Semaphore(BATCHES_IN_FLIGHT)
         assert self._slots is not None
@@ -384,16 +395,19 @@ class RayBatches:
         *,
         feed: Callable[[Receipt], None] = lambda receipt: None,
         prices: dict[str, Price | None] | None = None,
+        budget: ClusterBudget | None = None,
     ) -> None:
         """``response_cache``: the driver's cache, the one that stores the workers' answers;
         ``feed``: the run's accounting, which every worker's receipt goes to; ``prices``:
-        the models' prices the workers' meters price their answers with."""
+        the models' prices the workers' meters price their answers with; ``budget``: the
+        run's, held cluster-wide by a coordinator when capped."""
         self._container = container
         self._cache = response_cache
         self._address = address
         self._workers = workers
         self._feed = feed
         self._prices = prices  # the run's, resolved once (None: resolved here)
+        self._budget = budget
 
     def live_rows(self) -> int:
         return 0  # batch mode, which counts them, runs on the local engine only
@@ -439,25 +453,47 @@ class RayBatches:
         pending: deque[tuple[list[int], int, Any]] = deque()  # (rows, worker, ref), in row order
         load = [0] * workers
         starts = iter(range(0, n, block_rows))
+        budget = self._budget if self._budget is not None and self._budget.capped else None
+        rows_done = 0  # rows returned in this session (what a row costs, for the budget's hold)
+
+        def held() -> bool:
+            """The budget takes no new rows: exhausted, or near the cap while blocks run."""
+            if budget is None:
+                return False
+            if budget.exhausted():
+                return True
+            live = sum(len(rows) for rows, _, _ in pending)
+            return bool(pending) and budget.hold_rows(rows_done, live, block_rows)
 
         def submit() -> None:
-            start = next(starts, None)
-            if start is None:
-                return
-            rows = todo[start : start + block_rows]
-            worker = min(range(workers), key=load.__getitem__)
-            load[worker] += 1
-            pending.append((rows, worker, actors[worker].run_block.remote(rows, batch_size)))
+            while len(pending) < workers * BLOCKS_PER_WORKER and not held():
+                start = next(starts, None)
+                if start is None:
+                    return
+                rows = todo[start : start + block_rows]
+                worker = min(range(workers), key=load.__getitem__)
+                load[worker] += 1
+                pending.append((rows, worker, actors[worker].run_block.remote(rows, batch_size)))
 
+        coordinator = None
         try:
+            if budget is not None:  # the cap is held cluster-wide: see engine.cluster
+                coordinator = ray.remote(Coordinator).options(num_cpus=0).remote(**budget.coordinator_args(workers))
             for i in range(workers):
-                spec = WorkerSpec(split_config(container.loaded, caps, workers, i), generators, cache_at, prices)
+                spec = WorkerSpec(
+                    split_config(container.loaded, caps, workers, i),
+                    generators,
+                    cache_at,
+                    prices,
+                    worker=i,
+                    coordinator=coordinator,
+                    budget_caps=budget.caps if budget is not None else (False, False),
+                )
                 try:
                     actors.append(actor_cls.remote(spec))
                 except Exception as exc:  # the spec must pickle: config data and importable classes
                     raise RunError(f"cannot send the pipeline to the Ray workers: {exception_text(exc)}") from exc
-            for _ in range(workers * BLOCKS_PER_WORKER):
-                submit()
+            submit()
             while pending:
                 rows, worker, ref = pending[0]
                 try:
@@ -468,6 +504,9 @@ class RayBatches:
                 load[worker] -= 1
                 if isinstance(out, RemoteError):
                     raise out.rebuild()
+                rows_done += sum(len(result.indices) for result in out)
+                if budget is not None and coordinator is not None:
+                    budget.note(await coordinator.status.remote())
                 submit()  # before yielding: the next block runs while the sink writes this one
                 if cache is not None:
                     await store_worker_answers(cache, out)
@@ -482,3 +521,9 @@ class RayBatches:
                 with contextlib.suppress(Exception):
                     ray.cancel(ref)
             await close_workers(ray, actors, self._feed)
+            if coordinator is not None:
+                if budget is not None:
+                    with contextlib.suppress(Exception):
+                        budget.note(await coordinator.status.remote())
+                with contextlib.suppress(Exception):
+                    ray.kill(coordinator)

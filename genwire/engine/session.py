@@ -103,9 +103,11 @@ class RunSession:
 
     def _source(self) -> BatchSource:
         if self.plan.engine == "ray":
+            from genwire.engine.cluster import ClusterBudget
             from genwire.engine.ray_engine import RayBatches
 
             options = self.options
+            self.accounts.budget = cluster = ClusterBudget(self.accounts.costs)  # held cluster-wide
             return RayBatches(
                 self.container,
                 options.ray_address,
@@ -113,6 +115,7 @@ class RunSession:
                 self.responses,
                 feed=self.accounts.feed,
                 prices=self.accounts.costs.prices,
+                budget=cluster,
             )
         budget = self.accounts.budget
         batch_rows = self.container.config.pipeline.batch_size
