@@ -7,6 +7,7 @@ so the fixture puts this directory on the workers' PYTHONPATH.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -114,6 +115,39 @@ class Snoop(Generator[Any]):
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
         slot = "embedder"  # a name known at run time only: the static check warns, the runtime guard stops it
         return [await self.resources[slot].embed([str(r)]) for r in rows]
+
+
+class TagParams(BaseModel):
+    marker_dir: str
+    skip: int  # rows of the first worker process to claim the marker before the "SLOW" ones
+    tagged: int  # how many "SLOW" rows
+
+
+class Tag(Generator[TagParams]):
+    """``SLOW row I`` for ``tagged`` rows, after the first ``skip``, of the worker process that
+    first claims the marker file (their requests are answered 429 by the test's server);
+    ``fine mine row I`` for its other rows, ``fine other row I`` for the other workers'."""
+
+    metadata = GeneratorMetadata(name="tag", description="marks one worker's first rows", required_resources={})
+    params_model = TagParams
+    seen = 0
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        return await self.generate_batch(rows, range(len(rows)))
+
+    async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any]:
+        marker = Path(self.params.marker_dir) / "slow-worker"
+        with contextlib.suppress(FileExistsError):  # the first process to ask claims it
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+        mine = marker.read_text() == str(os.getpid())
+        out = []
+        for index in indices:
+            slow = mine and self.params.skip <= Tag.seen < self.params.skip + self.params.tagged
+            Tag.seen += mine
+            out.append(f"{'SLOW' if slow else 'fine'} {'mine' if mine else 'other'} row {index}")
+        return out
 
 
 # --- helpers ---------------------------------------------------------------------------
@@ -659,3 +693,45 @@ def test_max_cost_holds_across_the_cluster_stops_with_exit_3_and_a_higher_cap_fi
 def write_json(cfg: dict[str, Any], path: Path) -> Path:
     path.write_text(json.dumps(cfg))  # JSON is YAML
     return path
+
+
+RETRY_AFTER_S = 5
+
+
+async def test_a_brake_on_one_worker_slows_every_workers_use_of_that_model(ray_workers: Any, tmp_path: Path) -> None:
+    """One worker's requests to ``writer`` are answered 429 (Retry-After 5 s) after its
+    first rows, until its gate brakes; the other worker, which never gets a 429, pauses
+    ``writer`` too: the server sees none of its requests for the pause."""
+    from genwire.testing.fake_server import FakeResponse
+
+    n = 64  # 4 blocks of 16 rows: each worker gets 2 at the start (32 rows, ~2 s of 0.2 s requests)
+    with FakeOpenAIServer(latency=0.2) as server:
+        server.fail_when("writer", "SLOW", FakeResponse(429, headers={"Retry-After": str(RETRY_AFTER_S)}))
+        cfg = pool_pipeline([server.url], tmp_path, n=n)
+        cfg["providers"]["r0"].update(max_concurrency=8, rate_limit_wait_s=2)  # a SLOW row fails at once
+        cfg["models"]["writer"] = {"provider": "r0", "model": "writer", "kind": "chat"}
+        cfg["pipeline"].update(batch_size=4, max_failure_rate=1.0)
+        cfg["pipeline"]["columns"][1:] = [
+            {"name": "tag", "generator": "tag", "params": {"marker_dir": str(tmp_path), "skip": 8, "tagged": 4}},
+            {
+                "name": "text",
+                "generator": "llm-text",
+                "resources": {"model": "writer"},
+                "params": {"prompt": "{{tag}}"},
+            },
+        ]
+        result = await run(cfg, "ray", (Tag,))
+        arrivals = [
+            (when, json.dumps(body["messages"]))
+            for (when, _, _), (model, body) in zip(server.log, server.bodies, strict=True)
+            if model == "writer"
+        ]
+    assert result.rows_failed == 4 and result.rows_written == n - 4  # the four SLOW rows
+    braked_at = min(when for when, text in arrivals if "SLOW" in text)
+    # The other worker's rows (two blocks each, all sent at the start): without a
+    # cluster-wide brake they are all answered a second or two after the 429s; with it,
+    # what is left of them waits out the pause of the worker that got the 429s.
+    other = [when for when, text in arrivals if "fine other row" in text]
+    assert other and max(other) >= braked_at + RETRY_AFTER_S - 1.5
+    # ...and it was braked, not idle: none of its requests came during the pause's middle.
+    assert not [when for when in other if braked_at + 1.5 < when < braked_at + RETRY_AFTER_S - 1.5]

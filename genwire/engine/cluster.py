@@ -1,7 +1,8 @@
-"""What the workers of a Ray run share (SPEC §22): the budget, held cluster-wide.
+"""What the workers of a Ray run share (SPEC §22): the budget, and each model's brake.
 
 One ``Coordinator`` per run (a Ray actor with one thread: its calls never interleave)
-keeps the cap; each worker's cost meter spends a *lease* of it.
+keeps the cap, of which each worker's cost meter spends a *lease*, and passes a brake
+one worker's gate engaged on to every other worker.
 
 The budget as leases
 --------------------
@@ -26,6 +27,17 @@ case per worker.
   is a share of what is free, a run makes about ``2 * workers * ln(cap / worst case)``
   of them plus one per ``LEASE_REQUESTS`` requests near the cap; the driver adds one
   call per block. Without a cap there is no coordinator call at all.
+
+One brake per model for the cluster
+-----------------------------------
+A worker's gate brakes a model on its own evidence (SPEC §10: 429s that persist); the
+first 429 of an overload (``ProviderGate.on_brake``) is sent to the coordinator, which
+passes it to every other worker (``BlockWorker.brake``): their gate for that model of
+that endpoint pauses for the same ``Retry-After``, halves its concurrency and learns its
+rate from its own successes, exactly as if the 429s had been its own; no other model and
+no other endpoint is touched. A stray 429 sends nothing. What it costs: one message to
+the coordinator and one to each other worker per overload, none per request.
+``rate_limit`` is the cluster's: each worker paces at its share (the Ray engine splits it).
 """
 
 from __future__ import annotations
@@ -40,7 +52,7 @@ from genwire.engine.receipt import LedgerEntry
 from genwire.errors import BudgetStopped
 from genwire.providers.budget import CostMeter
 
-__all__ = ["BudgetStatus", "ClusterBudget", "Coordinator", "WorkerLease"]
+__all__ = ["BudgetStatus", "ClusterBudget", "Coordinator", "WorkerLease", "uncapped", "worker_meter"]
 
 LEASE_REQUESTS = 8  # a lease covers at least this many of the asking request's worst case
 
@@ -49,6 +61,7 @@ LEASE_REQUESTS = 8  # a lease covers at least this many of the asking request's 
 class BudgetStatus:
     exhausted: bool
     leases: int  # lease calls answered (the coordinator's work)
+    brakes: int = 0  # brakes passed on
 
 
 class Coordinator:
@@ -65,6 +78,19 @@ class Coordinator:
         self._spent: dict[int, tuple[float, float]] = {}  # per worker: as it last reported
         self.exhausted = False
         self.leases = 0
+        self.brakes = 0
+        self._actors: list[Any] = []  # the workers' actor handles (a restarted worker keeps its handle)
+
+    def join(self, actors: list[Any]) -> None:
+        """The workers the brakes are passed to, by index."""
+        self._actors = list(actors)
+
+    def brake(self, worker: int, provider: str, model: str, wait: float) -> None:
+        """``worker``'s gate braked ``model`` of ``provider`` for ``wait`` s: every other worker's brakes too."""
+        self.brakes += 1
+        for index, actor in enumerate(self._actors):
+            if index != worker:
+                actor.brake.remote(provider, model, wait)  # not awaited: a worker that is gone misses it
 
     def _free(self, dim: int) -> float:
         cap = self._caps[dim]
@@ -99,7 +125,12 @@ class Coordinator:
         return grant[0], math.floor(grant[1])
 
     def status(self) -> BudgetStatus:
-        return BudgetStatus(self.exhausted, self.leases)
+        return BudgetStatus(self.exhausted, self.leases, self.brakes)
+
+
+def uncapped(workers: int) -> dict[str, Any]:
+    """The ``Coordinator``'s arguments for a run without a budget (it passes brakes on)."""
+    return {"max_cost_usd": None, "max_tokens": None, "spent_usd": 0.0, "spent_tokens": 0, "workers": workers}
 
 
 class WorkerLease:

@@ -28,9 +28,9 @@ in row order, so the ``OutputSink`` writes exactly what the local engine writes.
   one worker has less to do than another (blocks are small and handed to the least
   loaded worker, which keeps that cost low).
 * **Rate limits.** ``rate_limit`` is split the same way (each worker paces at 1/W of the
-  requests and tokens per minute). A 429 slows only the worker that got it: workers share
-  no state, so the cluster adapts worker by worker, and a burst from all W workers at
-  once can still draw 429s that one process would have avoided.
+  requests and tokens per minute: the shares sum to the cluster's rate). A brake is the
+  cluster's: when 429s persist on one worker, its gate tells the coordinator, which
+  brakes that model of that endpoint on every other worker (``engine.cluster``).
 * **The budget** (``--max-cost``, ``pipeline.budget``) is held cluster-wide by a
   coordinator actor (``engine.cluster``): each worker's meter spends leases of the cap,
   the driver reads the coordinator after every block and takes no new rows once it is
@@ -84,6 +84,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
 import pickle
@@ -100,7 +101,7 @@ from genwire.container.core import WiredPipeline
 from genwire.container.graph import build_graph
 from genwire.container.wiring import wire_columns
 from genwire.engine.batches import BatchResult, BatchRunner, batched
-from genwire.engine.cluster import ClusterBudget, Coordinator, worker_meter
+from genwire.engine.cluster import ClusterBudget, Coordinator, uncapped, worker_meter
 from genwire.engine.costs import attach_meter, priced_models
 from genwire.engine.receipt import Receipt, ReceiptBook
 from genwire.errors import GenwireError, RunError, exception_text
@@ -207,6 +208,11 @@ class BlockWorker:
                 if any(self._spec.budget_caps):  # the cap is the cluster's: spend leases of it
                     worker_meter(meter, self._spec.budget_caps, self._spec.coordinator, self._spec.worker)
                 self._metered = attach_meter(self._container, self._spec.prices, meter)
+                if self._spec.coordinator is not None:  # one brake per model for the cluster
+                    for name in provider_caps(self._container):
+                        gate = getattr(self._container.client(name), "gate", None)
+                        if gate is not None:
+                            gate.on_brake = functools.partial(self._braked, name)
                 self._slots = asyncio.Semaphore(BATCHES_IN_FLIGHT)
         assert self._slots is not None
         return self._runner, self._slots
@@ -236,6 +242,16 @@ class BlockWorker:
             return RemoteError.capture(exc)
         finally:
             stop_recording(recording)
+
+    def _braked(self, provider: str, model: str, wait: float) -> None:
+        self._spec.coordinator.brake.remote(self._spec.worker, provider, model, wait)  # not awaited
+
+    async def brake(self, provider: str, model: str, wait: float) -> None:
+        """Another worker's gate braked ``model`` of ``provider``: so does this one's."""
+        container = self._container
+        gate = getattr(container.client(provider), "gate", None) if container is not None else None
+        if gate is not None:
+            gate.brake(model, wait)
 
     def _receipt(self) -> Receipt:
         container = self._container
@@ -477,8 +493,9 @@ class RayBatches:
 
         coordinator = None
         try:
-            if budget is not None:  # the cap is held cluster-wide: see engine.cluster
-                coordinator = ray.remote(Coordinator).options(num_cpus=0).remote(**budget.coordinator_args(workers))
+            if budget is not None or workers > 1:  # the cap and the brakes are the cluster's: engine.cluster
+                args = budget.coordinator_args(workers) if budget is not None else uncapped(workers)
+                coordinator = ray.remote(Coordinator).options(num_cpus=0).remote(**args)
             for i in range(workers):
                 spec = WorkerSpec(
                     split_config(container.loaded, caps, workers, i),
@@ -493,6 +510,8 @@ class RayBatches:
                     actors.append(actor_cls.remote(spec))
                 except Exception as exc:  # the spec must pickle: config data and importable classes
                     raise RunError(f"cannot send the pipeline to the Ray workers: {exception_text(exc)}") from exc
+            if coordinator is not None:
+                coordinator.join.remote(actors)
             submit()
             while pending:
                 rows, worker, ref = pending[0]
