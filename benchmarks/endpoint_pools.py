@@ -12,9 +12,12 @@ Every replica is a fake OpenAI server in its own process (50 ms per request,
    at a third of the run, ``timeout_s: 2``: failed rows, and the longest any row's call
    waited against ``timeout_s`` + one request.
 4. **The primary is dead from the start**, a fallback alive: the pre-flight's verdict and
-   the rows/s on the fallback (against the one-replica baseline).
+   the rows/s on the fallback (against the one-replica baseline); the dead primary starts
+   cooled down, so it gets no first wave of requests.
+5. **A replica flaps** (half its answers are 503s, at random) in a pool of two: the share of
+   the requests it still gets and the rows/s, against a pool of two healthy replicas.
 
-    python benchmarks/endpoint_pools.py [--rows 3000] [--only speed|death|hang|fallback]
+    python benchmarks/endpoint_pools.py [--rows 3000] [--only speed|death|hang|fallback|flap]
 """
 
 from __future__ import annotations
@@ -69,14 +72,22 @@ class TimedText(Generator[TimedParams]):
 
 
 @contextlib.contextmanager
-def replicas(n: int) -> Iterator[list[tuple[str, subprocess.Popen[str]]]]:
+def replicas(n: int, *flags: list[str]) -> Iterator[list[tuple[str, subprocess.Popen[str]]]]:
+    """``n`` servers; ``flags[i]``: more options of server i."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "genwire.testing.serve", "--latency", str(LATENCY_S)],
+            [
+                sys.executable,
+                "-m",
+                "genwire.testing.serve",
+                "--latency",
+                str(LATENCY_S),
+                *(flags[i] if i < len(flags) else []),
+            ],
             stdout=subprocess.PIPE,
             text=True,
         )
-        for _ in range(n)
+        for i in range(n)
     ]
     try:
         urls = [p.stdout.readline().strip() for p in procs if p.stdout is not None]
@@ -276,10 +287,28 @@ async def fallback(rows: int, out: Path, baseline: float | None) -> None:
     print()
 
 
+async def flap(rows: int, out: Path) -> None:
+    print(f"5. a pool of two, one replica failing half its requests with 503 ({rows:,} rows)")
+    with replicas(2) as two:
+        healthy = await run(config([u for u, _ in two], rows, out.with_name("two.jsonl")))
+    with replicas(2, ["--fail-rate", "0.5", "--fail-status", "503"]) as two:
+        flapping = await run(config([u for u, _ in two], rows, out))
+    print("   " + rate_line("two healthy replicas (baseline)", healthy))
+    print("   " + rate_line("one of them flapping", flapping))
+    print("\n".join(endpoint_lines(flapping)))
+    endpoints = flapping.summary()["models"]["writer"]["endpoints"]
+    share = endpoints["r0"]["requests"] / sum(e["requests"] for e in endpoints.values())
+    print(
+        f"   the flapping replica got {share:.1%} of the requests (it kept half of them before requests "
+        f"sent before its failure stopped resetting its cooldown); {flapping.rows_per_s / healthy.rows_per_s:.0%} "
+        "of the healthy pool's rows/s\n"
+    )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rows", type=int, default=3000)
-    parser.add_argument("--only", choices=["speed", "death", "hang", "fallback"])
+    parser.add_argument("--only", choices=["speed", "death", "hang", "fallback", "flap"])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.jsonl"
@@ -292,6 +321,8 @@ async def main() -> None:
             await hang(args.rows, Path(tmp) / "hang.jsonl")
         if args.only in (None, "fallback"):
             await fallback(args.rows, Path(tmp) / "fallback.jsonl", baseline)
+        if args.only in (None, "flap"):
+            await flap(args.rows, Path(tmp) / "flap.jsonl")
 
 
 if __name__ == "__main__":

@@ -55,7 +55,9 @@ class ProblemsError(GenwireError):
     title = "error"
 
     def __init__(self, problems: Sequence[str] | str) -> None:
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        from genwire.scrub import without_userinfo  # every located problem: no URL's password
+
+        self.problems = [without_userinfo(p) for p in ([problems] if isinstance(problems, str) else problems)]
         count = len(self.problems)
         head = self.title if count == 1 else f"{self.title} ({count} problems)"
         lines = [f"  {p}" for p in self.problems[:SHOWN_PROBLEMS]]
@@ -216,4 +218,11 @@ class BudgetStopped(RunError):
         self.kept = kept
         self.spent_usd = spent_usd
         self.cap_usd = cap_usd
+        # A gated run (SPEC §21): kept, wanted, candidates, rate, ... for ``--json``.
+        self.funnel: dict[str, Any] | None = None
         super().__init__(message)
+
+
+class CandidatesExhausted(BudgetStopped):
+    """A gated run tried ``pipeline.max_candidates`` candidates before it kept the rows it
+    wants (exit 3, as the budget): a higher cap on the same command goes on (SPEC §21)."""

@@ -21,6 +21,7 @@ class ReceivedSpan:
     attributes: dict[str, Any]
     status_code: int
     resource: dict[str, Any] = field(default_factory=dict)
+    status_message: str = ""
 
 
 def _value(any_value: Any) -> Any:
@@ -95,6 +96,7 @@ class OTLPReceiver:
                             attributes={a.key: _value(a.value) for a in span.attributes},
                             status_code=span.status.code,
                             resource=resource,
+                            status_message=span.status.message,
                         )
                     )
         with self._lock:

@@ -11,7 +11,7 @@ from typing import Any
 
 PACKAGE = Path(__file__).parent.parent / "genwire"
 LAYERS = [
-    *("version", "lazy", "errors", "config", "providers", "generators"),
+    *("scrub", "version", "lazy", "errors", "config", "providers", "generators"),
     *("container", "preflight", "engine", "app", "cli"),
 ]
 IMPORT = re.compile(r"^\s*(?:from|import) genwire\.(\w+)", re.M)

@@ -71,9 +71,15 @@ pipeline:
             "models.writer.dimensions: Input should be a valid integer, got 'abc'",
         ),
         (
+            "kind: chat}",
+            'kind: chat, health_check: "false"}',
+            "models.writer.health_check: Input should be a valid boolean, got 'false' (in quotes it is text: "
+            "write false without quotes)",
+        ),
+        (
             "pipeline:\n",
             "cache: {enabled: maybe}\npipeline:\n",
-            "genwire.yaml:5:9 cache.enabled: Input should be a valid boolean, unable to interpret input, got 'maybe'",
+            "genwire.yaml:5:9 cache.enabled: Input should be a valid boolean, got 'maybe'",
         ),
         (
             "pipeline:\n",

@@ -154,3 +154,72 @@ def test_loading_a_config_never_builds_the_schema() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code, str(STARTER)], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# --- validate and the schema say the same (issue 41, item 23) -------------------------------------
+
+POOL = """\
+providers:
+  a: {kind: openai, base_url: "http://127.0.0.1:9/v1"}
+  b: {kind: openai, base_url: "http://127.0.0.1:10/v1"}
+models:
+  writer:
+    kind: chat
+    model: m
+    endpoints:
+      - {provider: a}
+      - {provider: b, weight: 2}
+    min_healthy: 1
+pipeline:
+  columns:
+    - {name: x, generator: sampler, params: {kind: uuid}}
+"""
+
+# (what replaces what in POOL, whether it is a valid config), each judged by both.
+AGREEMENT = {
+    "as written": ("", "", True),
+    "a weight in quotes": ("weight: 2}", 'weight: "2"}', False),
+    "a boolean in quotes": ("min_healthy: 1", 'min_healthy: 1\n    health_check: "false"', False),
+    "a boolean as written": ("min_healthy: 1", "min_healthy: 1\n    health_check: false", True),
+    "a number in quotes": ("  a: {kind: openai,", '  a: {timeout_s: "30", kind: openai,', False),
+    "an integer written 2.0": ("min_healthy: 1", "min_healthy: 2.0", True),
+    "an integer with a fraction": ("min_healthy: 1", "min_healthy: 1.5", False),
+    "a weight from the environment": ("weight: 2}", 'weight: "${WEIGHT}"}', True),
+    "a boolean from the environment": ("min_healthy: 1", "min_healthy: 1\n    health_check: ${CHECK:-false}", True),
+    "provider and endpoints": ("    model: m\n", "    model: m\n    provider: a\n", False),
+    "neither provider nor endpoints": (
+        "    endpoints:\n      - {provider: a}\n      - {provider: b, weight: 2}\n    min_healthy: 1\n",
+        "",
+        False,
+    ),
+    "one provider": (
+        "    endpoints:\n      - {provider: a}\n      - {provider: b, weight: 2}\n    min_healthy: 1\n",
+        "    provider: a\n",
+        True,
+    ),
+    "min_healthy without endpoints": (
+        "    endpoints:\n      - {provider: a}\n      - {provider: b, weight: 2}\n    min_healthy: 1\n",
+        "    provider: a\n    min_healthy: 2\n",
+        False,
+    ),
+    "no primary endpoint": ("{provider: a}\n      - {provider: b, weight: 2}", "{provider: a, role: fallback}", False),
+    "dimensions of a chat model": ("min_healthy: 1", "min_healthy: 1\n    dimensions: 8", False),
+}
+
+
+@pytest.mark.parametrize("case", AGREEMENT, ids=list(AGREEMENT))
+def test_validate_and_the_schema_agree(case: str, tmp_path: Path) -> None:
+    from genwire.config.loader import parse_yaml
+
+    old, new, valid = AGREEMENT[case]
+    assert old in POOL
+    text = POOL.replace(old, new, 1)
+    config = tmp_path / "genwire.yaml"
+    config.write_text(text)
+    result = CliRunner(env={"WEIGHT": "2"}).invoke(cli, ["validate", str(config)])
+    assert (result.exit_code == 0) is valid, result.output
+    if not valid:
+        assert "invalid configuration" in result.stderr and "Traceback" not in result.output
+    # The schema reads the file as an editor does: before any ${VAR} is substituted.
+    data, _ = parse_yaml(text, "genwire.yaml", substitute=False)
+    assert (schema_errors(data) == []) is valid, schema_errors(data)

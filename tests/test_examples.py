@@ -16,12 +16,13 @@ from genwire.testing import FakeOpenAIServer
 
 REPO = Path(__file__).parent.parent
 JUDGE = REPO / "examples" / "judge"
+GOOD_ROWS = REPO / "examples" / "good-rows"
 
 
 def test_every_example_is_run_by_a_test() -> None:
     examples = sorted(p.parent.name for p in (REPO / "examples").glob("*/genwire.yaml"))
-    # retrieval: tests/test_local_pipeline.py; tools: tests/test_tools.py; judge: below.
-    assert examples == ["judge", "retrieval", "tools"], "a new example needs a test that runs it offline"
+    # retrieval: tests/test_local_pipeline.py; tools: tests/test_tools.py; judge, good-rows: below.
+    assert examples == ["good-rows", "judge", "retrieval", "tools"], "a new example needs a test that runs it offline"
 
 
 def test_the_judge_example_runs_offline(tmp_path: Path, fake_openai_server: FakeOpenAIServer) -> None:
@@ -47,3 +48,23 @@ def test_the_judge_example_runs_offline(tmp_path: Path, fake_openai_server: Fake
     assert len(judge_bodies) == 7 and len(writer_bodies) == 7  # 6 rows and one pre-flight probe each
     assert all(b["response_format"]["json_schema"]["schema"] == schema for b in judge_bodies)
     assert not any("response_format" in b for b in writer_bodies)
+
+
+def test_the_good_rows_example_keeps_n_rows_every_gate_passed(
+    tmp_path: Path, fake_openai_server: FakeOpenAIServer
+) -> None:
+    project = tmp_path / "good-rows"
+    shutil.copytree(GOOD_ROWS, project, ignore=shutil.ignore_patterns("out", ".genwire"))
+    fake_openai_server.vary_structured("*")  # as `python -m genwire.testing.serve --vary-structured`
+    result = CliRunner(env={"GENWIRE_BASE_URL": fake_openai_server.url}).invoke(
+        cli, ["run", str(project / "genwire.yaml"), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["rows_written"] == 8 and set(summary["rejected"]) <= {"novel", "good"}
+    assert summary["rejected"].get("good", 0) > 0  # the judge's scores vary: some are below 4
+    rows = [json.loads(line) for line in (project / "out" / "good.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and len({r["answer"] for r in rows}) == 8
+    assert all(r["verdict"]["score"] >= 4 and "novel" not in r and "good" not in r for r in rows)
+    rejected = (project / "out" / "good.jsonl.rejected.jsonl").read_text().splitlines()
+    assert summary["candidates"] == 8 + len(rejected)

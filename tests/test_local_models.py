@@ -340,3 +340,24 @@ def test_thread_count_can_be_set_by_environment(monkeypatch: pytest.MonkeyPatch)
     assert runtime._cpu_threads() == 1
     monkeypatch.setenv(local.THREADS_ENV, "zero")  # ignored: falls back to the core count
     assert 1 <= runtime._cpu_threads() <= 4
+
+
+async def test_keep_novel_drops_a_paraphrase_by_the_embedded_model() -> None:
+    from genwire.generators.builtin.keep_novel import KeepNovel
+    from genwire.testing import assert_verdicts
+
+    p = provider()
+    rows = [
+        {"q": "How do I reset my password?"},
+        {"q": "How can I reset my password?"},  # a paraphrase of a kept row
+        {"q": "What is the capital of France?"},
+        {"q": "how do i reset my password"},
+    ]
+    await assert_verdicts(
+        KeepNovel,
+        rows,
+        [True, "to candidate 0", True, "to candidate 0"],
+        params={"column": "q", "threshold": 0.9},
+        resources={"model": embedder(p)},
+    )
+    await p.aclose()

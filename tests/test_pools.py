@@ -231,7 +231,8 @@ async def test_primary_dead_fallback_alive_is_degraded_and_the_run_completes_on_
     assert "warning: pre-flight passed with degraded endpoint pools" in proc.stderr  # and the run warns too
     endpoints = summary["models"]["writer"]["endpoints"]
     assert endpoints["r1"]["requests"] == 20 and endpoints["r1"]["failures"] == 0
-    assert endpoints["r0"]["failures"] == endpoints["r0"]["requests"] >= 1  # tried, refused, cooled down
+    # The pre-flight found it dead: it starts cooled down (a trial after 5 s at most).
+    assert endpoints["r0"]["failures"] == endpoints["r0"]["requests"] <= 1
     assert answered == 1 + 20  # its probe and every row
     # The report page lists the pool's endpoints as the summary does (SPEC §17, §19).
     page = Path(summary["output"] + ".report.html").read_text(encoding="utf-8")
@@ -352,3 +353,115 @@ async def test_weights_share_the_requests_even_one_at_a_time(tmp_path: Path) -> 
             for _ in range(40):  # never two in flight: only the weights decide
                 await handle.complete("hello")
         assert (generation_requests(light), generation_requests(heavy)) == (10, 30)
+
+
+# --- what the pre-flight found, flapping members, tools, batch figures (issue 41) ---------------
+
+
+async def test_a_member_the_preflight_found_dead_gets_no_first_wave(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as alive:
+        cfg = pool_config([dead_url(), alive.url], tmp_path, n=40)
+        container = genwire.boot(cfg)
+        async with container:
+            result = await container.run()
+    assert result.preflight is not None and result.preflight.check("writer", endpoint="r0").status == "degraded"
+    assert result.rows_written == 40 and result.rows_failed == 0
+    endpoints = result.summary()["models"]["writer"]["endpoints"]
+    # It starts cooled down: no request until its cooldown is over and one trial decides
+    # (a run of 40 rows would have to last 15 s for a second one), not a wave of its slots.
+    assert endpoints["r0"]["requests"] <= 2, endpoints
+
+
+async def test_a_member_the_preflight_found_unauthorised_is_out_from_the_start(tmp_path: Path) -> None:
+    with servers(2) as (locked, good):
+        locked.require_api_key("sk-not-the-one-we-have")
+        container = genwire.boot(pool_config([locked.url, good.url], tmp_path, n=40))
+        async with container:
+            result = await container.run()
+        refused = generation_requests(locked)
+    assert result.preflight is not None and result.preflight.check("writer", endpoint="r0").error_class == "auth"
+    assert result.rows_written == 40 and result.rows_failed == 0
+    assert refused == 1  # the pre-flight's probe, and no request of the run
+    assert result.summary()["models"]["writer"]["endpoints"]["r0"]["requests"] == 0
+
+
+async def test_a_flapping_member_is_cooled_down_though_requests_sent_before_its_failure_succeed(
+    tmp_path: Path,
+) -> None:
+    with servers(2, latency=0.05) as (flapping, steady):
+        flapping.fail_rate(MODEL, 0.5, (503,), seed=7)  # every other request, at random
+        cfg = pool_config([flapping.url, steady.url], tmp_path, n=200, max_concurrency=16)
+        cfg["pipeline"]["batch_size"] = 64  # requests in a steady flow: answers come back staggered
+        result = await run(cfg, skip_preflight=True)
+        sent = generation_requests(flapping)
+    assert result.rows_written == 200 and result.rows_failed == 0
+    # Its 16 slots until its first 503 (those already on their way finish there), then one
+    # trial per cooldown (5 s, 10 s...), a trial that passes earning at most another round
+    # of slots. Not half of the 200 rows (124 before the fix).
+    assert sent <= 40, sent
+
+
+async def test_a_pool_serves_llm_tools_and_fails_over_between_turns(tmp_path: Path) -> None:
+    import sys
+
+    server = [sys.executable, "-m", "genwire.testing.mcp_server"]
+    with servers(2) as (a, b):
+        for s in (a, b):
+            s.tool_calls_when("question", [[("echo", {"text": "looked up"})]])
+        cfg = pool_config([a.url, b.url], tmp_path, n=6)
+        cfg["tools"] = {"web": {"kind": "mcp", "transport": "stdio", "command": server, "allow": ["echo"]}}
+        cfg["preflight"] = {"timeout_s": 60, "deadline_s": 120}
+        cfg["pipeline"]["columns"] = [
+            {
+                "name": "a",
+                "generator": "llm-tools",
+                "resources": {"model": "writer", "tools": "web"},
+                "params": {"prompt": "question {{ 'x' }}", "trace_column": "calls"},
+            }
+        ]
+        a.fail_when("*", "looked up", 503)  # the turn after the tool call: only b answers it
+        container = genwire.boot(cfg)
+        async with container:
+            result = await container.run()
+    assert result.rows_written == 6 and result.rows_failed == 0
+    cells = [json.loads(line)["a"] for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert all(
+        c["calls"] == [{"tool": "echo", "arguments": {"text": "looked up"}, "result_chars": 9, "is_error": False}]
+        for c in cells
+    ), cells
+    endpoints = result.summary()["models"]["writer"]["endpoints"]
+    assert endpoints["r1"]["requests"] >= 6  # every second turn answered by b
+
+
+async def test_batch_mode_counts_each_endpoints_lines(tmp_path: Path) -> None:
+    with servers(2) as (a, b):
+        cfg = pool_config([a.url, b.url], tmp_path, n=40, max_concurrency=2)
+        cfg["models"]["writer"]["endpoints"][1]["weight"] = 3
+        for provider in cfg["providers"].values():
+            provider["batch"] = {"poll_interval_s": 0.05}
+        container = genwire.boot(cfg)
+        async with container:
+            result = await container.run(batch=True, probe_cache=False)
+    assert result.rows_written == 40 and result.batches is not None
+    lines = {name: sum(b.requests for b in result.batches if b.provider == name) for name in ("r0", "r1")}
+    endpoints = result.summary()["models"]["writer"]["endpoints"]
+    assert {name: endpoints[name]["requests"] for name in ("r0", "r1")} == lines
+    assert sum(lines.values()) == 40 and all(endpoints[n]["failures"] == 0 for n in lines)
+
+
+async def test_batch_mode_counts_an_endpoints_failed_lines_as_its_requests(tmp_path: Path) -> None:
+    with servers(2) as (a, b):
+        cfg = pool_config([a.url, b.url], tmp_path, n=20, max_concurrency=2)
+        cfg["pipeline"]["max_failure_rate"] = 1.0
+        for provider in cfg["providers"].values():
+            provider["batch"] = {"poll_interval_s": 0.05}
+        b.fail_rate(MODEL, 1.0, (400,))  # every line of b's batches is refused
+        container = genwire.boot(cfg)
+        async with container:
+            result = await container.run(batch=True, skip_preflight=True)
+    assert result.batches is not None
+    lines = {name: sum(x.requests for x in result.batches if x.provider == name) for name in ("r0", "r1")}
+    endpoints = result.summary()["models"]["writer"]["endpoints"]
+    assert lines["r1"] > 0 and result.rows_failed == lines["r1"]
+    assert endpoints["r1"]["requests"] == endpoints["r1"]["failures"] == lines["r1"]
+    assert endpoints["r0"]["requests"] == lines["r0"] and endpoints["r0"]["failures"] == 0

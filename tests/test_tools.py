@@ -677,9 +677,186 @@ async def test_the_preflight_probes_an_llm_tools_model_with_tools(
         report = await container.preflight()
         assert report.ok, report
         (probe,) = [b for m, b in fake_openai_server.bodies if m == "tool-caller"]
-        assert probe["tools"][0]["function"]["name"] == "lookup"  # the request the run sends carries tools
+        (echo,) = await container.resource("web").list()
+        assert probe["tools"] == [echo.openai()]  # the allowed tools, with their real schemas
         with container.override("m", TextOnlyModel()):
             report = await container.preflight()
     (check,) = [c for c in report.checks if c.target == "m"]
     assert check.status == "failed" and check.error_class is ErrorClass.BAD_RESPONSE
     assert "cannot call tools" in check.message
+
+
+async def test_the_preflight_probes_with_exactly_the_allowed_tools_and_their_schemas(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    cfg = llm_tools_cfg(fake_openai_server.url, tmp_path, {"web": stdio(allow=["echo", "slow"])})
+    container = genwire.boot(cfg)
+    async with container:
+        report = await container.preflight()
+        assert report.ok, report
+        (probe,) = [b for m, b in fake_openai_server.bodies if m == "tool-caller"]
+        offered = {t["function"]["name"]: t["function"]["parameters"] for t in probe["tools"]}
+        assert sorted(offered) == ["echo", "slow"]
+        assert offered["slow"]["properties"]["seconds"]["type"] == "number"
+        (server,) = container._graph.live_tool_servers
+        assert server.starts == 1  # listed once: the tools check and the model probe share it
+        # A provider that rejects one of those schemas fails in the pre-flight, not mid-run.
+        fake_openai_server.reject_tool_schema("tool-caller", "slow")
+        report = await container.preflight()
+    assert not report.ok
+    (check,) = [c for c in report.checks if c.target == "m"]
+    assert check.status == "failed" and check.variant == "a" and check.error_class is ErrorClass.BAD_RESPONSE
+    assert "Invalid schema for function 'slow'" in check.message
+
+
+async def test_a_model_probe_whose_tool_server_cannot_be_listed_is_not_sent(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    broken = {"kind": "mcp", "transport": "stdio", "command": [sys.executable, "-c", "raise SystemExit(3)"]}
+    container = genwire.boot(llm_tools_cfg(fake_openai_server.url, tmp_path, {"web": broken}))
+    async with container:
+        report = await container.preflight()
+    checks = {c.target: c for c in report.checks}
+    assert checks["web"].status == "failed" and checks["web"].error_class is ErrorClass.UNREACHABLE
+    assert checks["m"].status == "failed" and "could not be listed" in checks["m"].message
+    assert [b for m, b in fake_openai_server.bodies if m == "tool-caller"] == []
+
+
+# --- issue 41: every ending stops a server's whole group; bounded reads; a stuck start; no mcp --------
+
+
+def bash_server(tmp_path: Path, *args: str) -> tuple[list[str], Path, Path]:
+    """A server started through ``bash -c "sleep 300 & exec server"``: (command, the file
+    holding the server's PID, the file holding its child's)."""
+    pid_file, child_file = tmp_path / "server.pid", tmp_path / "child.pid"
+    server = " ".join([*SERVER, "--pid-file", str(pid_file), *args])
+    return ["bash", "-c", f"sleep 300 & echo $! > {child_file}; exec {server}"], pid_file, child_file
+
+
+def wait_for(path: Path, proc: subprocess.Popen[str] | None = None, text: str = "") -> None:
+    deadline = time.monotonic() + 120
+    while not (path.exists() and text in path.read_text()):
+        assert proc is None or proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{path} never held {text!r}"
+        time.sleep(0.1)
+
+
+def test_ctrl_c_while_a_server_is_stuck_in_initialize_stops_it_and_its_child(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """Killed at once, not asked to stop and waited on: it never sees its stdin close."""
+    pid_file, child_file, marker = tmp_path / "server.pid", tmp_path / "child.pid", tmp_path / "saw-eof"
+    stuck = (
+        f"import os, sys, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+        f"sys.stdin.read(); open({str(marker)!r}, 'w').write('eof'); time.sleep(300)"
+    )
+    command = ["bash", "-c", f'sleep 300 & echo $! > {child_file}; exec {sys.executable} -c "{stuck}"']
+    tools = {"web": {"kind": "mcp", "transport": "stdio", "command": command}}
+    proc = start_cli("preflight", write(llm_tools_cfg(fake_openai_server.url, tmp_path, tools), tmp_path / "g.yaml"))
+    try:
+        wait_for(pid_file, proc)
+        wait_for(child_file, proc)
+        os.kill(proc.pid, signal.SIGINT)
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _, err = proc.communicate()
+    assert code == 130, err
+    pids = {"server": int(pid_file.read_text()), "its child": int(child_file.read_text())}
+    assert {name: pid for name, pid in pids.items() if not wait_gone(pid, timeout=5)} == {}
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("ending", ["finished", "failed", "ctrl-c", "kill-9"])
+def test_no_server_or_child_of_one_outlives_any_ending(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path, ending: str
+) -> None:
+    calls = tmp_path / "calls.txt"
+    command, pid_file, child_file = bash_server(tmp_path, "--calls-file", str(calls))
+    tools = {"web": {"kind": "mcp", "transport": "stdio", "command": command, "timeout_s": 900}}
+    cfg = llm_tools_cfg(fake_openai_server.url, tmp_path, tools)
+    if ending in ("ctrl-c", "kill-9"):
+        fake_openai_server.tool_calls_when("question", [[("slow", {"seconds": 600})]])
+    if ending == "failed":  # the pre-flight fails (the model is unreachable) after the server started
+        fake_openai_server.fail_when("tool-caller", "", 401)
+    proc = start_cli("run", write(cfg, tmp_path / "genwire.yaml"))
+    try:
+        if ending in ("ctrl-c", "kill-9"):
+            wait_for(calls, proc, "slow")
+            os.kill(proc.pid, signal.SIGINT if ending == "ctrl-c" else signal.SIGKILL)
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _, err = proc.communicate()
+    assert code == {"finished": 0, "failed": 1, "ctrl-c": 130, "kill-9": -signal.SIGKILL}[ending], err
+    pids = {"server": int(pid_file.read_text()), "its child": int(child_file.read_text())}
+    alive = {name: pid for name, pid in pids.items() if not wait_gone(pid, timeout=5)}
+    assert alive == {}, f"alive 5 s after the {ending} ending: {alive}"
+
+
+async def test_a_server_stuck_in_initialize_is_killed_at_once_not_waited_for(tmp_path: Path) -> None:
+    """It never answers ``initialize`` and, when its stdin closes, writes a marker and hangs
+    on: genwire kills its group without closing its stdin and waiting first."""
+    marker, pid_file = tmp_path / "saw-eof", tmp_path / "pid"
+    script = (
+        "import os, sys, time, pathlib; pathlib.Path(sys.argv[2]).write_text(str(os.getpid())); "
+        "sys.stdin.read(); pathlib.Path(sys.argv[1]).write_text('eof'); time.sleep(300)"
+    )
+    stuck = {"kind": "mcp", "transport": "stdio", "command": [sys.executable, "-c", script, str(marker), str(pid_file)]}
+    cfg = one_column("echo-user", {"web": stuck}, web="web")
+    cfg["preflight"] = {"timeout_s": 2, "deadline_s": 120}
+    container = genwire.boot(cfg, generators=[EchoUser])
+    async with container:
+        report = await container.preflight()
+        assert report.checks[0].error_class is ErrorClass.TIMEOUT
+    assert wait_gone(int(pid_file.read_text()), timeout=5)
+    assert not marker.exists()  # killed, not asked to stop and waited on
+
+
+async def test_an_oversized_result_is_dropped_as_it_is_read() -> None:
+    cfg = one_column("echo-user", {"web": stdio("--big-mb", "12", allow=["big", "echo"], max_result_mb=1)}, web="web")
+    container = genwire.boot(cfg, generators=[EchoUser])
+    async with container:
+        handle = container.resource("web")
+        with pytest.raises(ModelError) as caught:
+            await handle.call("big", {})
+        assert caught.value.error_class is ErrorClass.BAD_RESPONSE and "max_result_mb" in caught.value.message
+        assert (await handle.call("echo", {"text": "still here"})).text == "still here"  # the session goes on
+
+
+def test_the_stdout_reader_holds_at_most_its_limit_of_one_message() -> None:
+    from genwire.providers.tools.stdio import TOO_LARGE, _Lines
+
+    lines = _Lines(limit=1 << 20)
+    head = b'{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"'
+    held = []
+    items = lines.feed(head)
+    for _ in range(50):  # 50 MiB in 1 MiB chunks, no newline yet
+        items += lines.feed(b"x" * (1 << 20))
+        held.append(len(lines.buffer))
+    items += lines.feed(b'"}]}}\n{"jsonrpc":"2.0","id":8,"result":{}}\n')
+    assert max(held) <= 1 << 20
+    first, second = items
+    assert first.message.id == 7 and first.message.error.code == TOO_LARGE  # type: ignore[union-attr]
+    assert second.message.id == 8  # type: ignore[union-attr]
+
+
+def test_without_the_mcp_extra_every_command_says_how_to_install_it(tmp_path: Path) -> None:
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['mcp'] = None  # as if not installed\n")
+    cfg = one_column("llm-tools", {"web": stdio()}, model="m")
+    cfg["pipeline"]["columns"][0]["resources"]["tools"] = "web"
+    cfg["pipeline"]["columns"][0]["params"] = {"prompt": "q"}
+    cfg["providers"] = {"p": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1"}}
+    cfg["models"] = {"m": {"provider": "p", "model": "x", "kind": "chat"}}
+    path = write(cfg, tmp_path / "genwire.yaml")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocker), os.environ.get("PYTHONPATH", "")])}
+    for args in (("validate", path), ("preflight", path), ("run", path), ("preflight", path, "--json")):
+        proc = cli(*args, env=env)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert "pip install 'genwire[mcp]'" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+        if "--json" in args:
+            assert "pip install 'genwire[mcp]'" in json.loads(proc.stdout)["error"]

@@ -61,17 +61,21 @@ def cost_table(cost: dict[str, Any] | None) -> Table:
     return table
 
 
-def estimate_table(found: Estimate) -> Table:
+def estimate_table(found: Estimate, unit: str = "rows") -> Table:
+    """``unit``: what the projection counts (a gated pipeline's: candidates, SPEC §21)."""
     from rich.markup import escape
     from rich.table import Table
 
-    done = f"{found.rows_done:,} of {found.rows_total:,} rows done"
+    done = f"{found.rows_done:,} of {found.rows_total:,} {unit} done"
     table = Table(
-        title=f"Estimate: {found.sample_rows:,} rows sampled ({usd(found.sample_cost_usd)}); {done}, "
+        title=f"Estimate: {found.sample_rows:,} {unit} sampled ({usd(found.sample_cost_usd)}); {done}, "
         f"{found.rows_left:,} to go" + (" (batch prices)" if found.batch else ""),
         title_justify="left",
     )
-    heads = ("model", "req/row", "input tok/req\nmean · p95", "output tok/req\nmean · p95", "latency", "requests")
+    per = "req/row" if unit == "rows" else "req/candidate"
+    heads = (
+        "model", per, "input tok/req\nmean · p95", "output tok/req\nmean · p95", "latency", "requests",
+    )  # fmt: skip
     for name in (*heads, "cost", "worst case", "price from"):
         table.add_column(name, justify="left" if name in ("model", "price from") else "right")
     for m in found.models:
@@ -121,9 +125,11 @@ def run_estimate(
 
     console = err if as_json else out
     n = num_records or container.config.pipeline.num_records
+    gated = any(c.generator_cls.metadata.gate for c in container.columns)  # K candidates, N kept rows (SPEC §21)
     options = RunOptions(
-        num_records=n, output=output, sample_rows=min(sample, n), batch=batch, probe_cache=not no_cache
-    )
+        num_records=n, output=output, sample_rows=sample if gated else min(sample, n), batch=batch,
+        probe_cache=not no_cache,
+    )  # fmt: skip
 
     async def go() -> Any:
         async with container:
@@ -141,10 +147,30 @@ def run_estimate(
             emit_json(summary)
         raise
     found = estimate_of(container, result, batch=batch)
+    gates = None
+    if result.funnel is not None:
+        from genwire.cli.gates_table import gates_table, weak_warning
+        from genwire.engine.gated_estimate import gated_estimate
+
+        gates = gated_estimate(result, found, [c.name for c in container.columns])
+        if gates.weak:
+            err.print(weak_warning(gates), markup=False)
     if as_json:
-        emit_json({**found.as_dict(), "cost": result.cost})
+        extra = {}
+        if gates is not None:
+            extra = {
+                "acceptance": {**vars(gates.acceptance)},
+                "candidates_needed": gates.candidates_needed,
+                "gates": gates.as_dict(),
+            }
+        emit_json({**found.as_dict(), "cost": result.cost, **extra})
         return
-    out.print(estimate_table(found))
+    out.print(estimate_table(found, unit="rows" if gates is None else "candidates"))
+    if gates is not None:
+        table, projection = gates_table(gates, usd=usd, duration=_duration)
+        out.print(table)
+        out.print(projection, markup=False)
     run = f"genwire run {file}" + (f" -n {n}" if num_records else "") + (f" -o {output}" if output else "")
-    out.print(f"the {found.rows_done:,} rows done are kept: `{run}` continues after them", markup=False)
+    what = "rows" if gates is None else "candidates"
+    out.print(f"the {found.rows_done:,} {what} done are kept: `{run}` continues after them", markup=False)
     sys.stdout.flush()

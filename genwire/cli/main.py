@@ -129,6 +129,9 @@ def handle_errors(fn: F) -> F:
 def cli(debug: bool) -> None:
     """genwire: each generator wired with exactly the resources it declares, and every
     wired model and dataset checked before generation starts."""
+    from genwire.scrub import show_tracebacks
+
+    show_tracebacks(debug)  # libraries' log records keep their (scrubbed) tracebacks only then
 
 
 _FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
@@ -499,7 +502,7 @@ def run(
             if isinstance(exc, RunStopped | BudgetStopped):
                 summary.update(rows_kept=exc.kept, checkpoint=str(exc.checkpoint))
             if isinstance(exc, BudgetStopped):
-                summary.update(spent_usd=exc.spent_usd, max_cost_usd=exc.cap_usd)
+                summary.update(spent_usd=exc.spent_usd, max_cost_usd=exc.cap_usd, **(exc.funnel or {}))
             if isinstance(exc, PreflightError):
                 summary["preflight"] = exc.report.model_dump(mode="json")
             emit_json(summary)

@@ -143,6 +143,12 @@ def run_summary(result: RunResult) -> Table:
         "rows failed", cell(str(result.rows_failed) + (f" → {result.errors_file}" if result.errors_file else ""))
     )
     table.add_row("time", f"{result.duration_s:.2f}s ({result.rows_per_s:.1f} rows/s)")
+    if result.funnel is not None:  # a gated run (SPEC §21)
+        funnel = result.funnel
+        rate = f"; acceptance {funnel.rate:.1%}" if funnel.rate is not None else ""
+        table.add_row("candidates", cell(funnel.text(result.surplus) + rate))
+        rejected = ", ".join(f"{gate} {n:,}" for gate, n in funnel.rejected.items() if n)
+        table.add_row("rejected", cell(f"{rejected or 'none'} → {result.rejected_file}"))
     for alias, endpoints in sorted(result.endpoints.items()):
         for name, stats in endpoints.items():
             d = stats.as_dict()

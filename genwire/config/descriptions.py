@@ -116,7 +116,9 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
     },
     "PipelineConfig": {
         "": "The rows to generate.",
-        "num_records": "Rows to generate (genwire run -n overrides it).",
+        "num_records": "Rows to generate (genwire run -n overrides it); with a gate column, rows to keep.",
+        "max_candidates": "With a gate column: candidates tried at most (default 10 × num_records); "
+        "reached first, the run stops (exit 3) and a higher cap goes on.",
         "seed": "Seed of every sampled value; the same seed gives the same rows.",
         "output": "The dataset file: .jsonl, .csv or .parquet; failed rows go to <output>.errors.jsonl.",
         "batch_size": "Rows per batch; each finished batch is checkpointed.",

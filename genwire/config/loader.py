@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from genwire.config.messages import describe, shown, user_path
 from genwire.config.schema import GenwireConfig
+from genwire.config.strict import Substituted
 from genwire.errors import ConfigError, printable
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
@@ -192,7 +193,7 @@ class _Builder:
             return self._substitute(value, node, path, self.env)
         return value
 
-    def _substitute(self, text: str, node: yaml.Node, path: Path_, env: Mapping[str, str]) -> str:
+    def _substitute(self, text: str, node: yaml.Node, path: Path_, env: Mapping[str, str]) -> Substituted:
         def repl(match: re.Match[str]) -> str:
             if match.group(0) == "$$":
                 return "$"
@@ -214,7 +215,9 @@ class _Builder:
             )
             return ""
 
-        return _ENV_RE.sub(repl, text)
+        done = _ENV_RE.sub(repl, text)
+        scalar = core_scalar(done)
+        return Substituted(done, done if isinstance(scalar, _TooLong) else scalar)
 
 
 MAX_DIGITS = 100  # a longer number is a mistake (and Python refuses > 4,300-digit ints)
@@ -365,7 +368,22 @@ def _cross_reference_problems(loaded: LoadedConfig) -> list[str]:
             f"{loaded.where(('tools', name))}: {name!r} names both a tool server and a model or dataset; "
             "names must be unique across models, datasets and tools"
         )
+    if cfg.tools and not mcp_installed():
+        problems.append(f"{loaded.where(('tools',))}: {MCP_MISSING}")
     return problems
+
+
+MCP_MISSING = "tool servers need the MCP SDK, which is not installed: pip install 'genwire[mcp]'"
+
+
+def mcp_installed() -> bool:
+    """Whether the ``mcp`` extra can be imported (found, not imported: validate stays fast)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("mcp") is not None
+    except (ImportError, ValueError):  # a broken or blocked install
+        return False
 
 
 def load_config_text(

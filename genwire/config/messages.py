@@ -3,9 +3,12 @@ to write instead (SPEC §2). Never the value of a secret."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic_core import ErrorDetails
+
+from genwire.scrub import without_userinfo
 
 # Values under these keys may be credentials: never quoted back (header values included).
 SECRET_KEYS = frozenset({"api_key", "headers", "extra_headers"})
@@ -34,7 +37,8 @@ def shown(value: Any) -> str:
         return "a list"
     if value is None:
         return "nothing (null)"
-    text = repr(value)
+    # A URL's password goes before the cut: a cut inside it would leave no '@' to find.
+    text = without_userinfo(repr(value))
     return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 1] + "…'"
 
 
@@ -75,4 +79,24 @@ def describe(err: ErrorDetails, path: tuple[str | int, ...]) -> str:
     # e.g. "Input should be a valid integer" (pydantic's ", unable to parse string as an
     # integer" only repeats it once the given value is shown)
     message = (err["msg"] or kind).split(", unable to parse")[0]
+    unquoted = _unquoted(kind, err.get("input")) if not secret else None
+    if unquoted is not None:  # "2" for a number, "false" for a boolean: values are taken as written
+        return f"{message}, {got} (in quotes it is text: write {unquoted} without quotes)"
     return f"{message}, {got}" if got else message
+
+
+_BOOLEANS = frozenset({"true", "false", "True", "False", "TRUE", "FALSE"})
+
+
+def _unquoted(kind: str, value: Any) -> str | None:
+    """What a quoted scalar should have been written as, when it spells the type wanted."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if kind == "bool_type" and text in _BOOLEANS:
+        return text
+    if kind == "int_type" and re.fullmatch(r"[-+]?[0-9]+", text):
+        return text
+    if kind == "float_type" and re.fullmatch(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?", text):
+        return text
+    return None

@@ -8,7 +8,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -18,6 +17,7 @@ from pydantic import (
 )
 
 from genwire.config.limits import too_many_rows
+from genwire.config.strict import StrictValues
 from genwire.config.tools import ToolServerConfig
 from genwire.config.validators import check_base_url, check_headers
 
@@ -82,8 +82,8 @@ PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 
 
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class StrictModel(StrictValues):
+    """Unknown keys are errors; values are taken as written (``config.strict``)."""
 
 
 # --- providers -----------------------------------------------------------------------
@@ -180,7 +180,40 @@ class EndpointConfig(StrictModel):
     role: Literal["primary", "fallback"] = "primary"
 
 
+# What ModelConfig's validators check, said in JSON Schema too, so an editor flags it as
+# `genwire validate` does: `provider` or `endpoints` (exactly one; `min_healthy` only with
+# `endpoints`, which hold a primary), `dimensions` only for embeddings.
+_ONE_ENDPOINT_OR_A_POOL: dict[str, Any] = {
+    "allOf": [
+        {
+            "if": {"required": ["endpoints"], "properties": {"endpoints": {"type": "array"}}},
+            "then": {
+                "properties": {
+                    "provider": {"type": "null"},
+                    "endpoints": {
+                        "contains": {"not": {"required": ["role"], "properties": {"role": {"const": "fallback"}}}}
+                    },
+                }
+            },
+            "else": {
+                "required": ["provider"],
+                "properties": {
+                    "provider": {"type": "string"},
+                    "min_healthy": {"anyOf": [{"const": 1}, {"type": "string"}]},
+                },
+            },
+        },
+        {
+            "if": {"required": ["kind"], "properties": {"kind": {"const": "chat"}}},
+            "then": {"properties": {"dimensions": {"type": "null"}}},
+        },
+    ]
+}
+
+
 class ModelConfig(StrictModel):
+    model_config = ConfigDict(json_schema_extra=_ONE_ENDPOINT_OR_A_POOL)
+
     provider: Name | None = None
     # Several endpoints for one model, instead of ``provider`` (SPEC §17).
     endpoints: Annotated[list[EndpointConfig], Field(min_length=1)] | None = None
@@ -320,6 +353,9 @@ class PipelineConfig(StrictModel):
     batch_size: Annotated[int, Field(gt=0, le=100_000)] = 64
     max_failure_rate: Annotated[float, Field(ge=0, le=1)] = 0.1
     budget: BudgetConfig | None = None
+    # With a gate (SPEC §21): candidates tried at most (None: 10 x num_records). Not in the
+    # fingerprint: a higher cap goes on from the same checkpoint.
+    max_candidates: Annotated[PositiveInt, BeforeValidator(_row_count)] | None = None
     columns: Annotated[list[ColumnConfig], Field(min_length=1)]
 
     @field_validator("columns")

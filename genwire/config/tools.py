@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import AfterValidator, Field, SecretStr, field_validator
 
+from genwire.config.strict import StrictValues
 from genwire.config.validators import check_base_url, check_headers
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -28,9 +29,7 @@ def _check_env(value: dict[str, SecretStr]) -> dict[str, SecretStr]:
     return value
 
 
-class _ToolServerBase(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class _ToolServerBase(StrictValues):  # unknown keys are errors; values taken as written
     kind: Literal["mcp"]
     # What a generator may call (None: every tool the server lists).
     allow: list[ToolName] | None = None

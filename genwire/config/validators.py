@@ -7,6 +7,8 @@ import re
 
 from pydantic import SecretStr
 
+from genwire.scrub import without_userinfo
+
 __all__ = ["check_base_url", "check_headers"]
 
 
@@ -14,13 +16,15 @@ def check_base_url(value: str) -> str:
     """Refuse here what would otherwise crash the first request (bad port, broken IPv6)."""
     from yarl import URL  # aiohttp's URL type: what the client will parse it with
 
+    shown = without_userinfo(value)  # a message never shows the URL's password
     try:
         url = URL(value)
         url.port  # noqa: B018  # parsing the port is what fails for "h:99999" or "h:abc"
     except ValueError as exc:
-        raise ValueError(f"got {value!r}: {str(exc).removeprefix('Invalid URL: ')}") from None
+        reason = without_userinfo(str(exc).removeprefix("Invalid URL: ")).replace(value, shown)
+        raise ValueError(f"got {shown!r}: {reason}") from None
     if not url.host:
-        raise ValueError(f"got {value!r}: the URL has no host")
+        raise ValueError(f"got {shown!r}: the URL has no host")
     return value
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Mapping
 from typing import Any, Self
 
 from dependency_injector import providers as di
@@ -111,6 +111,15 @@ class WiredPipeline:
             provider = self.config.providers[endpoint.provider]
             members.append((endpoint, member.handle, endpoint_identity(provider, model.for_endpoint(endpoint))))
         return members
+
+    def mark_endpoints(self, verdicts: Mapping[str, Mapping[str, str]]) -> None:
+        """Tell pooled aliases (built so far) what is known of their endpoints, per alias
+        ``{endpoint: error class}`` (the pre-flight's failures): those start cooled down,
+        or out for ``auth`` / ``not_found``."""
+        for alias, found in verdicts.items():
+            pool = self._graph.pools.get(alias)
+            if pool is not None:
+                pool.mark(found)
 
     def endpoint_stats(self) -> dict[str, dict[str, EndpointStats]]:
         """Per pooled alias built so far, per endpoint: requests, failures, latencies."""

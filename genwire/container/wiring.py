@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -214,13 +215,23 @@ class _Wirer:
         return [raw] if isinstance(raw, str) else list(raw)
 
     def check_reads(self, wirings: list[ColumnWiring]) -> None:
-        position = {c.name: i for i, c in enumerate(self.loaded.config.pipeline.columns)}
+        columns = self.loaded.config.pipeline.columns
+        position = {c.name: i for i, c in enumerate(columns)}
+        gates = {w.name for w in wirings if w.generator_cls.metadata.gate}
         for w in wirings:
             for ref in sorted(w.reads):
                 root = ref.split(".", 1)[0]
                 where = position.get(root)
-                path = ("pipeline", "columns", w.index, "params")
-                if where is None:
+                path: tuple[str | int, ...] = ("pipeline", "columns", w.index, "params")
+                if w.name in gates:  # a gate's expression: located at the param that names the column
+                    path = (*path, *_param_reading(columns[w.index].params, root))
+                if root in gates and where is not None and where < w.index:
+                    self.problem(
+                        path,
+                        f"column {w.name!r} reads {root!r}, a gate column: a gate's verdict is not a value "
+                        "later columns can read (a row that reaches them passed it)",
+                    )
+                elif where is None:
                     self.problem(
                         path,
                         f"column {w.name!r} reads {root!r}, which is not a column{_suggest(root, list(position))}"
@@ -233,6 +244,14 @@ class _Wirer:
                         f"{'by the column itself' if where == w.index else 'later'}; "
                         "a column may only read earlier columns (move it below)",
                     )
+
+
+def _param_reading(params: Mapping[str, Any], root: str) -> tuple[str, ...]:
+    """The param whose text names column ``root`` (a template, an expression), to locate
+    an error there; () when no single text param does."""
+    pattern = re.compile(rf"(?<![\w.]){re.escape(root)}(?!\w)")
+    keys = [k for k, v in params.items() if isinstance(v, str) and pattern.search(v)]
+    return (keys[0],) if len(keys) == 1 else ()
 
 
 def wire_columns(loaded: LoadedConfig, generators: Mapping[str, type[Generator[Any]]]) -> list[ColumnWiring]:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from genwire.container.core import WiredPipeline
+from genwire.engine.gate_turns import GateTurns
 from genwire.engine.receipt import Receipt
 from genwire.errors import (
     BatchModeFailed,
@@ -22,6 +24,7 @@ from genwire.errors import (
 )
 from genwire.generators.base import Generator
 from genwire.generators.outcome import RowFailure
+from genwire.generators.verdict import as_verdict
 from genwire.providers.request_context import BatchScope, batch_scope, column_scope
 from genwire.providers.response_cache import Entry, ResponseCache
 from genwire.providers.tracing import batch_span
@@ -50,6 +53,10 @@ class BatchResult:
     answers: list[Entry] = field(default_factory=list)
     # What a Ray worker paid for since its last receipt (the driver feeds the run's accounts).
     receipt: Receipt | None = None
+    # A gated run (SPEC §21): the candidates a gate rejected, in index order,
+    # ``{"candidate", "gate", "reason", "row"}`` (the row's cells generated so far).
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    size: int = 0  # rows the batch was started with (kept, failed, rejected or dropped at the budget)
 
 
 def private_rows(rows: list[dict[str, Any]], mutable: list[str]) -> list[dict[str, Any]]:
@@ -78,14 +85,25 @@ def failure_record(
     return {"row": index, "column": column, "error_class": error_class, "error": message, "data": dict(row)}
 
 
+# What an in-order gate is handed before its first batch: the rows (and their indices,
+# in index order) that an earlier session of the run let through it.
+Earlier = Callable[[str], tuple[list[dict[str, Any]], list[int]]]
+
+
 class BatchRunner:
     """Runs the container's column generators over batches of row indices."""
 
     def __init__(
-        self, container: WiredPipeline, cache: ResponseCache | None = None, *, store_answers: bool = True
+        self,
+        container: WiredPipeline,
+        cache: ResponseCache | None = None,
+        *,
+        store_answers: bool = True,
+        earlier: Earlier | None = None,
     ) -> None:
         """``store_answers=False``: the answers kept go back in ``BatchResult.answers``
-        for the caller to store, and ``cache`` is only read."""
+        for the caller to store, and ``cache`` is only read. ``earlier(gate)``: the rows
+        an earlier session let through in-order gate ``gate`` (none without it)."""
         container.reset_generators()  # generators may keep per-run state (cursors, caches)
         self.generators: list[Generator[Any]] = [container.generator(c.name) for c in container.columns]
         self.columns = [c.name for c in container.columns]
@@ -93,6 +111,8 @@ class BatchRunner:
         self.store_answers = store_answers
         self.live = 0  # rows of the running batches that have not failed nor finished
         self.seed = container.config.pipeline.seed  # in every cache key: a new seed asks again
+        self.earlier = earlier
+        self.turns = GateTurns([g.column for g in self.generators if g.metadata.gate and g.in_order])
 
     async def run(self, indices: list[int]) -> BatchResult:
         """Rows ``indices`` (global positions; any set, e.g. the rows a resumed run still
@@ -106,6 +126,7 @@ class BatchRunner:
             finally:
                 if scope is not None and self.store_answers:  # a cancelled batch's answers: still stored
                     scope.cache.put_many(scope.take_kept())
+            result.size = len(indices)
             if scope is not None:
                 result.cached = scope.hits
                 result.answers = scope.take_kept()  # what the caller stores (empty once stored here)
@@ -116,20 +137,32 @@ class BatchRunner:
     async def _run(self, indices: list[int], scope: BatchScope | None) -> BatchResult:
         live: list[dict[str, Any]] = [{} for _ in indices]
         self.live += len(live)
+        key = indices[0] if indices else -1
+        self.turns.enter(key)
         try:
-            return await self._columns(indices, live, scope)
+            return await self._columns(indices, live, scope, key)
         finally:
             self.live -= len(live)
+            self.turns.leave(key)
 
-    async def _columns(self, indices: list[int], live: list[dict[str, Any]], scope: BatchScope | None) -> BatchResult:
-        """Each column over the rows still live; ``live`` shrinks in place as rows fail."""
+    async def _columns(
+        self, indices: list[int], live: list[dict[str, Any]], scope: BatchScope | None, key: int
+    ) -> BatchResult:
+        """Each column over the rows still live; ``live`` shrinks in place as rows fail or
+        a gate rejects them (a rejected row stops there: no later column is generated)."""
         failures: list[dict[str, Any]] = []
+        rejected: list[dict[str, Any]] = []
         mutable: list[str] = []  # columns of this batch holding a value changeable in place
         for gen in self.generators:
             if not live:
                 break
+            in_order = gen.metadata.gate and gen.in_order
+            if in_order:
+                await self.turns.turn(gen.column, key, functools.partial(self._remember, gen))
             with column_scope(gen.column, indices):  # the column's hits, looked up in one query
                 values = await self.call(gen, private_rows(live, mutable), indices)
+            if in_order:
+                self.turns.passed(gen.column, key)
             if scope is not None and scope.kept and self.store_answers:
                 kept_answers = scope.take_kept()
                 if scope.cache.writable:  # one transaction per column and batch, off the event loop
@@ -143,6 +176,19 @@ class BatchRunner:
                     if isinstance(value.error, BudgetExhausted):
                         continue  # not sent: neither kept nor failed, a resumed run makes it
                     failures.append(failure_record(index, row, gen.column, value.error))
+                elif gen.metadata.gate:  # a verdict: the row goes on (the gate's cell is not kept) or stops here
+                    verdict = as_verdict(value)
+                    if verdict is None:
+                        raise PluginError(
+                            f"gate {gen.metadata.name!r} (column {gen.column!r}) returned {type(value).__name__} "
+                            f"for row {index}; a gate returns True, False or Verdict(keep, reason)"
+                        )
+                    if verdict.keep:
+                        kept.append(row)
+                        kept_indices.append(index)
+                    else:
+                        reason = verdict.reason or "rejected"
+                        rejected.append({"candidate": index, "gate": gen.column, "reason": reason, "row": dict(row)})
                 else:
                     row[gen.column] = value
                     if not seen_mutable and not isinstance(value, _IMMUTABLE):
@@ -153,7 +199,25 @@ class BatchRunner:
             self.live -= len(live) - len(kept)
             live[:], indices = kept, kept_indices
         failures.sort(key=lambda f: int(f["row"]))
-        return BatchResult(indices, live, failures)
+        rejected.sort(key=lambda r: int(r["candidate"]))
+        return BatchResult(indices, live, failures, rejected=rejected)
+
+    async def _remember(self, gen: Generator[Any]) -> None:
+        """An in-order gate's first turn: the rows an earlier session let through it."""
+        if self.earlier is None:
+            return
+        rows, indices = self.earlier(gen.column)
+        if not rows:
+            return
+        with column_scope(gen.column, indices):
+            try:
+                await gen.remember(rows, indices)
+            except GenwireError:
+                raise
+            except Exception as exc:
+                raise PluginError(
+                    f"gate {gen.metadata.name!r} (column {gen.column!r}) raised in remember(): {exception_text(exc)}"
+                ) from exc
 
     @staticmethod
     async def call(gen: Generator[Any], rows: list[dict[str, Any]], indices: list[int]) -> list[Any]:

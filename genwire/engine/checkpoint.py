@@ -6,6 +6,8 @@ Layout of ``<output>.checkpoint/``::
     lock               held (flock) by the run using it; holds its PID
     rows-0001.jsonl    {"i": row index, "row": {...}} per line, one file per session
     failed-0001.jsonl  the failure records of that session
+    rejected-0001.jsonl  a gated run (SPEC §21): the candidates a gate rejected in that
+                       session, {"candidate", "gate", "reason", "row"} per line
 
 A *session* is one ``genwire run`` over the checkpoint. Within a session batches arrive in
 row order, so each ``rows-*`` file is sorted by index and the final output is a streaming
@@ -31,10 +33,11 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from genwire.config.limits import MAX_NUM_RECORDS
 from genwire.engine.fingerprint import Fingerprint, changes
 from genwire.errors import RunSetupError
 
@@ -59,6 +62,7 @@ def kept_rows(directory: Path) -> int:
 
 _ROWS = re.compile(r"rows-(\d+)\.jsonl")
 _FAILED = re.compile(r"failed-(\d+)\.jsonl")
+_REJECTED = re.compile(r"rejected-(\d+)\.jsonl")
 # What else a run keeps here (batch mode's journal, and its spool files while a batch file is
 # built or read: providers.batch.collector.SPOOL_PREFIX); anything else is a stray file.
 _JOURNAL = "batch-journal.jsonl"  # engine.batch_journal.JOURNAL_NAME (not imported: batch mode is loaded on demand)
@@ -69,7 +73,7 @@ _SPOOL = re.compile(r"batch-spool-[\w.-]+\.jsonl")
 
 
 def _segment_number(path: Path) -> int:
-    match = _ROWS.fullmatch(path.name) or _FAILED.fullmatch(path.name)
+    match = _ROWS.fullmatch(path.name) or _FAILED.fullmatch(path.name) or _REJECTED.fullmatch(path.name)
     assert match is not None, path  # only ever called on paths _segments() matched
     return int(match.group(1))
 
@@ -87,7 +91,7 @@ def _stray_files(directory: Path) -> list[Path]:
         name = path.name
         if name.endswith(".tmp"):  # an atomic write a kill caught: harmless
             name = name[: -len(".tmp")]
-        own = name in _OTHER_FILES or any(p.fullmatch(name) for p in (_ROWS, _FAILED, _SPOOL))
+        own = name in _OTHER_FILES or any(p.fullmatch(name) for p in (_ROWS, _FAILED, _REJECTED, _SPOOL))
         if not own or not path.is_file():
             stray.append(path)
     return stray
@@ -163,25 +167,47 @@ def lock_holder(directory: Path) -> str | None:
 class Checkpoint:
     """Open with ``Checkpoint.open``; ``close`` releases the lock, ``remove`` deletes it."""
 
-    def __init__(self, directory: Path, lock: IO[str], num_records: int, done: DoneRows, session: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        lock: IO[str],
+        num_records: int,
+        done: DoneRows,
+        session: int,
+        rejected: Rejections | None = None,
+        candidates: int | None = None,
+    ) -> None:
         self.directory = directory
         self.num_records = num_records
+        # A gated run (SPEC §21): candidates 0..candidates-1 may be generated (the cap).
+        self.candidates = candidates
         self._lock = lock
         self._done = done  # the rows some rows-* file holds
+        self.rejections = rejected if rejected is not None else Rejections()  # the rejected-* files' candidates
         self.resumed = len(done)
         self.kept = self.resumed
         self._session = session
         self._rows: IO[bytes] | None = None
         self._failed: IO[bytes] | None = None
+        self._rejected: IO[bytes] | None = None
         self.keep_journal = False  # batch mode: batches it names are still open at the provider
 
     # --- opening -----------------------------------------------------------------------
 
     @classmethod
     def open(
-        cls, directory: Path, fingerprint: Fingerprint, num_records: int, *, fresh: bool, fresh_hint: str
+        cls,
+        directory: Path,
+        fingerprint: Fingerprint,
+        num_records: int,
+        *,
+        fresh: bool,
+        fresh_hint: str,
+        candidates: int | None = None,
     ) -> Checkpoint:
-        """Lock the checkpoint, then start it, or resume it when it matches.
+        """Lock the checkpoint, then start it, or resume it when it matches. A gated run
+        (SPEC §21) gives ``candidates``, its cap: ``num_records`` counts kept rows, and row
+        indices are candidates' (any number below the cap, or an earlier, higher cap).
 
         Raises ``RunSetupError`` when another run holds it, or when it was made by a
         different configuration (naming what changed and ``fresh_hint``)."""
@@ -207,14 +233,24 @@ class Checkpoint:
         lock.write(str(os.getpid()))
         lock.flush()
         try:
-            return cls._start(directory, lock, fingerprint, num_records, fresh=fresh, fresh_hint=fresh_hint)
+            return cls._start(
+                directory, lock, fingerprint, num_records, fresh=fresh, fresh_hint=fresh_hint, candidates=candidates
+            )
         except BaseException:
             lock.close()
             raise
 
     @classmethod
     def _start(
-        cls, directory: Path, lock: IO[str], fingerprint: Fingerprint, n: int, *, fresh: bool, fresh_hint: str
+        cls,
+        directory: Path,
+        lock: IO[str],
+        fingerprint: Fingerprint,
+        n: int,
+        *,
+        fresh: bool,
+        fresh_hint: str,
+        candidates: int | None,
     ) -> Checkpoint:
         meta_path = directory / _META
         if fresh:
@@ -254,16 +290,21 @@ class Checkpoint:
                 path,
             )
         segments = _segments(directory, _ROWS)
+        rejected_segments = _segments(directory, _REJECTED)
+        # A gated run's row indices are candidates': any below the index limit (a cap lowered
+        # since must not make the rows above it look damaged).
+        limit = n if candidates is None else MAX_NUM_RECORDS
         try:
-            done = _read_rows(segments, n)
+            done = _read_rows(segments, limit)
+            rejected = _read_rejected(rejected_segments, limit, done)
         except OSError as exc:  # unreadable or read-only: fixing that keeps every row
             raise RunSetupError(
                 f"cannot read or repair the checkpoint file {exc.filename or directory}: {exc.strerror or exc}; "
                 f"fix its permissions to resume, or {fresh_hint} to discard it"
             ) from None
         failed = _segments(directory, _FAILED)
-        last = max((_segment_number(p) for p in [*segments, *failed]), default=0)
-        return cls(directory, lock, n, done, last + 1)
+        last = max((_segment_number(p) for p in [*segments, *failed, *rejected_segments]), default=0)
+        return cls(directory, lock, n, done, last + 1, rejected, candidates)
 
     @staticmethod
     def _read_meta(path: Path, fresh_hint: str) -> dict[str, Any]:
@@ -282,27 +323,51 @@ class Checkpoint:
     # --- a session ---------------------------------------------------------------------
 
     def pending(self) -> Iterator[int]:
-        """Row indices still to generate, in order: never reached, or failed before."""
-        return self._done.missing(self.num_records)
+        """Row indices still to generate, in order: never reached, or failed before (in a
+        gated run, candidates below the cap neither kept nor rejected)."""
+        if self.candidates is None:
+            return self._done.missing(self.num_records)
+        rejected = self.rejections.done
+        return (i for i in self._done.missing(self.candidates) if i not in rejected)
 
     def is_done(self, index: int) -> bool:
         """Whether row ``index`` is kept (in some rows-* file)."""
         return index in self._done
 
-    def append(self, rows: list[tuple[int, bytes]], failures: list[bytes]) -> None:
-        """One batch: encoded row lines and failure lines, flushed to the disk before
-        returning (a kill after this cannot lose them)."""
-        if self._rows is None or self._failed is None:
+    def append(
+        self,
+        rows: list[tuple[int, bytes]],
+        failures: list[bytes],
+        rejected: Sequence[tuple[int, str, bytes]] = (),
+    ) -> None:
+        """One batch: encoded row lines, failure lines and (a gated run) the lines of the
+        candidates its gates rejected, with their index and gate, flushed to the disk
+        before returning (a kill after this cannot lose them)."""
+        if self._rows is None or self._failed is None or self._rejected is None:
             self._rows = (self.directory / f"rows-{self._session:04d}.jsonl").open("ab")
             self._failed = (self.directory / f"failed-{self._session:04d}.jsonl").open("ab")
-        for handle, lines in ((self._rows, [line for _, line in rows]), (self._failed, failures)):
+            self._rejected = (self.directory / f"rejected-{self._session:04d}.jsonl").open("ab")
+        written = (
+            (self._rows, [line for _, line in rows]),
+            (self._failed, failures),
+            (self._rejected, [line for _, _, line in rejected]),
+        )
+        for handle, lines in written:
             if lines:
                 handle.write(b"".join(lines))
                 handle.flush()
                 os.fsync(handle.fileno())
         for index, _ in rows:
             self._done.add(index)
+        for index, gate, _ in rejected:
+            self.rejections.add(index, gate)
         self.kept += len(rows)
+
+    def rejected(self) -> Iterator[dict[str, Any]]:
+        """Every rejected candidate's record, in candidate order, from all sessions' files."""
+        self._flush()
+        streams = [_lines(p) for p in _segments(self.directory, _REJECTED)]
+        return heapq.merge(*streams, key=lambda record: int(record["candidate"]))
 
     def rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
         """Every done row, in index order, streamed from all sessions' files."""
@@ -324,13 +389,13 @@ class Checkpoint:
     # --- ending ------------------------------------------------------------------------
 
     def _flush(self) -> None:
-        for handle in (self._rows, self._failed):
+        for handle in (self._rows, self._failed, self._rejected):
             if handle is not None and not handle.closed:
                 handle.flush()
 
     def close(self) -> None:
         """Close the files and release the lock; the checkpoint stays for a resume."""
-        for handle in (self._rows, self._failed):
+        for handle in (self._rows, self._failed, self._rejected):
             if handle is not None:
                 handle.close()
         with contextlib.suppress(OSError):
@@ -417,6 +482,66 @@ def _read_rows(segments: list[Path], n: int) -> DoneRows:
         if segment in bad or repeated:
             _rewrite_without(segment, bad.get(segment, set()), repeated, n)
     return done
+
+
+class Rejections:
+    """The candidates the rejected-* files hold, and how many each gate rejected."""
+
+    def __init__(self) -> None:
+        self.done = DoneRows()
+        self.by_gate: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.done)
+
+    def add(self, index: int, gate: str) -> None:
+        if index not in self.done:
+            self.done.add(index)
+            self.by_gate[gate] = self.by_gate.get(gate, 0) + 1
+
+
+def _rejection(line: bytes, limit: int) -> tuple[int, str]:
+    """The (candidate, gate) of one rejected line, or ``_Damaged``."""
+    try:
+        record = json.loads(line)
+    except ValueError as exc:
+        raise _Damaged(f"not JSON ({exc})") from None
+    if not isinstance(record, dict):
+        raise _Damaged("not a JSON object")
+    index, gate = record.get("candidate"), record.get("gate")
+    if type(index) is not int or not 0 <= index < limit:
+        raise _Damaged(f"no usable candidate index ({readable(index)})")
+    if not isinstance(gate, str) or not isinstance(record.get("row"), dict):
+        raise _Damaged(f"no gate or row for candidate {index}")
+    return index, gate
+
+
+def _read_rejected(segments: list[Path], limit: int, kept: DoneRows) -> Rejections:
+    """The rejected candidates; a line that cannot be used is one warning and is cut out
+    (that candidate is generated again), as a damaged rows line."""
+    rejections = Rejections()
+    for segment in segments:
+        _repair(segment)
+        bad: set[int] = set()
+        with segment.open("rb") as handle:
+            for number, line in enumerate(handle, 1):
+                try:
+                    index, gate = _rejection(line, limit)
+                    if index in kept or index in rejections.done:
+                        raise _Damaged(f"candidate {index}, which the checkpoint holds already")
+                except _Damaged as exc:
+                    log.warning(
+                        "checkpoint %s line %d cannot be used: %s; that candidate is generated again",
+                        segment,
+                        number,
+                        exc,
+                    )
+                    bad.add(number)
+                    continue
+                rejections.add(index, gate)
+        if bad:
+            _rewrite_without(segment, bad, set(), limit)
+    return rejections
 
 
 def _rewrite_without(segment: Path, numbers: set[int], indices: set[int], n: int) -> None:

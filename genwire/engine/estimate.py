@@ -221,18 +221,24 @@ def estimate_of(container: WiredPipeline, sample: RunResult, *, batch: bool = Fa
     meter = sample.meter
     if meter is None:
         raise ValueError("the sample run kept no cost measurements")
+    rows, failed = sample.rows_written - sample.rows_resumed, sample.rows_failed
+    total, done = sample.rows_requested, sample.rows_written
+    if sample.funnel is not None:  # a gated pipeline (SPEC §21): projected in candidates
+        from genwire.engine.gated_estimate import candidate_counts
+
+        rows, failed, total, done = candidate_counts(sample)
     return project(
         container,
         stats=meter.stats,
         prices=meter.prices,
         cached={alias: u.cached for alias, u in sample.usage.items()},
         rate_limited={alias: u.rate_limited for alias, u in sample.usage.items()},
-        sample_rows=sample.rows_written - sample.rows_resumed,
-        sample_failed=sample.rows_failed,
+        sample_rows=rows,
+        sample_failed=failed,
         sample_duration_s=sample.duration_s,
         sample_cost_usd=sample.cost["this_session_usd"] if sample.cost else None,
-        rows_total=sample.rows_requested,
-        rows_done=sample.rows_written,
+        rows_total=total,
+        rows_done=done,
         sample_cpu_s=meter.rows_cpu_s,
         batch=batch,
     )

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncGenerator, Callable, Iterator
 
 from genwire.container.core import WiredPipeline
-from genwire.engine.batches import BatchResult, BatchRunner, batched
+from genwire.engine.batches import BatchResult, BatchRunner, Earlier, batched
 from genwire.providers.response_cache import ResponseCache
 
 __all__ = ["LocalBatches"]
@@ -37,8 +38,10 @@ class LocalBatches:
         batch_mode: bool = False,
         stop: Callable[[], bool] | None = None,
         hold: Callable[[int], bool] | None = None,
+        earlier: Earlier | None = None,
     ) -> None:
         self._container = container
+        self._earlier = earlier  # a gated run: what in-order gates remember from earlier sessions
         # The budget: stop() true, no new batch at all (running ones finish); hold(live
         # rows) true, none for now (what is left would not finish them).
         self._stop = stop
@@ -57,9 +60,14 @@ class LocalBatches:
         queued for them (a braked or paced model's queue is long, so it never grows)."""
         return any(c.waiting < c.limit for c in self._container.concurrency().values())
 
-    async def batches(self, indices: Iterator[int], batch_size: int) -> AsyncGenerator[BatchResult, None]:
-        runner = self._runner = BatchRunner(self._container, self._cache)
-        todo = enumerate(batched(indices, batch_size))
+    async def batches(
+        self, indices: Iterator[int], batch_size: int, *, feed: Iterator[list[int]] | None = None
+    ) -> AsyncGenerator[BatchResult, None]:
+        """``feed`` (a gated run's ``CandidatePlan``) says which rows to start, batch by
+        batch, in place of ``indices``: an empty batch means none for now."""
+        runner = self._runner = BatchRunner(self._container, self._cache, earlier=self._earlier)
+        todo = batched(indices, batch_size) if feed is None else feed
+        numbers = itertools.count()
         running: dict[asyncio.Task[BatchResult], int] = {}
         finished: dict[int, asyncio.Task[BatchResult]] = {}  # an error is raised in row order too
         next_out = 0
@@ -82,12 +90,14 @@ class LocalBatches:
                 # The budget: when nothing runs, one more batch learns whether anything still fits.
                 and not (self._hold is not None and (running or finished) and self._hold(runner.live + fresh))
             ):
-                item = next(todo, None)
-                if item is None:
+                batch = next(todo, None)
+                if batch is None:
                     exhausted = True
                     return
-                running[asyncio.create_task(runner.run(item[1]))] = item[0]
-                fresh += len(item[1])
+                if not batch:  # the feed: enough is running for now
+                    return
+                running[asyncio.create_task(runner.run(batch))] = next(numbers)
+                fresh += len(batch)
 
         try:
             while True:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from genwire.engine.gates import Funnel, funnel_summary, rejected_path
 from genwire.preflight.report import PreflightReport
 from genwire.providers.batch.format import BatchInfo
 from genwire.providers.budget import CostMeter
@@ -39,6 +40,12 @@ class RunResult:
     finished: bool = True  # False: an estimate's sample, the checkpoint kept for the run
     # Per pooled alias, per endpoint (SPEC §17): requests, failures, latency.
     endpoints: dict[str, dict[str, EndpointStats]] = field(default_factory=dict)
+    funnel: Funnel | None = None  # a gated run (SPEC §21): candidates → each gate → kept
+    surplus: int = 0  # a gated run: kept candidates past the rows wanted (in the rejected file)
+
+    @property
+    def rejected_file(self) -> Path:
+        return rejected_path(self.output)
 
     @property
     def requests(self) -> dict[str, int]:
@@ -71,6 +78,7 @@ class RunResult:
             "models": {alias: self._model_summary(alias, u) for alias, u in self.usage.items()},
             **({"batches": [b.as_dict() for b in self.batches]} if self.batches is not None else {}),
             **({"cost": self.cost} if self.cost is not None else {}),
+            **(funnel_summary(self.funnel, self.surplus) if self.funnel is not None else {}),
         }
 
     def _model_summary(self, alias: str, usage: ModelUsage) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from genwire.engine.batch_journal import open_batch_ids
 from genwire.engine.batch_mode import batch_providers
 from genwire.engine.checkpoint import Checkpoint, checkpoint_dir
 from genwire.engine.fingerprint import fingerprint
+from genwire.engine.gates import gated_run
 from genwire.engine.options import Engine, RunOptions
 from genwire.engine.result import RunResult
 from genwire.engine.session import RunPlan, RunSession
@@ -85,7 +86,8 @@ def plan_run(container: WiredPipeline, options: RunOptions) -> RunPlan:
     target = output_path(container, options.output)
     directory = checkpoint_dir(target)
     check_output(target, protected=dataset_files(container), extra=[errors_path(target), directory])
-    return RunPlan(n, engine, batching, target, directory)
+    gated = gated_run(container, n, engine=engine, batch=bool(batching))  # SPEC §21; None without a gate
+    return RunPlan(n, engine, batching, target, directory, gated)
 
 
 def open_checkpoint(container: WiredPipeline, options: RunOptions, plan: RunPlan, accounts: RunAccounts) -> Checkpoint:
@@ -96,6 +98,7 @@ def open_checkpoint(container: WiredPipeline, options: RunOptions, plan: RunPlan
         plan.num_records,
         fresh=not options.resume,
         fresh_hint=FRESH_HINT,
+        candidates=plan.gated.cap if plan.gated is not None else None,
     )
     try:
         accounts.open(plan.directory, probing=not options.skip_preflight)

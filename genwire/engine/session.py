@@ -17,6 +17,7 @@ from genwire.engine.accounts import RunAccounts
 from genwire.engine.batch_mode import BatchMode
 from genwire.engine.batches import BatchResult
 from genwire.engine.checkpoint import Checkpoint
+from genwire.engine.gates import CandidatePlan, GatedRun
 from genwire.engine.local_engine import LocalBatches
 from genwire.engine.options import RunOptions
 from genwire.engine.result import RunResult
@@ -40,6 +41,7 @@ class RunPlan:
     batching: list[str]  # the providers in batch mode (empty: online)
     target: Path  # the output
     directory: Path  # its checkpoint
+    gated: GatedRun | None = None  # a pipeline with gates (SPEC §21): num_records counts kept rows
 
 
 class BatchSource(Protocol):
@@ -86,6 +88,7 @@ class RunSession:
         self.responses = ResponseCache(responses_at) if responses_at is not None else None
         self.sink: OutputSink | None = None
         self.report: PreflightReport | None = None
+        self.candidates: CandidatePlan | None = None  # a gated run's schedule
         self.source = self._source()
         self.batch_mode = (
             BatchMode(container, plan.batching, plan.directory, self.source.live_rows) if plan.batching else None
@@ -125,6 +128,7 @@ class RunSession:
             batch_mode=bool(self.plan.batching),
             stop=budget.exhausted,
             hold=lambda live: budget.hold_rows(self.sink.written if self.sink is not None else 0, live, batch_rows),
+            earlier=self.plan.gated.earlier(self.checkpoint) if self.plan.gated is not None else None,
         )
 
     def _rows(self) -> tuple[int, int]:
@@ -152,24 +156,38 @@ class RunSession:
         batch_mode, container = self.batch_mode, self.container
         if batch_mode is not None:
             await batch_mode.start()  # after the probes: they stay online
+        gated = self.plan.gated
         self.sink = sink = OutputSink(
             self.plan.target,
-            [c.name for c in container.columns],
+            [c.name for c in container.columns if gated is None or c.name not in gated.gates],
             self.checkpoint,
             max_failure_rate=container.config.pipeline.max_failure_rate,
             progress=self.progress,
             status=lambda: batch_mode.status() if batch_mode is not None else in_flight_text(container.concurrency()),
+            wanted=gated.wanted if gated is not None else None,
         )
         pending = self.checkpoint.pending()
+        batch_size = container.config.pipeline.batch_size
+        feed = None
+        if gated is not None:
+            self.candidates = gated.plan(self.checkpoint, pending)
+            # The estimate takes its K candidates as they come; a run, as the schedule says.
+            feed = self.candidates.feed(batch_size) if self.options.sample_rows is None else None
         if self.options.sample_rows is not None:
             pending = itertools.islice(pending, self.options.sample_rows)
-        batches = self.source.batches(pending, container.config.pipeline.batch_size)
+        if feed is not None and isinstance(self.source, LocalBatches):
+            batches = self.source.batches(pending, batch_size, feed=feed)
+        else:
+            batches = self.source.batches(pending, batch_size)
+        candidates = self.candidates
         ticker = asyncio.create_task(_tick(sink)) if batch_mode is not None else None
         try:
             async for result in batches:
                 if batch_mode is not None:
                     batch_mode.raise_if_broken()
                 sink.add(result)
+                if candidates is not None:
+                    candidates.record(result)
         finally:
             if ticker is not None:
                 ticker.cancel()
@@ -181,7 +199,11 @@ class RunSession:
             self.checkpoint.keep_journal = bool(await batch_mode.still_open())
         if self.accounts.budget.exhausted():
             sink.suspend()
-            raise self.accounts.budget.stopped(self.plan.directory, sink.kept, self.plan.num_records)
+            stop = self.accounts.budget.stopped(self.plan.directory, sink.kept, self.plan.num_records)
+            raise candidates.at_budget(stop) if candidates is not None else stop
+        if candidates is not None and candidates.capped:
+            sink.suspend()
+            raise candidates.stopped(self.plan.directory)
 
     def complete(self) -> RunResult:
         """The output in place (an estimate's sample stays in the checkpoint for the run)."""
@@ -199,7 +221,7 @@ class RunSession:
         result = RunResult(
             output=self.plan.target,
             rows_requested=self.plan.num_records,
-            rows_written=sink.kept,
+            rows_written=sink.in_output,
             rows_failed=sink.failed,
             errors_file=sink.errors_target if sink.failed else None,
             duration_s=time.perf_counter() - self.started,
@@ -212,6 +234,8 @@ class RunSession:
             meter=accounts.meter,
             finished=self.options.sample_rows is None,
             endpoints=accounts.endpoints(),
+            funnel=self.candidates.funnel if self.candidates is not None else None,
+            surplus=sink.surplus,
         )
         accounts.end(
             None, self.plan.target, done=self.checkpoint.is_done, counts=result.counts(), summary=result.summary()

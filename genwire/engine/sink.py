@@ -5,6 +5,7 @@ then removes the checkpoint. A run that does not finish keeps its checkpoint."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn, Protocol, TypeVar
@@ -38,8 +39,14 @@ class OutputSink:
         max_failure_rate: float,
         progress: Progress | None,
         status: Callable[[], str] | None = None,
+        wanted: int | None = None,
     ) -> None:
+        """``wanted``: a gated run (SPEC §21) writes the ``wanted`` kept candidates of
+        lowest index; the rejected candidates and the surplus go to the rejected file."""
         self.target = target
+        self.wanted = wanted
+        self.rejected = 0  # candidates a gate rejected in this session
+        self.surplus = 0  # kept candidates past the wanted ones (known at finish)
         self.errors_target = errors_path(target)
         self.checkpoint = checkpoint
         self.columns = columns
@@ -51,7 +58,7 @@ class OutputSink:
         self.failed = 0  # rows failed in this session
         self.cached = 0  # answers served by the response cache in this session
         if progress is not None:
-            progress.start(checkpoint.num_records, checkpoint.resumed)
+            progress.start(checkpoint.num_records, min(checkpoint.resumed, checkpoint.num_records))
 
     @property
     def total(self) -> int:
@@ -65,13 +72,16 @@ class OutputSink:
                 rows.append((index, encode_row(index, row)))
             except UnwritableCell as exc:
                 failures.append(encode_failure(failure_record(index, row, exc.column, exc, "unwritable")))
-        self.checkpoint.append(rows, failures)
+        rejected = [(int(r["candidate"]), str(r["gate"]), encode_failure(r)) for r in result.rejected]
+        shown = max(0, min(len(rows), self.total - self.kept))  # a gated run's bar stops at the rows wanted
+        self.checkpoint.append(rows, failures, rejected)
         self.written += len(rows)
         self.failed += len(failures)
+        self.rejected += len(rejected)
         self.cached += result.cached
         if self.progress is not None:
-            self.progress.advance(len(rows), len(failures), self._status_text())
-        processed = self.written + self.failed
+            self.progress.advance(shown, len(failures), self._status_text())
+        processed = self.written + self.failed + self.rejected
         if processed >= MIN_ROWS_FOR_RATE and self.failed / processed > self.max_failure_rate:
             self._stop(f"stopped after {processed} rows: {self.failed} failed ({self.failed / processed:.0%})")
 
@@ -81,7 +91,11 @@ class OutputSink:
             self.progress.advance(0, 0, self._status_text())
 
     def _status_text(self) -> str:
-        parts = [self.status() if self.status else "", f"{self.cached:,} cached" if self.cached else ""]
+        parts = [
+            self.status() if self.status else "",
+            f"{self.cached:,} cached" if self.cached else "",
+            f"{self.rejected:,} rejected" if self.rejected else "",
+        ]
         return ", ".join(p for p in parts if p)
 
     def finish(self, before_removal: Callable[[], T]) -> T:
@@ -90,16 +104,23 @@ class OutputSink:
         the checkpoint) and remove the checkpoint; returns what ``before_removal`` did."""
         self._stop_progress()
         writer = open_writer(self.target, self.columns)
+        wanted = self.wanted
+        rows = self.checkpoint.rows if wanted is None else lambda: itertools.islice(self.checkpoint.rows(), wanted)
         try:
-            late = writer.write_all(self.checkpoint.rows)
+            late = writer.write_all(rows)
         except BaseException:
             writer.abort()
             raise
         self.written -= len(late)
         self.failed += len(late)
+        tried = self.total if wanted is None else self.kept + self.failed + self.rejected
         try:
-            if (self.failed and self.failed / self.total > self.max_failure_rate) or self.kept == 0:
-                self._stop(f"{self.failed} of {self.total} rows failed ({self.failed / self.total:.0%})", late)
+            if (self.failed and self.failed / tried > self.max_failure_rate) or self.kept == 0:
+                self._stop(f"{self.failed} of {tried} rows failed ({self.failed / tried:.0%})", late)
+            if wanted is not None:
+                from genwire.engine.gates import rejected_path, write_rejected
+
+                self.surplus = write_rejected(self.checkpoint, wanted, rejected_path(self.target))
         except BaseException:
             writer.abort()
             raise
@@ -115,6 +136,11 @@ class OutputSink:
     @property
     def kept(self) -> int:
         return self.resumed + self.written
+
+    @property
+    def in_output(self) -> int:
+        """Rows the output holds (a gated run's: the wanted ones, not the surplus)."""
+        return self.kept if self.wanted is None else min(self.kept, self.wanted)
 
     def suspend(self) -> None:
         """The run ends unfinished (interrupt, error): the checkpoint stays for a resume."""

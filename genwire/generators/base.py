@@ -30,6 +30,12 @@ class Generator(Generic[P]):
     # Set to a dataset slot when the cell value is a row of that dataset; the pre-flight
     # then checks the dataset has every field later columns read (``{{ passage.text }}``).
     row_source_slot: ClassVar[str | None] = None
+    # A stateful gate (SPEC §21: keep-unique, keep-novel) compares a candidate with the
+    # candidates of lower index it kept. The engine then calls ``generate_batch`` on one
+    # batch at a time, in index order (each batch's rows in index order), and before the
+    # first call hands it, through ``remember``, the rows an earlier session of the run
+    # let through this gate: the verdicts are the same at any concurrency and on resume.
+    in_order: ClassVar[bool] = False
 
     def __init__(self, *, column: str, params: P, resources: Resources, seed: int = 0) -> None:
         self.column = column
@@ -73,6 +79,10 @@ class Generator(Generic[P]):
         Override it when a value must depend on the row's position (seeded sampling);
         the default ignores them."""
         return await self.generate(rows)
+
+    async def remember(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> None:
+        """An ``in_order`` gate: rows (with their indices, in index order) that passed this
+        gate before this session; compare later candidates with them as with kept ones."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.metadata.name!r} column={self.column!r}>"

@@ -34,10 +34,14 @@ Slot = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]*$", max_length=64), After
 
 class GeneratorMetadata(BaseModel):
     """What a generator is and what it needs. ``required_resources`` has no default on
-    purpose: a generator that needs nothing says ``{}``."""
+    purpose: a generator that needs nothing says ``{}``. ``gate=True`` makes it a quality
+    gate (SPEC §21)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$", max_length=64)]
     description: str
     required_resources: dict[Slot, ResourceKind]
+    # A gate (SPEC §21): its value for a row is a verdict (True/False or ``Verdict``); a
+    # rejected row stops there and goes to the rejected file; the column is not written.
+    gate: bool = False

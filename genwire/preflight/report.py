@@ -60,6 +60,18 @@ class PreflightReport(BaseModel):
         names = ", ".join(c.label for c in self.degraded)
         return f"warning: pre-flight passed with degraded endpoint pools; failing endpoints: {names}"
 
+    def endpoint_verdicts(self) -> dict[str, dict[str, str]]:
+        """Per pooled alias, its endpoints that failed a check, with the error class
+        (``EndpointPool.mark``'s input: the run starts with them cooled down or out)."""
+        found: dict[str, dict[str, str]] = {}
+        for c in self.checks:
+            if c.endpoint is not None and c.status != "ok":
+                verdicts = found.setdefault(c.target, {})
+                error = str(c.error_class or ErrorClass.BAD_RESPONSE)
+                if verdicts.get(c.endpoint) not in ("auth", "not_found"):  # the gravest wins
+                    verdicts[c.endpoint] = error
+        return found
+
     def check(self, target: str, variant: str | None = None, *, endpoint: str | None = None) -> CheckResult:
         """The plain check of ``target``, or its check for column ``variant``'s requests;
         ``endpoint``: that endpoint's check of a pooled alias."""

@@ -33,6 +33,7 @@ from genwire.preflight.cache import CachedResult, ProbeCache, cache_key, default
 from genwire.preflight.report import CheckResult, PreflightReport, Status
 from genwire.providers.base import Attempts, EmbeddingModel, attempt_log
 from genwire.providers.probes import Probe, ProbeFailure, ProbeRequest, ProbeResult, check_dimensions
+from genwire.providers.tools.handle import ListedTools
 from genwire.providers.tracing import check_span
 
 if TYPE_CHECKING:
@@ -104,6 +105,10 @@ def _canonical(shape: Shape) -> str:
     return json.dumps(shape, sort_keys=True, default=str)
 
 
+def _lists_tools(shape: Shape | None) -> bool:
+    return shape is not None and any(isinstance(v, ListedTools) for v in shape.values())
+
+
 # (target, canonical shape or None, pool endpoint or None): a column calling one alias
 # through two slots with different shapes gets two checks, both ``variant: <column>``,
 # neither hiding the other; each endpoint of a pool gets its own.
@@ -160,7 +165,11 @@ class _Preflight:
         shape = column.generator_cls.request_shape(column.params, slot=slot, column=column.name) or {}
         model = self.models.get(alias)
         own = model.params if model is not None else {}
-        return {k: v for k, v in shape.items() if v is not None and not (k in own and own[k] == v)}
+        shape = {k: v for k, v in shape.items() if v is not None and not (k in own and own[k] == v)}
+        for key, value in shape.items():  # "the tools of slot X": of the server X is bound to
+            if isinstance(value, ListedTools) and value.slot in column.slots:
+                shape[key] = ListedTools(value.slot, column.slots[value.slot].resources[0])
+        return shape
 
     def group(self, targets: list[TargetPlan], results: dict[Key, CheckResult]) -> list[_Group]:
         groups: dict[Hashable, _Group] = {}
@@ -194,7 +203,8 @@ class _Preflight:
                 if t in group.targets:
                     continue  # two columns with one shape on one alias: one probe, one check
                 group.targets.append(t)
-                if self.cache is not None and self.container.cacheable(t.name):
+                # A shape with a server's tools is never cached: the server may list others next time.
+                if self.cache is not None and self.container.cacheable(t.name) and not _lists_tools(shape):
                     dims = self.models[t.name].dimensions if t.name in self.models else None
                     group.cache_keys[t.name] = cache_key(identity, shape, dims)
         return list(groups.values())
@@ -250,12 +260,32 @@ class _Preflight:
 
     async def run_probe(self, group: _Group) -> ProbeResult:
         budgets = [self.models[t.name].probe_max_tokens for t in group.targets if t.name in self.models]
+        shape = await self.listed_tools(group.shape) if _lists_tools(group.shape) else group.shape
         request = ProbeRequest(
             max_tokens=max(budgets, default=ProbeRequest.max_tokens),
-            shape=group.shape,
+            shape=shape,
             columns=sorted({c for t in group.targets for c in t.dataset_columns}),
         )
         return await group.probe(group.resource, request)
+
+    async def listed_tools(self, shape: Shape | None) -> Shape:
+        """The shape with each server's tools as the run sends them: the server is listed
+        first (started once: its own check shares the listing), then its allowed tools
+        with their real schemas go to the model."""
+        resolved = dict(shape or {})
+        for key, value in resolved.items():
+            if not isinstance(value, ListedTools) or value.server is None:
+                continue
+            try:
+                specs = await self.container.resource(value.server).list()
+            except ModelError as exc:
+                raise ProbeFailure(
+                    exc.error_class,
+                    f"not sent: the request carries the tools of tool server {value.server!r}, "
+                    f"which could not be listed ({exc.message})",
+                ) from None
+            resolved[key] = [spec.openai() for spec in specs]
+        return resolved
 
     def judge(self, group: _Group, outcome: _Outcome, results: dict[Key, CheckResult]) -> None:
         aliases = [t.name for t in group.targets]
@@ -393,6 +423,7 @@ async def run_preflight(
     ttl = container.config.preflight.cache_ttl_s
     cache = ProbeCache(cache_dir or default_cache_dir(), ttl) if use_cache and ttl > 0 else None
     report = await _Preflight(container, cache, on_check).run()
+    container.mark_endpoints(report.endpoint_verdicts())  # no first wave to a failed endpoint
     if batch_providers is None and any(
         getattr(getattr(p, "batch", None), "enabled", False) for p in container.config.providers.values()
     ):

@@ -21,10 +21,10 @@ class Attempts:
 attempt_log: ContextVar[Attempts | None] = ContextVar("genwire_attempts", default=None)
 
 
-def count_attempt() -> None:
+def count_attempt(n: int = 1) -> None:
     log = attempt_log.get()
     if log is not None:
-        log.count += 1
+        log.count += n
 
 
 def note_rate_limited(message: str | None) -> None:

@@ -44,6 +44,7 @@ from genwire.providers.routes import Route, TokenHandle, open_route, resolve_rou
 from genwire.providers.tool_calls import assistant_message, is_assistant_message
 from genwire.providers.tracing import answered, request_span, trace_cache_hit
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
+from genwire.scrub import scrub
 
 if TYPE_CHECKING:  # batch mode is loaded only when a run turns it on
     from genwire.config.schema import BatchConfig
@@ -454,11 +455,7 @@ class OpenAIProvider:
         secrets = [*self.config.headers.values()]
         if self.config.api_key is not None:
             secrets.append(self.config.api_key)
-        for secret in secrets:
-            value = secret.get_secret_value()
-            if len(value) >= MIN_SECRET_CHARS:
-                text = text.replace(value, "***")
-        return text
+        return scrub(text, [s.get_secret_value() for s in secrets], MIN_SECRET_CHARS)
 
     def _snippet(self, raw: bytes) -> str:
         """A short, key-free excerpt of a response body: the OpenAI error message if any."""
@@ -527,9 +524,19 @@ class _Handle(TokenHandle):
             column = current_column()
             base = slot.key if slot is not None else uncached_base(provider.cache_endpoint, path, body, column)
             custom_id = batcher.request_id(base)
-            data, attempts = await metered_batch_call(
-                provider.meter, route.alias, path, body, lambda: batcher.ask(route.alias, path, body, custom_id)
-            )
+
+            async def ask() -> tuple[Any, int]:
+                # Each time its line went in a batch is a request to this endpoint (a
+                # pool's per-endpoint figures), answered or failed.
+                try:
+                    answered = await batcher.ask(route.alias, path, body, custom_id)
+                except ModelError as exc:
+                    count_attempt(exc.attempts)
+                    raise
+                count_attempt(answered[1])
+                return answered
+
+            data, attempts = await metered_batch_call(provider.meter, route.alias, path, body, ask)
         else:
             data, attempts = await provider.post(route.alias, path, body, failover=route.pool is not None)
         answer = answer_of(data, attempts)

@@ -10,8 +10,12 @@ endpoint answers is the pool's choice:
 * Failover: a transient failure (unreachable, timeout, 5xx, a persistent 429) cools the
   member down (5 s, doubling to 5 min) and the request is sent again at once to another
   member; once the cooldown is over a single trial request decides; ``auth`` /
-  ``not_found`` take the member out for the run. A request fails only when every member
-  was tried (the last error is raised).
+  ``not_found`` take the member out for the run. Only a request sent after a member's
+  latest failure judges it (``PoolMember.epoch``): answers to requests already on their
+  way do not end a cooldown. A request fails only when every member was tried (the last
+  error is raised).
+* The run starts from the pre-flight's verdicts (``EndpointPool.mark``): a member that
+  failed its probe starts cooled down, or out.
 
 Members are ordinary provider handles made with ``pool=<the pool's cache identity>``:
 they share response-cache entries and hand failures back at once instead of retrying.
@@ -85,6 +89,9 @@ class PoolMember:
     cooldown_s: float = 0.0  # 0: healthy; else the length of the current cooldown
     cooling_until: float = 0.0
     out: str | None = None  # why it is out for the run (auth / not_found)
+    # Counts the failures that (re)started its cooldown: a request remembers the value at
+    # its sending, and only a request sent after the latest failure may judge the member.
+    epoch: int = 0
     sent: int = 0  # requests the pool gave it: breaks ties by weight (light load, one at a time)
     stats: EndpointStats = field(default_factory=EndpointStats)
 
@@ -112,6 +119,27 @@ class PoolMember:
     def take(self) -> None:
         self.in_flight += 1
         self.sent += 1
+
+    def failed(self, error_class: ErrorClass, epoch: int, now: float) -> None:
+        """A request sent at ``epoch`` failed with ``error_class``: ``auth`` / ``not_found``
+        take the member out; a transient class cools it down (5 s, doubling while it keeps
+        failing its trials). A request sent before the latest failure says nothing new."""
+        if error_class in _OUT_CLASSES:
+            self.out = str(error_class)
+            return
+        if epoch != self.epoch:
+            return
+        self.epoch += 1
+        if self.cooling_until <= now:  # not while a cooldown runs: one failure, one doubling
+            self.cooldown_s = min(MAX_COOLDOWN_S, self.cooldown_s * 2 or COOLDOWN_S)
+            self.cooling_until = now + self.cooldown_s
+
+    def answered(self, epoch: int) -> None:
+        """A request sent at ``epoch`` succeeded: the member is healthy again, unless the
+        request was on its way before the member's latest failure (a flapping member's
+        in-flight successes prove nothing about it now)."""
+        if epoch == self.epoch:
+            self.cooldown_s, self.cooling_until = 0.0, 0.0
 
 
 class EndpointPool:
@@ -214,20 +242,29 @@ class EndpointPool:
             waiter.set_result(member)
         self._waiters.extendleft(reversed(skipped))
 
-    def _release(self, member: PoolMember, error: ModelError | None, ok: bool) -> None:
+    def _release(self, member: PoolMember, epoch: int, error: ModelError | None, ok: bool) -> None:
         member.in_flight -= 1
         if ok:
-            member.cooldown_s, member.cooling_until = 0.0, 0.0
-        elif error is not None and error.error_class in _OUT_CLASSES:
-            member.out = str(error.error_class)
+            member.answered(epoch)
         elif error is not None:
-            # Doubling from 5 s; a request that was already on its way when the member
-            # failed does not double it again.
-            now = time.monotonic()
-            if member.cooling_until <= now:
-                member.cooldown_s = min(MAX_COOLDOWN_S, member.cooldown_s * 2 or COOLDOWN_S)
-                member.cooling_until = now + member.cooldown_s
+            member.failed(error.error_class, epoch, time.monotonic())
         self._dispatch(everyone=not ok and error is not None)
+
+    def mark(self, verdicts: Mapping[str, str]) -> None:
+        """Start the run from what is known of the members (``{endpoint: error class}``,
+        e.g. the pre-flight's failed checks): ``auth`` / ``not_found`` are out, any other
+        failure cools the member down, so the first wave of requests does not go to it.
+        Plain strings: a process that did not probe (a Ray worker) can be told the same."""
+        now = time.monotonic()
+        for member in self.members:
+            found = verdicts.get(member.name)
+            if found is not None:
+                member.failed(_error_class(found), member.epoch, now)
+        self._dispatch(everyone=True)
+
+    def verdicts(self) -> dict[str, str]:
+        """The members out for the run, with why (``mark``'s input): shareable as it is."""
+        return {m.name: m.out for m in self.members if m.out is not None}
 
     async def call(self, send: Callable[[Any], Awaitable[T]]) -> T:
         """``send(member_handle)`` on the chosen member, failing over as the module says."""
@@ -238,6 +275,7 @@ class EndpointPool:
             if member is None:
                 assert last is not None  # the first attempt always finds a member
                 raise last
+            epoch = member.epoch
             attempts = Attempts()
             outer = attempt_log.get()
             token = attempt_log.set(attempts)
@@ -247,7 +285,7 @@ class EndpointPool:
             except ModelError as exc:
                 member.stats.failures += 1
                 transient_or_out = exc.error_class.transient or exc.error_class in _OUT_CLASSES
-                self._release(member, exc if transient_or_out else None, ok=False)
+                self._release(member, epoch, exc if transient_or_out else None, ok=False)
                 if not transient_or_out:
                     raise  # the request itself (400, a bad answer): another endpoint would say the same
                 tried.add(member.name)
@@ -256,7 +294,7 @@ class EndpointPool:
                 )
                 continue
             except BaseException:
-                self._release(member, None, ok=False)
+                self._release(member, epoch, None, ok=False)
                 raise
             finally:
                 attempt_log.reset(token)
@@ -265,8 +303,15 @@ class EndpointPool:
                     outer.count += attempts.count
             if attempts.count and len(member.stats.latencies) < _LATENCIES_KEPT:
                 member.stats.latencies.append(time.perf_counter() - started)
-            self._release(member, None, ok=True)
+            self._release(member, epoch, None, ok=True)
             return result
+
+
+def _error_class(name: str) -> ErrorClass:
+    try:
+        return ErrorClass(name)
+    except ValueError:  # any other failure: cooled down, a trial decides
+        return ErrorClass.BAD_RESPONSE
 
 
 # --- the handles a generator gets -------------------------------------------------------
@@ -292,6 +337,14 @@ class PooledChatModel(_PooledHandle):
     async def complete(self, prompt: str, *, system: str | None = None, **params: Any) -> str:
         answer: str = await _pool_of(self._token).call(lambda m: m.complete(prompt, system=system, **params))
         return answer
+
+    async def converse(
+        self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Mapping[str, Any]] = (), **params: Any
+    ) -> dict[str, Any]:
+        """One turn of a tool-calling conversation (``llm-tools``), routed and failed over
+        like ``complete``: each turn goes to whichever member the pool chooses."""
+        reply: dict[str, Any] = await _pool_of(self._token).call(lambda m: m.converse(messages, tools=tools, **params))
+        return reply
 
     def _cached_completion(
         self, rows: tuple[int, ...], prompt: str, system: str | None, params: Mapping[str, Any]

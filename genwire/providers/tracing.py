@@ -132,8 +132,11 @@ class Traced:
     def fail(self, kind: str, message: str = "") -> None:
         from opentelemetry.trace import Status, StatusCode
 
+        from genwire.scrub import excerpt, without_urls
+
         self.span.set_attribute("error.type", kind)
-        self.span.set_status(Status(StatusCode.ERROR, message[:1000]))
+        # Every span's status comes through here: no URL (and no secret) in any of them.
+        self.span.set_status(Status(StatusCode.ERROR, without_urls(excerpt(message, 1000))))
 
 
 @contextlib.contextmanager

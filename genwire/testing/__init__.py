@@ -5,6 +5,7 @@ Never imported by the package itself.
 
 from genwire.testing.declarations import assert_declarations_match
 from genwire.testing.fakes import FakeChatModel, FakeEmbeddingModel
+from genwire.testing.gates import assert_verdicts, gate_verdicts
 from genwire.testing.vectors import hash_vector
 
 __all__ = [
@@ -13,6 +14,8 @@ __all__ = [
     "FakeOpenAIServer",
     "FakeTools",
     "assert_declarations_match",
+    "assert_verdicts",
+    "gate_verdicts",
     "hash_vector",
 ]
 

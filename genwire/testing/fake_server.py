@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, get_args
@@ -119,6 +119,7 @@ class FakeOpenAIServer:
         dimensions: int = 384,
         hang_s: float = 3600.0,
         host: str = "127.0.0.1",
+        port: int = 0,
     ) -> None:
         self.default_latency = latency
         self.default_dimensions = dimensions
@@ -126,6 +127,7 @@ class FakeOpenAIServer:
         self.host = host
         self.known_models: set[str] | None = None  # None: every model name is served
         self.port: int | None = None
+        self._bind_port = port  # 0: any free port (``port`` tells which once started)
         self._latency: dict[str, float] = {}
         self._dimensions: dict[str, int] = {}
         self._scripts: dict[str, deque[Scripted]] = defaultdict(deque)
@@ -134,12 +136,15 @@ class FakeOpenAIServer:
         self._api_key: str | None = None
         self._buckets: dict[str | None, _TokenBucket] = {}  # per model; None: every other model
         self._no_response_format: set[str] = set()
+        self._rejected_tools: dict[str, set[str]] = {}  # model -> tool names whose schema it refuses
         self._varied: set[str] = set()
         self._padding_mb: dict[str, float] = {}  # per model ("*": all): whitespace before answers
         self._answers_varied = 0
         self._tool_scripts: list[ToolScript] = []  # see genwire.testing.fake_tool_calls
         self._realistic: dict[str, RealisticUsage] = {}  # per model ("*": all)
         self._advertised: dict[str, dict[str, str]] = {}  # x-ratelimit-limit-* headers, per model ("*": all)
+        self._answer_fns: dict[str, Callable[[str], str]] = {}  # per model: the chat answer to a prompt
+        self._varied_structured: set[str] = set()  # models ("*": all) whose structured answers vary by prompt
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -258,7 +263,9 @@ class FakeOpenAIServer:
         await runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
-            sock.bind((self.host, 0))
+            if self._bind_port:  # a fixed port: reusable at once after an earlier server's exit
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self._bind_port))
             sock.listen(1024)
             sock.setblocking(False)
             site = web.SockSite(runner, sock, backlog=1024)
@@ -295,6 +302,30 @@ class FakeOpenAIServer:
                 self._no_response_format.add(model)
             else:
                 self._no_response_format.discard(model)
+
+    def answer_with(self, model: str, answer: Callable[[str], str] | None) -> None:
+        """``model``'s chat answers are ``answer(prompt)`` (the last message's text), e.g.
+        a judge's JSON scoring each prompt its own way; None: the default answers again."""
+        with self._lock:
+            if answer is None:
+                self._answer_fns.pop(model, None)
+            else:
+                self._answer_fns[model] = answer
+
+    def vary_structured(self, model: str = "*", vary: bool = True) -> None:
+        """``model``'s structured answers vary with the prompt (deterministically): a
+        bounded integer (a judge's score) or an enum takes a value of its own per prompt."""
+        with self._lock:
+            if vary:
+                self._varied_structured.add(model)
+            else:
+                self._varied_structured.discard(model)
+
+    def reject_tool_schema(self, model: str, tool: str) -> None:
+        """``model`` answers 400 to any request offering tool ``tool`` (as a provider does
+        that refuses a tool's JSON schema)."""
+        with self._lock:
+            self._rejected_tools.setdefault(model, set()).add(tool)
 
     def vary_answers(self, model: str = "*", vary: bool = True) -> None:
         """Plain chat answers for ``model`` ("*": every model) end with `` #N``, N a serial
@@ -397,7 +428,8 @@ class FakeOpenAIServer:
         statuses: Sequence[Scripted] = (503,),
         seed: int = 0,
     ) -> None:
-        """A seeded random ``rate`` of requests for ``model`` fail with one of ``statuses``."""
+        """A seeded random ``rate`` of requests for ``model`` ("*": every model without a
+        rate of its own) fail with one of ``statuses``."""
         for item in statuses:
             _check_item(item)
         with self._lock:
@@ -514,6 +546,7 @@ class FakeOpenAIServer:
             api_key = self._api_key
             known = self.known_models
             rejects_format = set(self._no_response_format)
+            rejected_tools = set(self._rejected_tools.get(model, ()))
             item = self._next_item(model, texts)
         if api_key is not None and request.headers.get("Authorization") != f"Bearer {api_key}":
             return _raw(401, _error_body(401, code="invalid_api_key"))
@@ -522,6 +555,11 @@ class FakeOpenAIServer:
             return _raw(404, _error_body(404, message, code="model_not_found"))
         if "response_format" in body and model in rejects_format:
             return _raw(400, _error_body(400, "response_format is not supported by this model"))
+        offered = [t.get("function", {}).get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
+        refused = sorted(rejected_tools.intersection(n for n in offered if isinstance(n, str)))
+        if refused:
+            message = f"Invalid schema for function '{refused[0]}': the schema is not supported by this model."
+            return _raw(400, _error_body(400, message, code="invalid_function_parameters"))
         if item is None:
             with self._lock:
                 padding = self._padding_mb.get(model, self._padding_mb.get("*", 0.0))
@@ -572,7 +610,7 @@ class FakeOpenAIServer:
             for substring, item in self._fail_when.get(rules_model, ()):
                 if any(substring in t for t in texts):
                     return item
-        chance = self._fail_rate.get(model)
+        chance = self._fail_rate.get(model) or self._fail_rate.get("*")
         if chance is not None:
             rate, statuses, rng = chance
             if rng.random() < rate:
@@ -612,11 +650,18 @@ class FakeOpenAIServer:
                     return _json(200, _chat_body(model, None, prompt_tokens, 1, calls))
                 content = text
             completion_tokens: int | None = None
+            with self._lock:
+                answer_fn = self._answer_fns.get(model)
+            if content is None and answer_fn is not None:
+                content = answer_fn(texts[-1] if texts else "")
             if content is None:
                 schema = requested_schema(body.get("response_format"))
                 # Structured output: an instance of the requested schema, as JSON text.
+                with self._lock:
+                    by_prompt = model in self._varied_structured or "*" in self._varied_structured
+                seed = (texts[-1] if texts else "") if by_prompt else None
                 content = (
-                    json.dumps(schema_instance(schema))
+                    json.dumps(schema_instance(schema, seed=seed))
                     if schema is not None
                     else fake_answer(texts[-1] if texts else "")
                 )

@@ -12,7 +12,10 @@ Tools (all scripted, deterministic):
 Options: ``--transport stdio|http``, ``--port`` (http, on 127.0.0.1), ``--only a,b`` (list
 only these tools), ``--pid-file PATH`` (written at start), ``--calls-file PATH`` (a line
 appended as each call starts, so a test can wait for one), ``--state DIR``,
-``--bad-schema TOOL`` (list TOOL with an input schema that is not a valid JSON Schema).
+``--bad-schema TOOL`` (list TOOL with an input schema that is not a valid JSON Schema),
+``--leak VAR`` (write the value of variable VAR to stderr and, as lines that are not
+JSON-RPC, to stdout, at the start and at each call, at every offset of a line: a secret
+that must reach no output of genwire's), ``--big-mb N`` (``big()`` answers N MB of text).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ def build(args: argparse.Namespace) -> Any:
     only = set(args.only.split(",")) if args.only else None
 
     def note(name: str) -> None:
+        leak(args.leak)
         if args.calls_file:
             with open(args.calls_file, "a", encoding="utf-8") as f:
                 f.write(f"{name} {os.getpid()}\n")
@@ -120,6 +124,12 @@ def build(args: argparse.Namespace) -> Any:
         return json.dumps(sorted(os.environ))
 
     @tool
+    def big() -> str:
+        """A text of --big-mb megabytes."""
+        note("big")
+        return "x" * int(args.big_mb * (1 << 20))
+
+    @tool
     def pid() -> str:
         """This process's id."""
         return str(os.getpid())
@@ -129,6 +139,18 @@ def build(args: argparse.Namespace) -> Any:
         if broken is not None:
             broken.parameters = {"type": "object", "properties": {"q": {"type": 12}}}
     return server
+
+
+def leak(variable: str | None) -> None:
+    """The value of ``variable`` on stderr and stdout (raw lines, not JSON-RPC), once at each
+    offset of a line (0 to its length), so that any cut of a line falls inside it somewhere."""
+    if not variable:
+        return
+    value = os.environ.get(variable, "")
+    for offset in range(len(value) + 1):
+        line = f"{'.' * offset}{value}{'.' * (len(value) - offset)}\n".encode()
+        os.write(2, line)
+        os.write(1, line)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -141,7 +163,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calls-file")
     parser.add_argument("--state")
     parser.add_argument("--bad-schema", metavar="TOOL")
+    parser.add_argument("--leak", metavar="VAR")
+    parser.add_argument("--big-mb", type=float, default=1.0)
     args = parser.parse_args(argv)
+    leak(args.leak)
     if args.pid_file:
         Path(args.pid_file).write_text(str(os.getpid()))
     server = build(args)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from genwire.engine.metrics import METRICS_FILE
+from genwire.engine.report.funnel import FunnelData, read_funnel
 from genwire.providers.metrics import bucket_bounds
 
 SAMPLE_ROWS = 12
@@ -109,6 +110,7 @@ class ReportData:
     columns: list[str] = field(default_factory=list)
     served: dict[str, str] = field(default_factory=dict)  # alias -> the model name it sends
     notes: list[str] = field(default_factory=list)
+    funnel: FunnelData | None = None  # a gated run (SPEC §21)
 
     @property
     def cached(self) -> int:
@@ -206,6 +208,7 @@ def collect(
             if counts.get(name) is not None:
                 setattr(data, name, counts[name])
     _read_cost(directory, data)
+    data.funnel = read_funnel(directory, data.columns, data.rows_written, data.rows_failed, data.summary)
     data.samples = list(islice(_merged_rows(rows_files), SAMPLE_ROWS))
     if not data.columns:
         seen: dict[str, None] = {}

@@ -94,6 +94,7 @@ def render(data: ReportData, *, version: str = "") -> str:
     body = [
         _header(data),
         _summary(data),
+        _funnel(data),
         _over_time(data),
         _models(data),
         _latency(data),
@@ -365,6 +366,39 @@ def _failures(data: ReportData) -> str:
             f'<span data-failure-class="{t(error_class)}">{n(group.count)}</span> row(s) '
             f'<span class="muted">{t(shown)}</span></summary><div class="wrap"><table>'
             "<tr><th class=n>row</th><th>column</th><th>error</th><th>row so far</th></tr>"
+            f"{rows}</table></div></details>"
+        )
+    return "".join(parts)
+
+
+def _funnel(data: ReportData) -> str:
+    """A gated run (SPEC §21): candidates → each gate → kept, and the rejects by gate."""
+    funnel = data.funnel
+    if funnel is None:
+        return ""
+    steps = [f'<span data-funnel="candidates">{n(funnel.candidates)}</span> candidates']
+    steps += [f'{t(gate)} <span data-funnel="{t(gate)}">{n(passed)}</span>' for gate, passed in funnel.steps]
+    kept = f'<span data-funnel="kept">{n(funnel.kept)}</span> kept'
+    if funnel.surplus:
+        kept += f" (+{n(funnel.surplus)} surplus)"
+    cost = funnel.rejected_usd
+    paid = "unknown (a model has no price)" if cost is None else f"${cost:,.6f}"
+    parts = [
+        "<h2>Candidates and gates</h2>",
+        f"<p>{' → '.join([*steps, kept])}</p>",
+        f'<p class="muted">The rejected candidates cost <span data-metric="rejected_usd">{t(paid)}</span>; '
+        "they are in the rejected file with their gate and reason.</p>",
+    ]
+    for gate, group in funnel.rejects.items():
+        rows = "".join(
+            f'<tr><td class=n>{t(e["candidate"])}</td><td class="cell"><div class="clip">{t(e["reason"])}</div></td>'
+            f'<td class="cell mono"><div class="clip">{t(e["row"])}</div></td></tr>'
+            for e in group.examples
+        )
+        parts.append(
+            f'<details><summary><span class="mono">{t(gate)}</span> · '
+            f'<span data-rejected="{t(gate)}">{n(group.count)}</span> rejected</summary><div class="wrap"><table>'
+            "<tr><th class=n>candidate</th><th>reason</th><th>row so far</th></tr>"
             f"{rows}</table></div></details>"
         )
     return "".join(parts)

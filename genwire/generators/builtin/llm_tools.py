@@ -24,16 +24,9 @@ from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import gather_rows
 from genwire.generators.resources import Resources
 from genwire.providers.request_context import cached_rows
+from genwire.providers.tools.handle import ListedTools
 
 RESULT_CHARS_TO_MODEL = 100_000  # a longer tool result is cut before it goes back to the model
-PROBE_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "lookup",
-        "description": "Look a word up.",
-        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
-    },
-}
 
 
 class LLMToolsParams(PromptParams):
@@ -71,9 +64,11 @@ class LLMTools(Generator[LLMToolsParams]):
 
     @classmethod
     def request_shape(cls, params: LLMToolsParams, *, slot: str, column: str) -> dict[str, Any] | None:
-        # The server's tools are known once it runs; the probe offers one like them, so
-        # an endpoint that refuses `tools` fails the pre-flight, not the run.
-        return {**params.model_params, "system": params.system, "tools": [PROBE_TOOL]} if slot == "model" else None
+        # The server's tools are known once it runs: the pre-flight lists it, then offers
+        # the model exactly the allowed tools and schemas the run will send.
+        if slot != "model":
+            return None
+        return {**params.model_params, "system": params.system, "tools": ListedTools("tools")}
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
         return await self._rows(rows, [None] * len(rows))

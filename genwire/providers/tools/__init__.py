@@ -22,6 +22,14 @@ def make_tool_server(
 ) -> ToolServerBase:
     """The server client of ``tools.<name>`` (nothing starts until its first use); a stdio
     server runs in ``cwd`` (its ``cwd`` resolved against the config file's directory)."""
-    from genwire.providers.tools.server import McpToolServer
+    try:
+        from genwire.providers.tools.server import McpToolServer
+    except ImportError as exc:  # validated at load; a half-installed SDK still gets a sentence
+        if not (exc.name or "").startswith("mcp"):
+            raise
+        from genwire.config.loader import MCP_MISSING
+        from genwire.errors import ConfigError
+
+        raise ConfigError(f"tools.{name}: {MCP_MISSING} ({exc})") from None
 
     return McpToolServer(name, config, cwd)

@@ -40,6 +40,17 @@ class ToolSpec:
 
 
 @dataclass(frozen=True)
+class ListedTools:
+    """In a request shape (``Generator.request_shape``): the tools the server bound to
+    ``slot`` offers, as OpenAI ``tools``. The pre-flight lists that server (``server``, set
+    from the column's wiring) and probes the model with exactly those tools and schemas:
+    what the run sends."""
+
+    slot: str
+    server: str | None = None
+
+
+@dataclass(frozen=True)
 class ToolResult:
     """A tool's answer: its text content joined, whether the tool reported an error, and
     its structured content when it gave one."""

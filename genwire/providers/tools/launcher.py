@@ -1,40 +1,62 @@
-"""Start a stdio MCP server so that it cannot outlive genwire: ``python -I -S launcher.py
-PARENT_PID KEEP -- COMMAND...``.
+"""Start a stdio MCP server so that neither it nor any process it starts outlives genwire:
+``python -I -S launcher.py PARENT_PID KEEP -- COMMAND...``.
 
-Run by genwire (standard library only, no site: it starts in milliseconds). On Linux it
-asks the kernel to SIGKILL this process when its parent dies (``PR_SET_PDEATHSIG``, kept
-across ``exec``), checks the parent did not die before that, keeps only the variables
-named in KEEP (comma-separated) plus ``PATH``, and replaces itself with COMMAND, which
-thus has the launcher's PID. Elsewhere the server still gets EOF on its stdin when genwire
-dies (the MCP stdio transport ends on it).
+Run by genwire (standard library only, no site: it starts in milliseconds) as the leader
+of a process group of its own (``start_new_session``). It keeps only the variables named in
+KEEP (comma-separated) plus ``PATH``, forks COMMAND (the server) into its group, and stays
+as the group's reaper: when the server exits, when it is asked to stop (SIGTERM, SIGHUP)
+and when genwire dies (on Linux the kernel tells it: ``PR_SET_PDEATHSIG``; elsewhere it
+polls its parent), it SIGKILLs the whole group: the server and every child of it (``bash
+-c "sleep 300 & exec server"``), itself last. It ignores Ctrl-C: genwire decides when its
+servers stop. ``kill_group`` is the same ending from genwire's side.
+
+The reaper closes its copy of the server's stdin and stdout, so genwire still sees EOF
+when the server goes, and the server sees EOF when genwire closes its end.
 """
 
+import contextlib
 import os
+import signal
 import sys
+import time
 
 PR_SET_PDEATHSIG = 1
+PARENT_POLL_S = 0.5  # without PR_SET_PDEATHSIG: how often the reaper looks for its parent
 
 
-def _die_with_parent(parent: int) -> None:
+def command(parent: int, keep: list[str], server: list[str]) -> list[str]:
+    """The argv that starts ``server`` under a reaper (run it with ``start_new_session``)."""
+    return [sys.executable, "-I", "-S", __file__, str(parent), ",".join(keep), "--", *server]
+
+
+def kill_group(leader: int) -> None:
+    """SIGKILL the group of the reaper ``leader`` (its server and every child of it): at once."""
+    # Gone already (ESRCH), or not ours to signal (EPERM): nothing to kill.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(leader, signal.SIGKILL)
+
+
+def _end_group(*_: object) -> None:
+    os.killpg(os.getpgrp(), signal.SIGKILL)  # this process included: the last thing it does
+
+
+def _tell_on_parent_death(signum: int) -> bool:
+    """Ask the kernel to send ``signum`` when the parent dies (Linux); False elsewhere."""
     if not sys.platform.startswith("linux"):
-        return
+        return False
     import ctypes
-    import signal
 
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+    if libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
         sys.stderr.write("genwire tool launcher: prctl(PR_SET_PDEATHSIG) failed\n")
         os._exit(126)
-    if os.getppid() != parent:  # genwire died before the request took effect
-        os._exit(0)
+    return True
 
 
-def main(argv: list[str]) -> None:
-    if len(argv) < 4 or argv[2] != "--":
-        sys.stderr.write("usage: launcher.py PARENT_PID KEEP -- COMMAND...\n")
-        os._exit(2)
-    parent, keep, command = int(argv[0]), argv[1], argv[3:]
-    _die_with_parent(parent)
+def _serve(command: list[str], keep: str) -> None:
+    """In the forked child: become the server."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    _tell_on_parent_death(signal.SIGKILL)  # the reaper killed by hand: its server goes too
     names = {n for n in keep.split(",") if n} | {"PATH"}
     env = {n: os.environ[n] for n in names if n in os.environ}
     try:
@@ -42,6 +64,43 @@ def main(argv: list[str]) -> None:
     except OSError as exc:
         sys.stderr.write(f"cannot run {command[0]!r}: {exc.strerror or exc}\n")
         os._exit(127)
+
+
+def _reap(child: int, parent: int, told: bool) -> None:
+    """Wait for the server (or genwire's death, or a stop), then end the group."""
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)  # the pipes belong to genwire and the server alone
+    os.dup2(null, 1)
+    while True:
+        try:
+            done, _ = os.waitpid(child, 0 if told else os.WNOHANG)
+        except ChildProcessError:
+            break
+        if done:
+            break
+        if os.getppid() != parent:
+            break
+        time.sleep(PARENT_POLL_S)
+    _end_group()
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 4 or argv[2] != "--":
+        sys.stderr.write("usage: launcher.py PARENT_PID KEEP -- COMMAND...\n")
+        os._exit(2)
+    parent, keep, server = int(argv[0]), argv[1], argv[3:]
+    if os.getpgrp() != os.getpid():
+        os.setsid()  # started without a group of its own: make one
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _end_group)
+    told = _tell_on_parent_death(signal.SIGTERM)
+    if os.getppid() != parent:  # genwire died before the request took effect
+        os._exit(0)
+    child = os.fork()
+    if child == 0:
+        _serve(server, keep)
+    _reap(child, parent, told)
 
 
 if __name__ == "__main__":

@@ -16,37 +16,47 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import sys
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, TextIO, cast
+from typing import IO, Any
 
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 
+from genwire import scrub
 from genwire.config.tools import HttpToolServerConfig, StdioToolServerConfig
 from genwire.errors import ErrorClass, ModelError, exception_text
 from genwire.providers.tools import launcher
 from genwire.providers.tools.handle import ToolResult, ToolServerBase, ToolSpec
+from genwire.providers.tools.stdio import TOO_LARGE, stdio_transport
 
 CONNECTION_CLOSED = -32000  # the SDK's code for "the transport ended" (mcp_types.CONNECTION_CLOSED)
-STOP_TIMEOUT_S = 10.0  # the SDK stops a stdio server within ~6 s (EOF, SIGTERM, SIGKILL)
+STOP_TIMEOUT_S = 5.0  # a started server stops within ~2 s (stdin closed, then its group killed)
 STDERR_TAIL_CHARS = 400  # of a server's stderr, shown when it fails to start
 MIN_SECRET_CHARS = 4
 _MIB = 1 << 20
 
+# The SDK's log records (a traceback of a line it could not parse, an HTTP error) may hold
+# what a server printed: they go through the scrubber, without traceback unless --debug.
+scrub.route_logging("mcp", "tool server")
+
 
 @dataclass
 class _Connection:
-    task: asyncio.Task[None]
     ready: asyncio.Future[ClientSession]
     stop: asyncio.Event
     loop: asyncio.AbstractEventLoop
     errlog: IO[str] | None
+    task: asyncio.Task[None] = field(init=False)
+    pid: int | None = None  # a stdio server's reaper: the leader of its process group
+
+    def kill(self) -> None:
+        """End a stdio server's process group at once (nothing to wait for). Once its task
+        is done the transport has stopped (and reaped) it: nothing is signalled then."""
+        if self.pid is not None and not self.task.done():
+            launcher.kill_group(self.pid)
 
 
 class McpToolServer(ToolServerBase):
@@ -63,6 +73,8 @@ class McpToolServer(ToolServerBase):
         self._gone: str | None = None  # why calls fail at once (lost twice)
         self.starts = 0  # connections opened (processes started, for stdio)
         self.calls = 0
+        for secret in self._secrets():  # the SDK's log records are scrubbed of them too
+            scrub.remember(secret, MIN_SECRET_CHARS)
 
     def __repr__(self) -> str:
         return f"McpToolServer(name={self.name!r}, transport={self.config.transport!r})"
@@ -129,18 +141,19 @@ class McpToolServer(ToolServerBase):
         # Its exception is raised to whoever waits; with no one left waiting (a cancelled
         # pre-flight) it is still taken, so asyncio does not log it as never retrieved.
         ready.add_done_callback(lambda f: f.cancelled() or f.exception())
-        stop = asyncio.Event()
-        task = loop.create_task(self._serve(ready, stop, errlog), name=f"genwire-mcp-{self.name}")
-        return _Connection(task, ready, stop, loop, errlog)
+        conn = _Connection(ready, asyncio.Event(), loop, errlog)
+        conn.task = loop.create_task(self._serve(conn), name=f"genwire-mcp-{self.name}")
+        return conn
 
-    async def _serve(self, ready: asyncio.Future[ClientSession], stop: asyncio.Event, errlog: IO[str] | None) -> None:
+    async def _serve(self, conn: _Connection) -> None:
+        ready, errlog = conn.ready, conn.errlog
         try:
             async with contextlib.AsyncExitStack() as stack:
-                read, write = await stack.enter_async_context(self._transport(errlog))
+                read, write = await stack.enter_async_context(self._transport(conn))
                 session = await stack.enter_async_context(ClientSession(read, write))
                 await session.initialize()
                 ready.set_result(session)
-                await stop.wait()
+                await conn.stop.wait()
         except BaseException as exc:  # reported through ``ready``
             if not ready.done():
                 ready.set_exception(self._start_failure(exc, errlog))
@@ -150,22 +163,21 @@ class McpToolServer(ToolServerBase):
             if not ready.done():
                 ready.set_exception(self._error(ErrorClass.UNREACHABLE, "the connection closed while starting"))
 
-    def _transport(self, errlog: IO[str] | None) -> contextlib.AbstractAsyncContextManager[Any]:
+    def _transport(self, conn: _Connection) -> contextlib.AbstractAsyncContextManager[Any]:
         cfg = self.config
         if isinstance(cfg, StdioToolServerConfig):
+            assert conn.errlog is not None
             env = {k: v.get_secret_value() for k, v in cfg.env.items()}
-            command = [
-                sys.executable,
-                "-I",
-                "-S",
-                launcher.__file__,
-                str(os.getpid()),
-                ",".join(env),
-                "--",
-                *cfg.command,
-            ]
-            params = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=self._cwd)
-            return stdio_client(params, errlog=cast(TextIO, errlog or sys.stderr))
+            return stdio_transport(
+                list(cfg.command),
+                env,
+                cwd=self._cwd,
+                errlog=conn.errlog,
+                # A message holds a result's text (JSON-escaped) and maybe its structured
+                # copy, and a listing must fit too: the read stops at twice the limit + 1 MiB.
+                max_message_bytes=int(2 * cfg.max_result_mb * _MIB) + _MIB,
+                started=lambda pid: setattr(conn, "pid", pid),
+            )
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -173,15 +185,20 @@ class McpToolServer(ToolServerBase):
         return _http_transport(streamable_http_client, create_mcp_http_client, cfg.url, headers)
 
     async def _discard(self, conn: _Connection) -> None:
-        """Stop a connection (and its process): bounded, never raises."""
+        """Stop a connection (and its process): bounded, never raises. A server that never
+        became ready (stuck in ``initialize``, a start given up) is killed at once."""
         if self._conn is conn:
             self._conn = None
         conn.stop.set()
+        ready = conn.ready
+        if not ready.done() or ready.cancelled() or ready.exception() is not None:
+            conn.kill()
         if conn.loop is asyncio.get_running_loop() and not conn.task.done():
             with contextlib.suppress(BaseException):
                 async with asyncio.timeout(STOP_TIMEOUT_S):
                     await asyncio.shield(conn.task)
             if not conn.task.done():
+                conn.kill()
                 conn.task.cancel()
                 with contextlib.suppress(BaseException):
                     await conn.task
@@ -237,6 +254,8 @@ class McpToolServer(ToolServerBase):
         except MCPError as exc:
             if exc.error.code == CONNECTION_CLOSED:
                 raise await self._lost(conn, f"tool {name!r}") from None
+            if exc.error.code == TOO_LARGE:  # dropped as it was read (stdio.py)
+                raise self._error(ErrorClass.BAD_RESPONSE, self._too_large(name)) from None
             raise self._error(ErrorClass.BAD_RESPONSE, f"tool {name!r}: {exc.error.message}") from None
         except Exception as exc:  # the transport broke under the call
             raise await self._lost(conn, f"tool {name!r}", exc) from None
@@ -244,7 +263,7 @@ class McpToolServer(ToolServerBase):
 
     async def _lost(self, conn: _Connection | None, during: str, exc: BaseException | None = None) -> ModelError:
         """The server went away during a call: start it again once; after that, fail."""
-        tail = _tail(conn.errlog) if conn is not None else ""
+        tail = self._tail(conn.errlog) if conn is not None else ""
         detail = f" ({exception_text(exc)})" if exc is not None else f"; its stderr: {tail}" if tail else ""
         if conn is not None and self._conn is conn:
             await self._discard(conn)
@@ -263,13 +282,13 @@ class McpToolServer(ToolServerBase):
             else:
                 texts.append(f"[{getattr(block, 'type', 'content')}]")
             if size > limit:
-                raise self._error(
-                    ErrorClass.BAD_RESPONSE,
-                    f"tool {name!r} answered more than {self.config.max_result_mb:g} MB (max_result_mb)",
-                )
+                raise self._error(ErrorClass.BAD_RESPONSE, self._too_large(name))
         return ToolResult(self._scrub("\n".join(texts)), bool(result.is_error), result.structured_content)
 
     # --- messages --------------------------------------------------------------------------
+
+    def _too_large(self, name: str) -> str:
+        return f"tool {name!r} answered more than {self.config.max_result_mb:g} MB (max_result_mb)"
 
     def _start_failure(self, exc: BaseException, errlog: IO[str] | None) -> ModelError:
         leaf = _leaf(exc)
@@ -277,7 +296,7 @@ class McpToolServer(ToolServerBase):
         if isinstance(leaf, MCPError) and leaf.error.code != CONNECTION_CLOSED:
             return self._error(ErrorClass.BAD_RESPONSE, f"initialisation failed: {leaf.error.message}")
         reason = "the server exited before it answered" if isinstance(leaf, MCPError) else exception_text(leaf)
-        tail = _tail(errlog)
+        tail = self._tail(errlog)
         message = f"could not {what} the server: {reason}" + (f"; its stderr: {tail}" if tail else "")
         return self._error(ErrorClass.UNREACHABLE, message)
 
@@ -292,15 +311,28 @@ class McpToolServer(ToolServerBase):
 
         return f"tool server {self.name!r} ({URL(cfg.url).with_user(None).with_query(None)})"
 
-    def _scrub(self, text: str) -> str:
-        """No value of ``env`` or ``headers`` in any text genwire shows or keeps."""
+    def _secrets(self) -> list[str]:
         cfg = self.config
         secrets = cfg.env.values() if isinstance(cfg, StdioToolServerConfig) else cfg.headers.values()
-        for secret in secrets:
-            value = secret.get_secret_value()
-            if len(value) >= MIN_SECRET_CHARS:
-                text = text.replace(value, "***")
-        return text
+        return [s.get_secret_value() for s in secrets]
+
+    def _scrub(self, text: str) -> str:
+        """No value of ``env`` or ``headers`` in any text genwire shows or keeps."""
+        return scrub.scrub(text, self._secrets(), MIN_SECRET_CHARS)
+
+    def _tail(self, errlog: IO[str] | None) -> str:
+        """The end of the server's stderr, scrubbed before the cut (a cut inside a secret
+        would otherwise show the rest of it)."""
+        if errlog is None or errlog.closed:
+            return ""
+        try:
+            errlog.flush()
+            errlog.seek(0)
+            text = errlog.read()
+        except (OSError, ValueError):
+            return ""
+        lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+        return scrub.tail(" | ".join(lines), STDERR_TAIL_CHARS, self._secrets(), MIN_SECRET_CHARS)
 
 
 @contextlib.asynccontextmanager
@@ -313,19 +345,6 @@ def _leaf(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     return exc
-
-
-def _tail(errlog: IO[str] | None) -> str:
-    if errlog is None or errlog.closed:
-        return ""
-    try:
-        errlog.flush()
-        errlog.seek(0)
-        text = errlog.read()
-    except (OSError, ValueError):
-        return ""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return " | ".join(lines)[-STDERR_TAIL_CHARS:]
 
 
 __all__ = ["McpToolServer"]

@@ -1,0 +1,291 @@
+"""Quality gates' run (SPEC §21): which candidates to generate next, when the N kept rows
+are there, what goes to the rejected file.
+
+``CandidatePlan`` holds the one decision an engine needs, independent of how batches run
+(the local engine drives it; a driver on a cluster can drive the same object): ``take``
+says which candidates to start now, ``record`` is told each finished batch, in index
+order. Candidates are scheduled from the acceptance rate measured so far (this session's
+and the checkpoint's), so few are generated past the need; the output holds exactly the
+``wanted`` kept candidates of lowest index.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from genwire.container.core import WiredPipeline
+from genwire.engine.batches import BatchResult
+from genwire.engine.checkpoint import Checkpoint
+from genwire.engine.encoding import encode_failure
+from genwire.engine.writers import AtomicFile
+from genwire.errors import BudgetStopped, CandidatesExhausted, RunError
+
+CANDIDATES_PER_ROW = 10  # pipeline.max_candidates' default: 10 x num_records
+# How far past what has been measured one step may schedule: at most this many times the
+# candidates decided so far (plus a batch), so a wrong early rate costs little.
+GROWTH = 4.0
+MARGIN = 1.1  # scheduled a little above the expected need: a short fall costs a round trip
+
+
+def rejected_path(output: Path) -> Path:
+    """``<output>.rejected.jsonl``: every candidate a gate rejected, and the surplus."""
+    return output.with_name(output.name + ".rejected.jsonl")
+
+
+def gate_columns(columns: Sequence[Any]) -> list[str]:
+    """The names of the gate columns among a pipeline's column wirings."""
+    return [c.name for c in columns if c.generator_cls.metadata.gate]
+
+
+def max_candidates(configured: int | None, wanted: int) -> int:
+    return configured if configured is not None else CANDIDATES_PER_ROW * wanted
+
+
+@dataclass
+class Funnel:
+    """Candidates → each gate → kept: the figures of a gated run (this and earlier sessions)."""
+
+    wanted: int
+    kept: int = 0
+    failed: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    gates: list[str] = field(default_factory=list)  # in column order
+    session: int = 0  # candidates decided in this session (the estimate's sample)
+
+    def passed(self) -> list[tuple[str, int]]:
+        """(gate, candidates that passed it), in column order: a candidate passed a gate
+        when it was kept or rejected by a later one."""
+        order = self.gates or sorted(self.rejected)
+        out = []
+        for i, gate in enumerate(order):
+            out.append((gate, self.kept + sum(self.rejected.get(g, 0) for g in order[i + 1 :])))
+        return out
+
+    def text(self, surplus: int = 0) -> str:
+        """``195 candidates → even 90 → good 32 → 30 kept (+2 surplus)``."""
+        steps = [f"{self.decided:,} candidates", *(f"{gate} {n:,}" for gate, n in self.passed())]
+        kept = f"{self.kept - surplus:,} kept" + (f" (+{surplus:,} surplus)" if surplus else "")
+        return " → ".join([*steps, kept])
+
+    @property
+    def decided(self) -> int:
+        return self.kept + self.failed + sum(self.rejected.values())
+
+    @property
+    def rate(self) -> float | None:
+        return self.kept / self.decided if self.decided else None
+
+
+class CandidatePlan:
+    """Which candidates a gated run starts next, and when it has kept enough.
+
+    ``take(batch_size)`` returns candidate indices to start now, ``[]`` when those in
+    flight are expected to be enough (ask again when a batch finishes), or None when no
+    more will ever be started: ``wanted`` are kept, or the cap is reached. ``record`` is
+    told each finished batch, in index order."""
+
+    def __init__(self, wanted: int, cap: int, pending: Iterator[int], funnel: Funnel) -> None:
+        self.wanted = wanted
+        self.cap = cap
+        self.funnel = funnel
+        self._pending = pending  # candidate indices below the cap still to generate, in order
+        self._drained = False
+        self.scheduled = 0  # this session
+        self.recorded = 0  # this session
+
+    @property
+    def in_flight(self) -> int:
+        return self.scheduled - self.recorded
+
+    @property
+    def met(self) -> bool:
+        return self.funnel.kept >= self.wanted
+
+    @property
+    def capped(self) -> bool:
+        """No candidate below the cap is left, and the target is not met."""
+        return self._drained and not self.met
+
+    def target_in_flight(self, batch_size: int) -> int:
+        """Candidates to have in flight for the rows still needed, at the measured rate."""
+        need = self.wanted - self.funnel.kept
+        decided = self.funnel.decided
+        if decided == 0:
+            return need  # nothing measured yet: one candidate per row wanted
+        rate = (self.funnel.kept + 0.5) / (decided + 1)  # never 0: no candidate kept yet is not "none ever"
+        wanted_now = math.ceil(need / rate * MARGIN)
+        return min(wanted_now, int(GROWTH * decided) + batch_size)
+
+    def take(self, batch_size: int) -> list[int] | None:
+        if self.met or self._drained:
+            return None
+        room = self.target_in_flight(batch_size) - self.in_flight
+        if room <= 0:
+            return []
+        batch = list(itertools.islice(self._pending, min(batch_size, room)))
+        if len(batch) < min(batch_size, room):
+            self._drained = True
+        if not batch:
+            return None
+        self.scheduled += len(batch)
+        return batch
+
+    def record(self, result: BatchResult, *, kept: int | None = None) -> None:
+        """A finished batch (``kept``: its rows the sink could write, when not all)."""
+        size = result.size or len(result.indices) + len(result.failures) + len(result.rejected)
+        self.recorded += size
+        self.funnel.session += size
+        self.funnel.kept += len(result.rows) if kept is None else kept
+        self.funnel.failed += len(result.failures) + (len(result.rows) - kept if kept is not None else 0)
+        for record in result.rejected:
+            gate = record["gate"]
+            self.funnel.rejected[gate] = self.funnel.rejected.get(gate, 0) + 1
+
+    def feed(self, batch_size: int) -> Iterator[list[int]]:
+        """``take`` as an iterator for ``LocalBatches``: a list to start, ``[]`` for none
+        now, the end for none ever."""
+        while (batch := self.take(batch_size)) is not None:
+            yield batch
+
+    def stopped(self, checkpoint: Path) -> CandidatesExhausted:
+        """The cap is reached before ``wanted`` rows were kept: exit 3, saying how to go on."""
+        error = CandidatesExhausted(
+            f"stopped at pipeline.max_candidates ({self.cap:,}): {funnel_text(self.funnel)}. The candidates are "
+            f"kept in {checkpoint}; to go on, raise pipeline.max_candidates (to about "
+            f"{self.suggested_cap():,}) and rerun the same command",
+            checkpoint=checkpoint,
+            kept=self.funnel.kept,
+            spent_usd=None,
+            cap_usd=None,
+        )
+        error.funnel = {**funnel_figures(self.funnel), "max_candidates": self.cap}
+        return error
+
+    def at_budget(self, stop: BudgetStopped) -> BudgetStopped:
+        """``--max-cost`` stopped a gated run: the same exit 3, with the funnel's figures."""
+        stop.funnel = {**funnel_figures(self.funnel), "max_candidates": self.cap}
+        stop.args = (f"{stop}; {funnel_text(self.funnel)}",)
+        return stop
+
+    def suggested_cap(self) -> int:
+        """A cap that should reach the target at the measured rate, with room to spare."""
+        rate = (self.funnel.kept + 0.5) / (self.funnel.decided + 1)
+        return self.funnel.decided + math.ceil((self.wanted - self.funnel.kept) / rate * 1.5)
+
+
+@dataclass(frozen=True)
+class GatedRun:
+    """A run with at least one gate: its gate columns, its wanted rows and its cap."""
+
+    gates: list[str]
+    columns: list[str]
+    wanted: int
+    cap: int
+
+    def plan(self, checkpoint: Checkpoint, pending: Iterator[int]) -> CandidatePlan:
+        funnel = funnel_of(checkpoint, self.wanted)
+        funnel.gates = list(self.gates)
+        return CandidatePlan(self.wanted, self.cap, pending, funnel)
+
+    def earlier(self, checkpoint: Checkpoint) -> Any:
+        """What in-order gates remember (``BatchRunner(earlier=...)``), read when asked."""
+        if not checkpoint.resumed and not len(checkpoint.rejections):
+            return None
+        return lambda gate: earlier_passed(checkpoint, self.columns, gate)
+
+
+def gated_run(container: WiredPipeline, wanted: int, *, engine: str, batch: bool) -> GatedRun | None:
+    """The pipeline's gates, or None when it has none (``num_records`` counts rows then)."""
+    gates = gate_columns(container.columns)
+    if not gates:
+        return None
+    if engine != "local":
+        raise RunError(
+            f"gate columns ({', '.join(gates)}) run on the local engine for now; drop --engine ray for this pipeline"
+        )
+    if batch:
+        raise RunError(
+            f"gate columns ({', '.join(gates)}) decide which candidates come next from the ones done, "
+            "which batch mode's rounds do not allow yet; drop --batch for this pipeline"
+        )
+    cap = max_candidates(container.config.pipeline.max_candidates, wanted)
+    return GatedRun(gates, [c.name for c in container.columns], wanted, cap)
+
+
+def funnel_summary(funnel: Funnel, surplus: int) -> dict[str, Any]:
+    """What ``genwire run --json`` adds for a gated run (SPEC §21)."""
+    return {
+        "candidates": funnel.decided,
+        "rejected": dict(funnel.rejected),
+        "surplus": surplus,
+        "acceptance": funnel.rate,
+    }
+
+
+def funnel_figures(funnel: Funnel) -> dict[str, Any]:
+    """kept, wanted, candidates, rate, rejected per gate (the exit-3 summary's)."""
+    return {
+        "kept": funnel.kept,
+        "wanted": funnel.wanted,
+        "candidates": funnel.decided,
+        "rate": funnel.rate,
+        "rejected": dict(funnel.rejected),
+    }
+
+
+def funnel_text(funnel: Funnel) -> str:
+    rate = f"{funnel.rate:.1%}" if funnel.rate is not None else "unknown"
+    return f"{funnel.kept:,} of {funnel.wanted:,} rows kept from {funnel.decided:,} candidates (acceptance {rate})"
+
+
+def funnel_of(checkpoint: Checkpoint, wanted: int) -> Funnel:
+    """What the checkpoint already holds (a resumed run measures from there)."""
+    return Funnel(wanted, kept=checkpoint.kept, rejected=dict(checkpoint.rejections.by_gate))
+
+
+def earlier_passed(checkpoint: Checkpoint, columns: Sequence[str], gate: str) -> tuple[list[dict[str, Any]], list[int]]:
+    """The rows an earlier session let through ``gate``, in index order: the kept ones and
+    those a later gate rejected (their cells up to that gate)."""
+    position = {name: i for i, name in enumerate(columns)}
+    after = position[gate]
+    kept = ((index, row) for index, row in checkpoint.rows())
+    later = ((int(r["candidate"]), r["row"]) for r in checkpoint.rejected() if position.get(r["gate"], -1) > after)
+    rows: list[dict[str, Any]] = []
+    indices: list[int] = []
+    for index, row in sorted(itertools.chain(kept, later), key=lambda item: item[0]):
+        rows.append(row)
+        indices.append(index)
+    return rows, indices
+
+
+def write_rejected(checkpoint: Checkpoint, wanted: int, target: Path) -> int:
+    """``<output>.rejected.jsonl``: the rejected candidates and the surplus (kept candidates
+    past the ``wanted`` of lowest index: gate null, reason surplus), in candidate order,
+    written atomically. Returns the number of surplus candidates."""
+    surplus = (
+        {"candidate": index, "gate": None, "reason": "surplus", "row": row}
+        for index, row in itertools.islice(checkpoint.rows(), wanted, None)
+    )
+    count = 0
+    out = AtomicFile(target, binary=True)
+    try:
+        for record in _merge(checkpoint.rejected(), surplus):
+            if record["gate"] is None:
+                count += 1
+            out.handle.write(encode_failure(record))
+    except BaseException:
+        out.abort()
+        raise
+    out.commit()
+    return count
+
+
+def _merge(*streams: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    import heapq
+
+    return heapq.merge(*streams, key=lambda record: int(record["candidate"]))
