@@ -150,6 +150,19 @@ class Tag(Generator[TagParams]):
         return out
 
 
+class ToolPid(Generator[Any]):
+    """The process id of the tool server that answers (its ``pid`` tool), and the names of
+    the variables it sees (``env_names``)."""
+
+    metadata = GeneratorMetadata(
+        name="tool-pid", description="which server answered", required_resources={"web": ResourceKind.TOOLS}
+    )
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        web = self.resources.web
+        return [{"pid": (await web.call("pid", {})).text, "env": (await web.call("env_names", {})).text} for _ in rows]
+
+
 # --- helpers ---------------------------------------------------------------------------
 
 
@@ -735,3 +748,108 @@ async def test_a_brake_on_one_worker_slows_every_workers_use_of_that_model(ray_w
     assert other and max(other) >= braked_at + RETRY_AFTER_S - 1.5
     # ...and it was braked, not idle: none of its requests came during the pause's middle.
     assert not [when for when in other if braked_at + 1.5 < when < braked_at + RETRY_AFTER_S - 1.5]
+
+
+def tools_pipeline(root: Path, *, n: int, pids: Path, slow_s: float = 0.0) -> dict[str, Any]:
+    """A ``tool-pid`` column on a stdio server that appends its PID to ``pids``; with
+    ``slow_s``, a ``tool-slow`` column after it holds every row that long."""
+    server = [sys.executable, "-m", "genwire.testing.mcp_server", "--pids-file", str(pids)]
+    columns: list[dict[str, Any]] = [
+        {"name": "uid", "generator": "sampler", "params": {"kind": "uuid"}},
+        {"name": "tool", "generator": "tool-pid", "resources": {"web": "web"}},
+    ]
+    if slow_s:
+        columns.append({"name": "held", "generator": "tool-slow", "resources": {"web": "web"}, "params": {"s": slow_s}})
+    return {
+        "tools": {
+            "web": {"kind": "mcp", "transport": "stdio", "command": server, "env": {"DECLARED": "yes"}, "timeout_s": 60}
+        },
+        "preflight": {"timeout_s": 60, "deadline_s": 120},
+        "pipeline": {"num_records": n, "batch_size": 4, "output": str(root / "out.jsonl"), "columns": columns},
+    }
+
+
+class SlowParams(BaseModel):
+    s: float
+
+
+class ToolSlow(Generator[SlowParams]):
+    metadata = GeneratorMetadata(name="tool-slow", description="x", required_resources={"web": ResourceKind.TOOLS})
+    params_model = SlowParams
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        return [(await self.resources.web.call("slow", {"seconds": self.params.s})).text for _ in rows]
+
+
+def server_pids(pids: Path) -> list[int]:
+    return [int(line) for line in pids.read_text().split()] if pids.exists() else []
+
+
+def gone(pid: int, timeout: float = 60.0) -> bool:
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+async def test_a_tools_pipeline_runs_on_ray_one_server_per_worker_and_none_outlives_the_run(
+    ray_workers: Any, tmp_path: Path
+) -> None:
+    pids = tmp_path / "pids"
+    os.environ["GENWIRE_TEST_UNDECLARED"] = "must-not-reach-the-server"
+    try:
+        result = await run(tools_pipeline(tmp_path, n=24, pids=pids), "ray", (ToolPid,))
+    finally:
+        del os.environ["GENWIRE_TEST_UNDECLARED"]
+    assert result.rows_written == 24 and result.rows_failed == 0
+    rows = read_rows(tmp_path / "out.jsonl")
+    answered = {int(r["tool"]["pid"]) for r in rows}
+    started = server_pids(pids)
+    # The pre-flight's server on the driver, and one per worker that ran rows (shared by its columns).
+    assert len(started) == 1 + len(answered) and 1 <= len(answered) <= WORKERS
+    assert started[0] not in answered  # the driver's answered the pre-flight only
+    # The declared variables only (LC_CTYPE: Python sets it itself under the C locale, PEP 538).
+    assert {frozenset(json.loads(r["tool"]["env"])) - {"LC_CTYPE"} for r in rows} == {frozenset({"DECLARED", "PATH"})}
+    assert [pid for pid in started if not gone(pid)] == []
+
+
+def test_no_tool_server_outlives_a_killed_ray_driver(ray_workers: Any, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    path = write_json(tools_pipeline(tmp_path, n=400, pids=pids, slow_s=600), tmp_path / "genwire.yaml")
+    address = ray_workers.get_runtime_context().gcs_address
+    pythonpath = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
+    driver_code = f"""
+import asyncio, json, logging, ray, genwire
+from test_ray import ToolPid, ToolSlow
+ray.init(address={address!r}, log_to_driver=False, logging_level=logging.WARNING,
+         runtime_env={{"env_vars": {{"PYTHONPATH": {pythonpath!r}}}}})
+async def main():
+    container = genwire.boot(json.loads(open({str(path)!r}).read()), generators=[ToolPid, ToolSlow])
+    async with container:
+        await container.run(engine="ray", ray_workers={WORKERS})
+asyncio.run(main())
+"""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = pythonpath
+    driver = subprocess.Popen(
+        [sys.executable, "-c", driver_code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(server_pids(pids)) < 1 + WORKERS and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(server_pids(pids)) == 1 + WORKERS, driver.stderr.read() if driver.poll() is not None else "slow"
+        time.sleep(1.0)  # the workers' rows are in their tool calls now
+    finally:
+        driver.kill()  # kill -9
+        driver.wait(timeout=60)
+        assert driver.stderr is not None
+        driver.stderr.close()
+    assert [pid for pid in server_pids(pids) if not gone(pid)] == []

@@ -36,6 +36,11 @@ in row order, so the ``OutputSink`` writes exactly what the local engine writes.
   the driver reads the coordinator after every block and takes no new rows once it is
   exhausted (or, as locally, while what is left would not finish them), and the run
   stops with exit 3.
+* **Tools** (SPEC §18): each worker's container starts the stdio servers its columns
+  use on first use, one per server per worker, under the launcher's reaper with its
+  parent the worker process (declared variables only): a worker closed at the end stops
+  them, a worker Ray kills (or the driver's death, which ends its actors) takes them
+  with it. The pre-flight runs once, on the driver.
 * **Fault tolerance.** Actors have ``max_restarts`` and their tasks
   ``max_task_retries``: a worker process that dies mid-block is restarted and the block
   re-run. A block's result is returned only when the whole block is done, so a retried
