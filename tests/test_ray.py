@@ -853,3 +853,45 @@ asyncio.run(main())
         assert driver.stderr is not None
         driver.stderr.close()
     assert [pid for pid in server_pids(pids) if not gone(pid)] == []
+
+
+async def test_a_pool_on_ray_starts_from_the_drivers_preflight_verdicts(ray_workers: Any, tmp_path: Path) -> None:
+    """An endpoint the pre-flight found refusing the key is out on every worker from the
+    start: it gets the driver's probe and nothing else, as on the local engine."""
+    sent = {}
+    for engine in ("local", "ray"):
+        with FakeOpenAIServer() as good, FakeOpenAIServer() as bad:
+            bad.require_api_key("another-key")
+            result = await run(pool_pipeline([good.url, bad.url], tmp_path / engine, n=40), engine)
+            sent[engine] = (good.requests["writer"], bad.requests["writer"])
+        assert result.rows_written == 40 and result.rows_failed == 0
+    assert sent["ray"] == sent["local"]
+    assert sent["ray"][1] >= 1  # the probe
+
+
+async def test_an_endpoint_one_worker_takes_out_is_out_on_every_worker(ray_workers: Any, tmp_path: Path) -> None:
+    """Replica r1 refuses (401) the rows of one worker only; once that worker takes r1 out
+    for the run, the other worker, which r1 always answered, stops sending to it too."""
+    n = 128
+    with FakeOpenAIServer(latency=0.3) as good, FakeOpenAIServer(latency=0.3) as refusing:
+        refusing.fail_when("writer", "SLOW", 401)
+        cfg = pool_pipeline([good.url, refusing.url], tmp_path, n=n)
+        cfg["pipeline"]["columns"][1:] = [
+            {"name": "tag", "generator": "tag", "params": {"marker_dir": str(tmp_path), "skip": 0, "tagged": n}},
+            {
+                "name": "text",
+                "generator": "llm-text",
+                "resources": {"model": "writer"},
+                "params": {"prompt": "{{tag}}"},
+            },
+        ]
+        result = await run(cfg, "ray", (Tag,), skip_preflight=True)
+        at_good = [(when, json.dumps(body)) for (when, _, _), (_, body) in zip(good.log, good.bodies, strict=True)]
+        at_refusing = [
+            (when, json.dumps(body)) for (when, _, _), (_, body) in zip(refusing.log, refusing.bodies, strict=True)
+        ]
+    assert result.rows_written == n and result.rows_failed == 0  # the refused rows failed over to r0
+    out_at = min(when for when, body in at_refusing if "SLOW" in body)
+    other_later = [when for when, body in at_good if "fine other" in body and when > out_at + 2]
+    assert other_later  # the other worker still had rows to send, and sent them to r0...
+    assert [when for when, body in at_refusing if "fine other" in body and when > out_at + 2] == []  # ...not to r1

@@ -37,6 +37,13 @@ that endpoint pauses for the same ``Retry-After``, halves its concurrency and le
 rate from its own successes, exactly as if the 429s had been its own; no other model and
 no other endpoint is touched. A stray 429 sends nothing. What it costs: one message to
 the coordinator and one to each other worker per overload, none per request.
+
+Pools
+-----
+Every worker routes, cools down and fails over on its own pools (SPEC §17), starting
+from what the driver knows (the pre-flight's verdicts, ``WiredPipeline.endpoint_verdicts``);
+a member one worker takes out for the run (``auth``, ``not_found``: ``EndpointPool.on_out``)
+is passed, the same way as a brake, to every other worker, whose pool marks it out.
 ``rate_limit`` is the cluster's: each worker paces at its share (the Ray engine splits it).
 """
 
@@ -79,6 +86,7 @@ class Coordinator:
         self.exhausted = False
         self.leases = 0
         self.brakes = 0
+        self.outs = 0
         self._actors: list[Any] = []  # the workers' actor handles (a restarted worker keeps its handle)
 
     def join(self, actors: list[Any]) -> None:
@@ -91,6 +99,13 @@ class Coordinator:
         for index, actor in enumerate(self._actors):
             if index != worker:
                 actor.brake.remote(provider, model, wait)  # not awaited: a worker that is gone misses it
+
+    def out(self, worker: int, alias: str, endpoint: str, error_class: str) -> None:
+        """``worker``'s pool took ``endpoint`` of ``alias`` out (auth, not_found): so do the others'."""
+        self.outs += 1
+        for index, actor in enumerate(self._actors):
+            if index != worker:
+                actor.mark_endpoints.remote({alias: {endpoint: error_class}})
 
     def _free(self, dim: int) -> float:
         cap = self._caps[dim]

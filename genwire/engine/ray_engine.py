@@ -41,6 +41,10 @@ in row order, so the ``OutputSink`` writes exactly what the local engine writes.
   parent the worker process (declared variables only): a worker closed at the end stops
   them, a worker Ray kills (or the driver's death, which ends its actors) takes them
   with it. The pre-flight runs once, on the driver.
+* **Pools** (SPEC §17): every worker routes, cools down and fails over on its own pools,
+  starting from the driver's verdicts (the pre-flight's); a member a worker takes out
+  (auth, not_found) is out on every worker (the coordinator passes it on); the
+  per-endpoint figures come back in the receipts and add up.
 * **Fault tolerance.** Actors have ``max_restarts`` and their tasks
   ``max_task_retries``: a worker process that dies mid-block is restarted and the block
   re-run. A block's result is returned only when the whole block is done, so a retried
@@ -141,6 +145,7 @@ class WorkerSpec:
     worker: int = 0  # this worker's index
     coordinator: Any = None  # the run's coordinator actor (engine.cluster), when the run shares state
     budget_caps: tuple[bool, bool] = (False, False)  # a cost cap, a token cap: spent in leases of the coordinator's
+    endpoint_verdicts: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # the driver's, on pools
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,6 +200,7 @@ class BlockWorker:
         self._cache: ResponseCache | None = None
         self._metered: list[Any] = []  # the clients this worker's meter is attached to
         self._book = ReceiptBook()  # what this worker paid for, sent with its rows
+        self._verdicts: dict[str, dict[str, str]] = {}  # endpoints other workers took out
         # Created on first use: asyncio primitives belong to the actor's event loop.
         self._boot_lock: asyncio.Lock | None = None
         self._slots: asyncio.Semaphore | None = None
@@ -213,11 +219,16 @@ class BlockWorker:
                 if any(self._spec.budget_caps):  # the cap is the cluster's: spend leases of it
                     worker_meter(meter, self._spec.budget_caps, self._spec.coordinator, self._spec.worker)
                 self._metered = attach_meter(self._container, self._spec.prices, meter)
-                if self._spec.coordinator is not None:  # one brake per model for the cluster
+                self._container.endpoint_pools()  # built now: they start from the driver's verdicts
+                self._container.mark_endpoints(self._spec.endpoint_verdicts)
+                self._container.mark_endpoints(self._verdicts)  # and from the other workers' so far
+                if self._spec.coordinator is not None:  # one brake per model, one verdict per endpoint
                     for name in provider_caps(self._container):
                         gate = getattr(self._container.client(name), "gate", None)
                         if gate is not None:
                             gate.on_brake = functools.partial(self._braked, name)
+                    for alias, pool in self._container.endpoint_pools().items():
+                        pool.on_out = functools.partial(self._out, alias)
                 self._slots = asyncio.Semaphore(BATCHES_IN_FLIGHT)
         assert self._slots is not None
         return self._runner, self._slots
@@ -250,6 +261,16 @@ class BlockWorker:
 
     def _braked(self, provider: str, model: str, wait: float) -> None:
         self._spec.coordinator.brake.remote(self._spec.worker, provider, model, wait)  # not awaited
+
+    def _out(self, alias: str, endpoint: str, error_class: str) -> None:
+        self._spec.coordinator.out.remote(self._spec.worker, alias, endpoint, error_class)  # not awaited
+
+    async def mark_endpoints(self, verdicts: dict[str, dict[str, str]]) -> None:
+        """Another worker took an endpoint out (``{alias: {endpoint: error class}}``): so does this one."""
+        for alias, found in verdicts.items():  # kept: a worker that has not booted yet starts from them
+            self._verdicts.setdefault(alias, {}).update(found)
+        if self._container is not None:
+            self._container.mark_endpoints(verdicts)
 
     async def brake(self, provider: str, model: str, wait: float) -> None:
         """Another worker's gate braked ``model`` of ``provider``: so does this one's."""
@@ -510,6 +531,7 @@ class RayBatches:
                     worker=i,
                     coordinator=coordinator,
                     budget_caps=budget.caps if budget is not None else (False, False),
+                    endpoint_verdicts=container.endpoint_verdicts(),
                 )
                 try:
                     actors.append(actor_cls.remote(spec))
