@@ -895,3 +895,41 @@ async def test_an_endpoint_one_worker_takes_out_is_out_on_every_worker(ray_worke
     other_later = [when for when, body in at_good if "fine other" in body and when > out_at + 2]
     assert other_later  # the other worker still had rows to send, and sent them to r0...
     assert [when for when, body in at_refusing if "fine other" in body and when > out_at + 2] == []  # ...not to r1
+
+
+def test_estimate_on_ray_measures_the_workers_requests_and_the_run_continues_after_them(
+    ray_workers: Any, tmp_path: Path
+) -> None:
+    """``genwire estimate --engine ray``: the sample runs on the workers, their answers are
+    measured (requests, tokens, latency: what a local estimate of the same rows measures),
+    the rest is projected, and the run continues after the sample."""
+    found = {}
+    with FakeOpenAIServer(latency=0.01) as server:
+        for engine in ("local", "ray"):
+            root = tmp_path / engine
+            root.mkdir()
+            path = write_json(priced_pipeline(server, root, n=200), root / "genwire.yaml")
+            if engine == "local":
+                done = subprocess.run(
+                    [sys.executable, "-m", "genwire.cli.main", "estimate", str(path), "-k", "16", "--json"],
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
+            else:
+                done = cli_on_ray(ray_workers, "estimate", path, "-k", "16", "--json")
+            assert done.returncode == 0, done.stdout + done.stderr
+            found[engine] = json.loads(done.stdout)
+        before = server.requests["writer"]
+        finished = cli_on_ray(ray_workers, "run", tmp_path / "ray" / "genwire.yaml")
+        assert finished.returncode == 0, finished.stderr
+        assert server.requests["writer"] - before == 200 - 16 + 1  # the rest of the rows, and the probe
+    for engine in ("local", "ray"):
+        writer = found[engine]["models"]["writer"]
+        assert found[engine]["rows_left"] == 184 and writer["requests"] == 184
+        assert writer["sample_requests"] == 16 and writer["latency_s_mean"] > 0
+        assert found[engine]["duration_s"] > 0
+    same = ("requests_per_row", "input_tokens_mean", "output_tokens_mean", "cost_usd")
+    assert {k: found["ray"]["models"]["writer"][k] for k in same} == {
+        k: found["local"]["models"]["writer"][k] for k in same
+    }

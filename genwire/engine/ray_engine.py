@@ -216,6 +216,7 @@ class BlockWorker:
                 self._runner = BatchRunner(self._container, self._cache, store_answers=False)
                 # Metered as on the driver: each paid answer goes to the driver's ledger.
                 meter = CostMeter(self._spec.prices, record=self._book.paid)
+                self._book.meter, self._book.worker = meter, self._spec.worker  # its measurements go with its rows
                 if any(self._spec.budget_caps):  # the cap is the cluster's: spend leases of it
                     worker_meter(meter, self._spec.budget_caps, self._spec.coordinator, self._spec.worker)
                 self._metered = attach_meter(self._container, self._spec.prices, meter)
