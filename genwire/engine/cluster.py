@@ -69,6 +69,7 @@ class BudgetStatus:
     exhausted: bool
     leases: int  # lease calls answered (the coordinator's work)
     brakes: int = 0  # brakes passed on
+    outs: int = 0  # endpoints out passed on
 
 
 class Coordinator:
@@ -140,7 +141,7 @@ class Coordinator:
         return grant[0], math.floor(grant[1])
 
     def status(self) -> BudgetStatus:
-        return BudgetStatus(self.exhausted, self.leases, self.brakes)
+        return BudgetStatus(self.exhausted, self.leases, self.brakes, self.outs)
 
 
 def uncapped(workers: int) -> dict[str, Any]:

@@ -129,6 +129,7 @@ MAX_TASK_RETRIES = 3  # a block whose worker died is re-run this many times
 CLOSE_TIMEOUT_S = 30.0
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+log = logging.getLogger("genwire.ray")
 
 
 # --- what crosses the wire -------------------------------------------------------------
@@ -569,8 +570,15 @@ class RayBatches:
                     ray.cancel(ref)
             await close_workers(ray, actors, self._feed)
             if coordinator is not None:
-                if budget is not None:
-                    with contextlib.suppress(Exception):
-                        budget.note(await coordinator.status.remote())
+                with contextlib.suppress(Exception):
+                    status = await coordinator.status.remote()
+                    if budget is not None:
+                        budget.note(status)
+                    log.debug(
+                        "the coordinator answered %d lease call(s), passed on %d brake(s) and %d endpoint(s) out",
+                        status.leases,
+                        status.brakes,
+                        status.outs,
+                    )
                 with contextlib.suppress(Exception):
                     ray.kill(coordinator)
