@@ -496,7 +496,7 @@ class RayBatches:
         actors: list[Any] = []
         pending: deque[tuple[list[int], int, Any]] = deque()  # (rows, worker, ref), in row order
         load = [0] * workers
-        starts = iter(range(0, n, block_rows))
+        cursor = 0  # the next row of ``todo`` to hand out
         budget = self._budget if self._budget is not None and self._budget.capped else None
         rows_done = 0  # rows returned in this session (what a row costs, for the budget's hold)
 
@@ -510,11 +510,13 @@ class RayBatches:
             return bool(pending) and budget.hold_rows(rows_done, live, block_rows)
 
         def submit() -> None:
-            while len(pending) < workers * BLOCKS_PER_WORKER and not held():
-                start = next(starts, None)
-                if start is None:
-                    return
-                rows = todo[start : start + block_rows]
+            nonlocal cursor
+            while len(pending) < workers * BLOCKS_PER_WORKER and not held() and cursor < n:
+                # Blocks shrink towards the end (never below a batch): the last ones end
+                # together instead of one worker finishing a long block while the others' slots idle.
+                share = math.ceil((n - cursor) / (workers * BLOCKS_PER_WORKER) / batch_size) * batch_size
+                rows = todo[cursor : cursor + max(batch_size, min(block_rows, share))]
+                cursor += len(rows)
                 worker = min(range(workers), key=load.__getitem__)
                 load[worker] += 1
                 pending.append((rows, worker, actors[worker].run_block.remote(rows, batch_size)))
