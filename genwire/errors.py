@@ -25,6 +25,12 @@ _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
 
 
+def plural(count: int, one: str, many: str | None = None) -> str:
+    """``1 request``, ``2 requests``: a count and the word that agrees with it (every
+    message that counts says it this way, never ``1 requests`` or ``check(s)``)."""
+    return f"{count:,} {one if count == 1 else (many or one + 's')}"
+
+
 def printable(text: str) -> str:
     """``text`` safe to print inside a message, a location or a table cell: control and
     bidi characters written as escapes (``\\n``, ``\\u202e``), so a name holding them can
@@ -212,12 +218,20 @@ class BudgetStopped(RunError):
     finished, the rows done are kept in ``checkpoint``; a higher cap resumes."""
 
     def __init__(
-        self, message: str, *, checkpoint: Any, kept: int, spent_usd: float | None, cap_usd: float | None
+        self,
+        message: str,
+        *,
+        checkpoint: Any,
+        kept: int,
+        spent_usd: float | None,
+        cap_usd: float | None,
+        result: Any = None,
     ) -> None:
         self.checkpoint = checkpoint
         self.kept = kept
         self.spent_usd = spent_usd
         self.cap_usd = cap_usd
+        self.result = result  # the session's RunResult (its summary and cost), as at a finished run
         # A gated run (SPEC §21): kept, wanted, candidates, rate, ... for ``--json``.
         self.funnel: dict[str, Any] | None = None
         super().__init__(message)

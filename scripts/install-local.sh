@@ -11,7 +11,7 @@
 # Usage: bash scripts/install-local.sh [PIP ARGS...]
 set -euo pipefail
 
-PYTHON="${PYTHON:-python}"
+export PYTHON="${PYTHON:-$(command -v python >/dev/null 2>&1 && echo python || echo python3)}"  # python3-only machines too
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 run() {

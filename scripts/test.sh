@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Installs everything the tests need (the package with its test, parquet and local extras,
 # plus the chat weights with --no-deps) and runs lint, types, the import contracts and the whole
-# suite (which builds the docs site with mkdocs build --strict: tests/test_docs_site.py).
+# suite on every core (which builds the docs site with mkdocs build --strict: tests/test_docs_site.py).
 # This is the README's second quick-start command; .ci/run runs it after the first one
 # (install the offline models, run the example), in the same tree, as a newcomer does.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-PYTHON="${PYTHON:-python}"
+export PYTHON="${PYTHON:-$(command -v python >/dev/null 2>&1 && echo python || echo python3)}"  # python3-only machines too
 
 "$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[test,parquet]"
 bash scripts/install-local.sh --quiet --disable-pip-version-check
@@ -22,4 +22,7 @@ fi
 "$PYTHON" -m mypy
 # lint-imports, through $PYTHON: the layers and no-cycle contracts of [tool.importlinter]
 "$PYTHON" -c 'import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())' --no-cache
-"$PYTHON" -m pytest -q "$@"
+# The suite on every core (pytest-xdist): one worker per CPU; --dist loadgroup keeps each
+# xdist_group (tests/conftest.py: ONE_WORKER, the Ray tests) on a single worker. Arguments
+# given to this script come last and win (-n 0: one process, as before).
+"$PYTHON" -m pytest -q -n auto --dist loadgroup "$@"

@@ -317,7 +317,7 @@ def test_ctrl_c_leaves_the_batch_running_and_batches_list_and_cancel_manage_it(t
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 130, err
-        assert "1 batches are still running" in err and f"genwire batches cancel {config}" in err
+        assert "1 batch is still running" in err and f"genwire batches cancel {config}" in err
         assert server.batches.open_batches() and server.batches.cancels == 0  # left running
         assert (directory / JOURNAL_NAME).exists()  # kept, though no row is done
 

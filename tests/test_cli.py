@@ -33,7 +33,7 @@ def invoke(*args: str) -> tuple[int, str, str]:
 
 def test_validate_ok_and_invalid(write_config: Callable[[str], Path]) -> None:
     code, out, _ = invoke("validate", str(write_config(GOOD)))
-    assert code == 0 and "valid — 2 columns, 1 pre-flight targets" in out
+    assert code == 0 and "valid — 2 columns, 1 pre-flight target" in out
     bad = write_config(GOOD.replace("model: w,", "model: w, temperature: 3,"), "bad.yaml")
     code, out, err = invoke("validate", str(bad))
     assert code == 2

@@ -121,7 +121,7 @@ def test_interrupted_preflight_json_lists_the_finished_checks(tmp_path: Path, si
     assert report["ok"] is False and report["error"] == "interrupted"
     assert [(c["target"], c["status"]) for c in report["checks"]] == [("fast", "ok")]
     assert "Traceback" not in stderr
-    assert stderr.strip().splitlines() == ["interrupted: 1 checks had finished"]
+    assert stderr.strip().splitlines() == ["interrupted: 1 check had finished"]
 
 
 # --- Ctrl-C / SIGTERM at any moment -------------------------------------------------------

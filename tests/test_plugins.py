@@ -138,11 +138,35 @@ def test_broken_plugins_are_reported_with_entry_point_and_cause(
     install_plugin: Callable[..., None], write_config: Callable[[str], Path], source: str, target: str, cause: str
 ) -> None:
     install_plugin("broken-plugin", "broken", source, {"my-plugin": target})
-    with pytest.raises(genwire.PluginError) as info:
-        genwire.boot(write_config("pipeline: {columns: [{name: s, generator: sampler, params: {kind: uuid}}]}"))
+    with pytest.raises(genwire.PluginError) as info:  # a config that names it imports it
+        genwire.boot(write_config("pipeline: {columns: [{name: s, generator: my-plugin}]}"))
     text = str(info.value)
     assert "entry point 'my-plugin' (broken:Gen from broken-plugin)" in text
     assert cause in text, text
+
+
+def test_a_config_imports_only_the_plugins_it_names(
+    install_plugin: Callable[..., None], write_config: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """Entry points are resolved by name: a plugin the config does not name is never
+    imported, and a broken one does not stop it; ``genwire plugins`` still reports it."""
+    imported = tmp_path / "imported"  # the plugin's import leaves this behind, then fails
+    source = f"import pathlib\npathlib.Path({str(imported)!r}).touch()\nraise ImportError('no GPU here')"
+    install_plugin("broken-plugin", "broken_on_import", source, {"my-plugin": "broken_on_import:Gen"})
+    container = genwire.boot(write_config("pipeline: {columns: [{name: s, generator: sampler, params: {kind: uuid}}]}"))
+    assert [c.generator_name for c in container.columns] == ["sampler"]
+    assert not imported.exists()
+    problems = discover().problems
+    assert imported.exists()
+    assert "entry point 'my-plugin' (broken_on_import:Gen from broken-plugin)" in " ".join(problems)
+
+
+def test_a_plugin_whose_entry_point_is_named_apart_from_its_generator_is_still_found(
+    install_plugin: Callable[..., None], write_config: Callable[[str], Path]
+) -> None:
+    install_plugin("topic-plugin", "topic_plugin", TOPIC_DEDUP, {"dedup-entry": "topic_plugin:TopicDedup"})
+    container = genwire.boot(write_config(pipeline_yaml("topic-dedup")))
+    assert [c.generator_name for c in container.columns] == ["sampler", "topic-dedup"]
 
 
 def test_plugin_constructor_failure_names_plugin() -> None:

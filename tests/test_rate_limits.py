@@ -15,6 +15,7 @@ import genwire
 from genwire.config.schema import ModelConfig, OpenAIProviderConfig
 from genwire.errors import ErrorClass, ModelError
 from genwire.providers.openai import OpenAIProvider, readable_excerpt
+from genwire.providers.pacing import ProviderGate
 from genwire.testing import FakeOpenAIServer
 from genwire.testing.fake_server import FakeResponse
 
@@ -330,6 +331,42 @@ async def test_the_preflight_counts_against_the_pacing(fake_openai_server: FakeO
     stamps = [t for t, _, _ in fake_openai_server.log]
     assert len(stamps) == 4 and stamps[-1] - stamps[0] >= 3 * 0.2 - 0.05
     assert elapsed >= 0.55  # probe, then three rows, each a pacing interval apart
+
+
+async def test_a_freed_slot_wakes_one_waiter_not_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slots freed together wake as many waiters as there are slots: a waiter woken but not
+    yet run counts against the room (each wake that finds no room costs a trip through the
+    request's whole coroutine chain: a 16,000-request run woke ~5 waiters per slot)."""
+    cap = 8
+    gate = ProviderGate(cap, None, adaptive=True)
+    held = [await gate.acquire("m") for _ in range(cap)]
+    model = gate.model("m")
+    tries: list[bool] = []
+    admit = model.admit
+
+    def counted(now: float) -> Any:
+        admitted = admit(now)
+        tries.append(not isinstance(admitted, float))
+        return admitted
+
+    monkeypatch.setattr(model, "admit", counted)
+    waiting = [asyncio.create_task(gate.acquire("m")) for _ in range(3 * cap)]
+    await asyncio.sleep(0)  # every one queued at the model's gate
+    for reservation in held:  # all freed in one go, before any waiter runs
+        gate.release(reservation, tokens=None, ok=True)
+    for _ in range(10):  # a fixed number of loop turns: the woken ones run
+        await asyncio.sleep(0)
+    admitted = [task for task in waiting if task.done()]
+    assert len(admitted) == cap
+    # The first to come tried at once (the gate was full); then one try per freed slot.
+    assert tries == [False] + [True] * cap
+    assert gate.in_flight == cap and len(gate.model("m").line) == 2 * cap
+    for task in admitted:
+        gate.release(task.result(), tokens=None, ok=True)
+    for task in waiting:
+        task.cancel()
+    await asyncio.gather(*waiting, return_exceptions=True)
+    assert gate.in_flight == 0 and model.in_flight == 0  # the cancelled gave their places back
 
 
 # --- one brake per model for a cluster (SPEC §22) ------------------------------------------------

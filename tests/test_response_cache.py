@@ -542,3 +542,32 @@ def test_stored_answers_come_back_exactly_whatever_they_hold(
     assert [d.answer if d is not None else None for d in decoded] == answers
     assert cache.get("c", 4, "k4") == CachedAnswer("two\nlines\tand a tab", 1, 2)
     cache.close()
+
+
+async def test_a_first_run_makes_one_key_per_request_and_a_rerun_hits_them_all(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing is stored for a first run's rows: the built-ins' synchronous peek builds no
+    request and makes no key (it made one per request before, thrown away); the request
+    makes its key once. The rerun's peeks key the requests exactly as they were sent."""
+    keys = 0
+    make_key = response_cache.KeyTemplate.key
+
+    def counted(self: response_cache.KeyTemplate, part: Any, rows: tuple[int, ...]) -> str:
+        nonlocal keys
+        keys += 1
+        return make_key(self, part, rows)
+
+    monkeypatch.setattr(response_cache.KeyTemplate, "key", counted)
+    cfg = pipeline(fake_openai_server, tmp_path, chat_columns())
+    cfg["cache"] = {"dir": "cache"}
+    async with genwire.boot(cfg, base_dir=tmp_path) as container:
+        first = await container.run(skip_preflight=True)
+    assert first.rows_written == N and fake_openai_server.total_requests == 3 * N
+    assert keys == 3 * N
+    fake_openai_server.reset_stats()
+    keys = 0
+    async with genwire.boot(cfg, base_dir=tmp_path) as container:
+        again = await container.run(skip_preflight=True, resume=False)
+    assert fake_openai_server.total_requests == 0 and again.usage["writer"].cached == 3 * N
+    assert keys == 3 * N  # one peek each, all hits

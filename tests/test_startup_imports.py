@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,8 @@ NO_RUN = [
     "opentelemetry",
     "genwire.cli.lint_command",  # the lint command's importers: the findings print apart
     "genwire.providers.response_cache",  # no request is made, so no cache is read
+    "genwire.generators.source_check",  # the example's generators are built-ins: nothing to check
+    "genwire.generators.source_scan",
     "sqlite3",
 ]
 NO_ENGINE = ["genwire.engine", "genwire.app", "ray", "rich.live", "rich.progress", "opentelemetry"]
@@ -137,6 +140,27 @@ def test_validate_and_plan_load_no_client_engine_or_live_display(command: list[s
     assert loaded(modules, NO_RUN) == []
 
 
+def test_validate_imports_only_the_generators_the_config_names(
+    install_plugin: Callable[..., Path], tmp_path: Path
+) -> None:
+    """Entry points are resolved by name: neither the built-ins the example does not use
+    nor an installed plugin that raises on import are imported."""
+    imported = tmp_path / "imported"  # the plugin's import leaves this behind, then fails
+    source = f"import pathlib\npathlib.Path({str(imported)!r}).touch()\nraise ImportError('no GPU here')"
+    site = install_plugin("broken-plugin", "broken_on_import", source, {"my-plugin": "broken_on_import:Gen"})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+    code, modules, stderr = modules_after("validate", RETRIEVAL, cwd=RETRIEVAL.parent, env=env)
+    assert code == 0, stderr
+    assert not imported.exists() and "broken_on_import" not in modules
+    named = {"seed_dataset", "llm_text", "template", "hard_negatives"}  # the example's columns
+    builtins = {m.rpartition(".")[2] for m in modules if m.startswith("genwire.generators.builtin.")}
+    unused = {"sampler", "embedding", "embedding_dedup", "llm_structured", "llm_tools"}
+    assert named <= builtins and not builtins & unused
+    # The same process sees the plugin: `genwire plugins` imports every entry point.
+    code, _, stderr = modules_after("plugins", cwd=tmp_path, env=env)
+    assert code != 0 and imported.exists() and "entry point 'my-plugin'" in stderr
+
+
 def one_model_config(folder: Path, url: str, **pipeline: Any) -> Path:
     """A config of one llm-text column on one model of the server at ``url``."""
     config = folder / "genwire.yaml"
@@ -175,3 +199,18 @@ def test_a_run_loads_opentelemetry_only_when_the_environment_asks_for_traces(tmp
         code, modules, stderr = modules_after("run", config, "--json", "--fresh", cwd=tmp_path, env=asked)
         assert code == 0, stderr
         assert "opentelemetry.sdk.trace" in modules
+
+
+def test_a_rerun_the_response_cache_serves_whole_never_loads_the_http_client(tmp_path: Path) -> None:
+    """Every answer from the cache, no request sent: aiohttp (and its TLS set-up, a tenth
+    of a second and more) is never imported; the first run, which sent, did import it."""
+    with FakeOpenAIServer() as server:
+        config = one_model_config(tmp_path, server.url, num_records=3)
+        code, modules, stderr = modules_after("run", config, "--json", "--skip-preflight", cwd=tmp_path)
+        assert code == 0, stderr
+        assert "aiohttp" in modules and server.requests["writer"] == 3
+        server.reset_stats()
+        code, modules, stderr = modules_after("run", config, "--json", "--skip-preflight", "--fresh", cwd=tmp_path)
+    assert code == 0, stderr
+    assert server.total_requests == 0 and "genwire.providers.response_cache" in modules
+    assert loaded(modules, ["aiohttp"]) == []

@@ -12,6 +12,9 @@ from typing import Any
 
 import click
 
+from genwire.cli.exits import write_json
+from genwire.errors import plural
+
 __all__ = ["batches", "interrupted_hint", "local_provider_notes"]
 
 _FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
@@ -34,8 +37,10 @@ def interrupted_hint(file: Path, directory: Path) -> str | None:
     open_batches = open_batch_ids(directory)
     if not open_batches:
         return None
+    one = len(open_batches) == 1
+    running = f"{plural(len(open_batches), 'batch', 'batches')} {'is' if one else 'are'}"
     return (
-        f"{len(open_batches)} batches are still running at the provider (they are not cancelled): rerun the same "
+        f"{running} still running at the provider ({'it is' if one else 'they are'} not cancelled): rerun the same "
         f"command to collect them, or cancel them with `genwire batches cancel {file}`"
     )
 
@@ -147,7 +152,7 @@ def _show(rows: list[dict[str, Any]], directory: Path, as_json: bool, verb: str)
 
     if as_json:
         ok = not any("error" in r for r in rows)
-        click.echo(json.dumps({"ok": ok, "checkpoint": str(directory), "batches": rows}))
+        write_json({"ok": ok, "checkpoint": str(directory), "batches": rows})
         return
     console = Console(highlight=False)
     if not rows:
@@ -194,7 +199,7 @@ def _command(file: Path, output: Path | None, as_json: bool, cancel: bool, force
         rows = asyncio.run(_states(container, directory, cancel))
     except GenwireError as exc:  # one message, no traceback; 2 for an invalid config
         if as_json:
-            click.echo(json.dumps({"ok": False, "error": str(exc)}))
+            write_json({"ok": False, "error": str(exc)})
         click.echo("error: " + str(exc), err=True)
         sys.exit(2 if isinstance(exc, ConfigError | WiringError | PluginError | RunSetupError) else 1)
     _show(rows, directory, as_json, "(cancel asked of every open one)" if cancel else "")

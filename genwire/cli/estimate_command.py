@@ -42,12 +42,15 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def cost_table(cost: dict[str, Any] | None) -> Table:
-    """The run's cost (its ``"cost"`` object) per model and in total."""
+def cost_table(cost: dict[str, Any] | None, *, resumed: bool = False) -> Table:
+    """The run's cost (its ``"cost"`` object) per model and in total. Its tokens are the
+    ledger's, every session's: a ``resumed`` run's title says so, beside the summary's
+    figures of this session alone."""
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title="Cost", title_justify="left")
+    title = "Cost of the whole run (every session; this session's share below)" if resumed else "Cost"
+    table = Table(title=title, title_justify="left")
     for name in ("model", "input tokens", "output tokens", "USD", "price from"):
         table.add_column(name, justify="left" if name in ("model", "price from") else "right")
     if not cost:
@@ -55,7 +58,7 @@ def cost_table(cost: dict[str, Any] | None) -> Table:
     for alias, m in cost["by_model"].items():
         tokens = (_tokens(m["input_tokens"]), _tokens(m["output_tokens"]))
         table.add_row(escape(alias), *tokens, usd(m["usd"]), escape(m["price_source"]))
-    table.add_row("total (run)", "", "", usd(cost["total_usd"]), "")
+    table.add_row("total (whole run)", "", "", usd(cost["total_usd"]), "")
     table.add_row("this session", "", "", usd(cost["this_session_usd"]), "")
     table.add_row("saved by the cache", "", "", usd(cost["saved_by_cache_usd"]), "")
     return table
@@ -120,10 +123,13 @@ def run_estimate(
     """``genwire estimate`` once its container is booted (``cli.main`` owns the command:
     this module never imports it back)."""
     from genwire.cli.exits import emit_json
-    from genwire.cli.render import RichProgress, show_preflight
-    from genwire.cli.signals import run_interruptibly
+    from genwire.cli.render import RichProgress, interrupted_message, show_preflight
+    from genwire.cli.signals import Interrupted, run_interruptibly
+    from genwire.engine.checkpoint import checkpoint_dir, kept_rows
     from genwire.engine.estimate import estimate_of
     from genwire.engine.options import RunOptions
+    from genwire.engine.run import output_path
+    from genwire.errors import GenwireError
     from genwire.preflight.report import PreflightError
 
     console = err if as_json else out
@@ -142,6 +148,16 @@ def run_estimate(
 
     try:
         result = run_interruptibly(go())
+    except Interrupted as exc:  # as at `run`: what is kept, and how to go on (exit 130 / 143)
+        directory = checkpoint_dir(output_path(container, output))
+        kept = kept_rows(directory)
+        if as_json:
+            emit_json(
+                {"ok": False, "error": "interrupted", "errors": ["interrupted"], "rows_kept": kept,
+                 "checkpoint": str(directory)}
+            )  # fmt: skip
+        err.print(interrupted_message(directory, kept, n), markup=False)
+        sys.exit(exc.exit_code)
     except GenwireError as exc:
         if as_json:
             summary = failure(exc)

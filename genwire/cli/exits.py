@@ -1,6 +1,6 @@
 """How the command line exits (standard library only, loaded first by entry.py): Ctrl-C
 and SIGTERM exit 130/143 with one line, never a traceback, and under ``--json`` (``run``,
-``preflight``) stdout holds exactly one JSON object on every exit.
+``preflight``, ``estimate``) stdout holds exactly one JSON object on every exit.
 
 Two phases. Until a command's body starts (imports, argument parsing) there is nothing to
 clean up, so a signal ends the process on the spot. Inside a command the signal is
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
-JSON_COMMANDS = ("run", "preflight")  # the commands whose --json promises one object on every exit
+JSON_COMMANDS = ("run", "preflight", "estimate")  # the commands whose --json promises one object on every exit
 
 
 class Terminated(KeyboardInterrupt):
@@ -84,13 +84,43 @@ def start_command() -> None:
 
 
 def emit_json(obj: dict[str, Any], indent: int | None = None) -> None:
-    """Print the command's one JSON object (a second one is never printed)."""
-    import json
-
+    """Print the command's one JSON object (a second one is never printed). Every JSON
+    object genwire prints goes through here, and is strict JSON (``json_text``)."""
     if _Json.printed:
         return
     _Json.printed = True
-    _write_json_line(json.dumps(obj, indent=indent) + "\n")
+    write_json(obj, indent)
+
+
+def write_json(obj: Any, indent: int | None = None) -> None:
+    """Print one JSON object as strict JSON (``json_text``), on stdout (the one kept for
+    JSON when the console script took it over)."""
+    _write_json_line(json_text(obj, indent) + "\n")
+
+
+def json_text(obj: Any, indent: int | None = None) -> str:
+    """``obj`` as strict JSON: never ``NaN`` or ``Infinity`` (which no JSON parser but
+    Python's reads). Numbers a user gives are finite (the config and the options refuse
+    others); a figure that still is not (a bug) prints as null rather than break the
+    reader."""
+    import json
+
+    try:
+        return json.dumps(obj, indent=indent, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(obj), indent=indent, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    import math
+
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def emit_json_failure(message: str, **known: Any) -> None:

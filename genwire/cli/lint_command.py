@@ -11,7 +11,6 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
-import json
 import os
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import click
 
+from genwire.cli.exits import write_json
 from genwire.errors import exception_text
 from genwire.generators.base import Generator
 from genwire.generators.discovery import check_generator_class
@@ -134,7 +134,7 @@ def lint_targets(targets: tuple[str, ...], as_json: bool) -> None:
             raise LintInputError(f"no Generator subclass with metadata is defined in {', '.join(targets)}")
     except LintInputError as exc:
         if as_json:
-            click.echo(json.dumps({"ok": False, "error": str(exc), "generators": [], "findings": []}))
+            write_json({"ok": False, "error": str(exc), "generators": [], "findings": []})
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     checked = [cls.metadata.name for cls in classes]
@@ -142,7 +142,7 @@ def lint_targets(targets: tuple[str, ...], as_json: bool) -> None:
     ok = not any(f.severity is Severity.ERROR for f in findings)
     if as_json:
         report = {"ok": ok, "generators": checked, "findings": [f.model_dump(mode="json") for f in findings]}
-        click.echo(json.dumps(report, indent=2))
+        write_json(report, indent=2)
     else:
         for f in findings:
             click.echo(str(f))

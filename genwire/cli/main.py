@@ -9,9 +9,9 @@ of genwire's machinery). tests/test_startup_imports.py keeps it so."""
 from __future__ import annotations
 
 import functools
-import json
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar, cast
@@ -29,8 +29,10 @@ from genwire.cli.exits import (
     signal_exit_code,
     start_command,
     steady_gc,
+    write_json,
 )
-from genwire.errors import ConfigError, GenwireError, PluginError, ProblemsError, RunSetupError, WiringError
+from genwire.cli.numbers import FiniteFloatRange
+from genwire.errors import ConfigError, GenwireError, PluginError, ProblemsError, RunSetupError, WiringError, plural
 from genwire.version import __version__
 
 if TYPE_CHECKING:
@@ -195,8 +197,8 @@ def validate(file: Path) -> None:
     container = _wire(file)
     plan = container.plan()
     click.echo(
-        f"{file}: valid — {len(plan.columns)} columns, {len(plan.targets)} pre-flight targets"
-        + (f", {len(plan.unreachable)} resources reached by no column" if plan.unreachable else "")
+        f"{file}: valid — {plural(len(plan.columns), 'column')}, {plural(len(plan.targets), 'pre-flight target')}"
+        + (f", {plural(len(plan.unreachable), 'resource')} reached by no column" if plan.unreachable else "")
     )
 
 
@@ -253,7 +255,7 @@ def plugins() -> None:
 )
 @click.option(
     "--cache-ttl",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     help="With --data-designer: seconds an ok probe is trusted from the probe cache (default 0, off).",
 )
 @click.option(
@@ -321,7 +323,7 @@ def preflight(
                     "checks": [c.model_dump(mode="json") for c in finished],
                 }
             )
-        sys.stderr.write(f"interrupted: {len(finished)} checks had finished\n")
+        sys.stderr.write(f"interrupted: {plural(len(finished), 'check')} had finished\n")
         sys.exit(exc.exit_code if isinstance(exc, Interrupted) else signal_exit_code(getattr(exc, "signum", 2)))
     if as_json:
         emit_json(report.model_dump(mode="json"), indent=2)
@@ -418,7 +420,7 @@ def _output_suffix(ctx: click.Context, param: click.Parameter, value: Path | Non
 )
 @click.option(
     "--max-cost",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     help="Stop (exit 3) before spending more than this many USD; a higher cap on the same command goes on.",
 )
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
@@ -443,15 +445,23 @@ def run(
     workers: int | None,
 ) -> None:
     """Pre-flight, then generate the dataset, checkpointing as it goes; rerun to resume."""
-    from genwire.cli.render import RichProgress, run_summary, show_preflight
+    from genwire.cli.render import RichProgress, report_note, show_preflight
     from genwire.cli.signals import Interrupted, run_interruptibly
     from genwire.engine.checkpoint import checkpoint_dir, kept_rows
     from genwire.engine.run import output_path
     from genwire.errors import BudgetStopped, RunStopped
     from genwire.preflight.report import PreflightError
 
+    began = time.time()
     container = _boot_or_report(file, as_json, {})
     console = err if as_json else out  # --json: stdout holds the summary only
+    target = output_path(container, output)
+
+    def say_report() -> None:  # every ending of a run says where its report page is
+        note = report_note(target, began)
+        if note is not None:
+            err.print(note, markup=False)
+
     if batch:
         from genwire.cli.batch_commands import local_provider_notes
 
@@ -478,19 +488,22 @@ def run(
 
     steady_gc()  # generation makes garbage all along: the collector's usual pace
     try:
-        result = run_interruptibly(go())
+        result = run_interruptibly(go(), fast_loop=True)
     except Interrupted as exc:
         total = num_records or container.config.pipeline.num_records
-        directory = checkpoint_dir(output_path(container, output))
+        directory = checkpoint_dir(target)
         kept = kept_rows(directory)
         if as_json:
             emit_json({**_failure_text("interrupted"), "rows_kept": kept, "checkpoint": str(directory)})
-        if kept:
-            message = f"interrupted: {kept:,} of {total:,} rows kept in {directory}; rerun the same command to resume"
-        else:
-            message = "interrupted before any row was done; nothing to resume"
         from genwire.cli.batch_commands import interrupted_hint
+        from genwire.cli.render import interrupted_message
+        from genwire.engine.session import response_cache_dir
 
+        cached = response_cache_dir(container, not no_response_cache) is not None
+        message = interrupted_message(directory, kept, total, response_cache=cached)
+        page = report_note(target, began)
+        if page is not None:  # an interrupt says it in one line: the page's place in it
+            message += f"; {page}"
         hint = interrupted_hint(file, directory)  # batch mode: batches left running
         if hint:
             message = message.replace("; nothing to resume", "") + "\n" + hint
@@ -499,6 +512,8 @@ def run(
     except GenwireError as exc:
         if as_json:  # stdout holds one JSON object whatever happened; the message also goes to stderr
             summary = _failure(exc)
+            if isinstance(exc, BudgetStopped) and exc.result is not None:  # what it spent, as at a finished run
+                summary = {**exc.result.summary(), **summary}
             if isinstance(exc, RunStopped | BudgetStopped):
                 summary.update(rows_kept=exc.kept, checkpoint=str(exc.checkpoint))
             if isinstance(exc, BudgetStopped):
@@ -506,18 +521,31 @@ def run(
             if isinstance(exc, PreflightError):
                 summary["preflight"] = exc.report.model_dump(mode="json")
             emit_json(summary)
+        say_report()
         if isinstance(exc, BudgetStopped):
+            if exc.result is not None and not as_json:
+                _show_run(out, exc.result)
             err.print(str(exc), markup=False)
             sys.exit(3)
         raise
     if as_json:
         emit_json(result.summary())
+        say_report()
         return
-    out.print(run_summary(result))
-    from genwire.cli.estimate_command import cost_table
-
-    out.print(cost_table(result.cost))
+    _show_run(out, result)
     click.echo(f"dataset written to {result.output}")
+    page = report_note(result.output, began)
+    if page is not None:
+        click.echo(page)
+
+
+def _show_run(console: LazyConsole, result: Any) -> None:
+    """The run summary and the cost table: at a finished run and at a budget stop alike."""
+    from genwire.cli.estimate_command import cost_table
+    from genwire.cli.render import run_summary
+
+    console.print(run_summary(result))
+    console.print(cost_table(result.cost, resumed=result.rows_resumed > 0))
 
 
 _CACHE_FILE = click.argument(
@@ -554,7 +582,7 @@ def cache_info(file: Path, as_json: bool) -> None:
     finally:
         store.close()
     if as_json:
-        click.echo(json.dumps(info.as_dict()))
+        write_json(info.as_dict())
     else:
         out.print(cache_table(info))
 
@@ -684,6 +712,9 @@ def _register_batches() -> None:
     from genwire.cli.report_command import report
 
     cli.add_command(batches)
+    # Exits as every command does: a signal unwinds it (no half-written page is left), one line.
+    assert report.callback is not None
+    report.callback = handle_errors(report.callback)
     cli.add_command(report)
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from genwire.errors import printable
+from genwire.errors import plural, printable
 
 # Types only: `plan` must not load the engine, nor anything rich's live display.
 if TYPE_CHECKING:
@@ -134,15 +135,20 @@ def plugins_table(generators: dict[str, Any], origins: dict[str, str]) -> Table:
 
 
 def run_summary(result: RunResult) -> Table:
-    table = Table(title="Run summary", title_justify="left", show_header=False)
+    """Rows are the whole run's; time, requests and tokens this session's (a resumed
+    run's table says which is which; the cost table below is the whole run's)."""
+    resumed = result.rows_resumed > 0
+    title = "Run summary (rows: the whole run; time, requests and tokens: this session)" if resumed else "Run summary"
+    table = Table(title=title, title_justify="left", show_header=False)
     table.add_column("what")
     table.add_column("value")
-    resumed = f" ({result.rows_resumed:,} resumed from the checkpoint)" if result.rows_resumed else ""
-    table.add_row("rows written", f"{result.rows_written:,} of {result.rows_requested:,}{resumed}")
+    earlier = f" ({result.rows_resumed:,} resumed from the checkpoint)" if resumed else ""
+    table.add_row("rows written", f"{result.rows_written:,} of {result.rows_requested:,}{earlier}")
     table.add_row(
         "rows failed", cell(str(result.rows_failed) + (f" → {result.errors_file}" if result.errors_file else ""))
     )
-    table.add_row("time", f"{result.duration_s:.2f}s ({result.rows_per_s:.1f} rows/s)")
+    session = " (this session)" if resumed else ""
+    table.add_row(f"time{session}", f"{result.duration_s:.2f}s ({result.rows_per_s:.1f} rows/s)")
     if result.funnel is not None:  # a gated run (SPEC §21)
         funnel = result.funnel
         rate = f"; acceptance {funnel.rate:.1%}" if funnel.rate is not None else ""
@@ -156,15 +162,17 @@ def run_summary(result: RunResult) -> Table:
                 f", latency mean {d['latency_mean_s']:.3f}s p95 {d['latency_p95_s']:.3f}s" if stats.latencies else ""
             )
             table.add_row(
-                escape(f"model {alias} via {name}"), f"{d['requests']:,} requests, {d['failures']:,} failures{latency}"
+                escape(f"model {alias} via {name}"),
+                f"{plural(d['requests'], 'request')}, {plural(d['failures'], 'failure')}{latency}",
             )
     for alias, u in sorted(result.usage.items()):
-        answers = "answer" if u.cached == 1 else "answers"
-        cached = f"; {u.cached:,} {answers} from the cache ({u.saved_tokens:,} tokens saved)" if u.cached else ""
+        saved = plural(u.saved_tokens, "token")
+        cached = f"; {plural(u.cached, 'answer')} from the cache ({saved} saved)" if u.cached else ""
         batched = f"{u.batched:,} in batches + " if u.batched else ""
         table.add_row(
-            cell(f"model {alias}"),
-            f"{batched}{u.requests:,} requests ({u.retries:,} retries, {u.rate_limited:,} rate-limited), "
+            cell(f"model {alias}{session}"),
+            f"{batched}{plural(u.requests, 'request')} ({plural(u.retries, 'retry', 'retries')}, "
+            f"{u.rate_limited:,} rate-limited), "
             f"{u.prompt_tokens:,} prompt + {u.completion_tokens:,} completion tokens{cached}",
         )
     if result.batches:
@@ -178,7 +186,10 @@ def run_summary(result: RunResult) -> Table:
             cell(f"provider {name}"),
             f"peak {c.peak_in_flight} in flight of {c.max_concurrency}, ended at {c.limit}{paused}",
         )
-    table.add_row("output", cell(str(result.output)))
+    output = (
+        str(result.output) if result.finished else f"{result.output} (not written yet: the rows are in the checkpoint)"
+    )
+    table.add_row("output", cell(output))
     return table
 
 
@@ -197,11 +208,11 @@ def cache_table(info: CacheInfo) -> Table:
     table.add_row("directory", cell(str(info.directory)))
     table.add_row("entries", f"{info.entries:,}")
     table.add_row("size", f"{info.bytes:,} bytes")
-    table.add_row("hits", f"{info.hits:,} answers served")
+    table.add_row("hits", f"{plural(info.hits, 'answer')} served")
     table.add_row("oldest", _when(info.oldest))
     table.add_row("newest", _when(info.newest))
     for column, count in info.columns.items():
-        table.add_row(cell(f"column {column}"), f"{count:,} entries")
+        table.add_row(cell(f"column {column}"), plural(count, "entry", "entries"))
     return table
 
 
@@ -253,3 +264,56 @@ class RichProgress:
 
     def stop(self) -> None:
         self._progress.stop()
+
+
+def paid_row_answers(directory: Path) -> int:
+    """Answers paid for rows (not the pre-flight's probes) the run's ledger lists: what the
+    response cache holds for a rerun even when no row was kept."""
+    import json
+
+    from genwire.engine.ledger import LEDGER_NAME
+
+    count = 0
+    try:
+        with (directory / LEDGER_NAME).open("rb") as handle:
+            for line in handle:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # a line torn by a kill
+                if isinstance(record, dict) and record.get("rows"):
+                    count += 1
+    except OSError:
+        return 0
+    return count
+
+
+def interrupted_message(directory: Path, kept: int, total: int, *, response_cache: bool = True) -> str:
+    """What an interrupted ``run`` or ``estimate`` says: the rows kept and how to go on;
+    before any row was kept, the answers already paid that the response cache keeps."""
+    if kept:
+        return f"interrupted: {kept:,} of {total:,} rows kept in {directory}; rerun the same command to resume"
+    paid = paid_row_answers(directory)
+    if not paid:
+        return "interrupted before any row was done; nothing to resume"
+    answers = plural(paid, "answer")
+    if response_cache:
+        return (
+            f"interrupted before any row was kept; the response cache holds the {answers} paid for so far: "
+            "rerun the same command and they are not paid again"
+        )
+    were = "was" if paid == 1 else "were"
+    return f"interrupted before any row was kept; {answers} {were} paid for and not kept (--no-response-cache)"
+
+
+def report_note(output: Path, since: float) -> str | None:
+    """``report page: PATH`` when this session wrote the run's report page (every ending
+    of a run does; an estimate does not), else None."""
+    from genwire.engine.report import report_path
+
+    page = report_path(output)
+    try:
+        written = page.stat().st_mtime
+    except OSError:
+        return None
+    return f"report page: {page}" if written >= since - 1 else None

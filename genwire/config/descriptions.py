@@ -87,6 +87,8 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "probe_max_tokens": "Token budget of the pre-flight's chat probe; raise it for reasoning models.",
         "price": "What the model costs (USD per million tokens); without it, and without a pricing table, "
         "its cost is unknown (never 0).",
+        "max_output_tokens": "The most tokens one answer may have: a budget's worst case for a request without "
+        "max_tokens (default: the pricing table's max_output_tokens, else 32,768).",
     },
     "EndpointConfig": {
         "": "One endpoint of a model pool: a provider, optionally another name for the same model.",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -55,6 +56,24 @@ def _row_count(value: Any) -> Any:
     return value
 
 
+def _finite_numbers(value: dict[str, Any]) -> dict[str, Any]:
+    """A model's params go into every request as JSON, which has no NaN or Infinity."""
+
+    def check(item: Any, where: str) -> None:
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"{where}: got {item!r}; a number sent in a request must be finite")
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                check(inner, f"{where}.{key}")
+        elif isinstance(item, list):
+            for index, inner in enumerate(item):
+                check(inner, f"{where}[{index}]")
+
+    for key, item in value.items():
+        check(item, key)
+    return value
+
+
 def _not_reserved(value: str) -> str:
     if value.startswith("_"):
         raise ValueError(f"got {value!r}: names beginning with '_' are reserved for genwire; rename it")
@@ -84,6 +103,10 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 
 class StrictModel(StrictValues):
     """Unknown keys are errors; values are taken as written (``config.strict``)."""
+
+    # Merged with StrictValues' config. Every number a user gives is finite (a price of
+    # .inf, a cap of .nan): allow_inf_nan=False.
+    model_config = ConfigDict(allow_inf_nan=False)
 
 
 # --- providers -----------------------------------------------------------------------
@@ -220,11 +243,14 @@ class ModelConfig(StrictModel):
     min_healthy: PositiveInt = 1
     model: Annotated[str, Field(min_length=1)]
     kind: ModelKind
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: Annotated[dict[str, Any], AfterValidator(_finite_numbers)] = Field(default_factory=dict)
     dimensions: PositiveInt | None = None
     health_check: bool = True
     probe_max_tokens: PositiveInt = 16  # raise for reasoning models that think before answering
     price: PriceConfig | None = None  # none here nor in pricing.source: cost "unknown", never 0
+    # The most tokens one answer may have: the budget's worst case for a request without
+    # max_tokens (else the price table's max_output_tokens, else a conservative default).
+    max_output_tokens: PositiveInt | None = None
 
     @model_validator(mode="after")
     def _dimensions_only_for_embeddings(self) -> ModelConfig:

@@ -18,7 +18,8 @@ from pydantic.fields import FieldInfo
 
 __all__ = ["STRICT", "StrictValues", "Substituted"]
 
-STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+# defer_build: validators are built on first use, so start-up pays only for what a config uses.
+STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
 
 class Substituted(str):

@@ -36,7 +36,8 @@ def boot_container(
     base_dir: Path | None = None,
 ) -> C:
     loaded = load_source(source, env=env, base_dir=base_dir)
-    found = discover(generators)
+    # Only the generators the columns name are imported (entry points resolved by name).
+    found = discover(generators, names={column.generator for column in loaded.config.pipeline.columns})
     found.raise_for_problems()
     wirings = wire_columns(loaded, found.generators)
     return cls(loaded, wirings, build_graph(loaded, wirings))

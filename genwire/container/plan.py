@@ -7,8 +7,8 @@ from pydantic import BaseModel
 from genwire.config.loader import LoadedConfig
 from genwire.container.graph import ProviderGraph
 from genwire.container.wiring import BindingSource, ColumnWiring
+from genwire.generators.findings import Finding
 from genwire.generators.metadata import ResourceKind
-from genwire.generators.source_check import Finding
 
 
 class SlotPlan(BaseModel):

@@ -6,7 +6,6 @@ any provider exists and long before any network call.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import re
 from collections.abc import Mapping
@@ -20,8 +19,8 @@ from genwire.config.messages import describe
 from genwire.config.schema import TEMPLATE_NAMES, ColumnConfig
 from genwire.errors import WiringError, exception_text
 from genwire.generators.base import Generator
+from genwire.generators.findings import Finding, Severity
 from genwire.generators.metadata import ResourceKind, model_resource_kind
-from genwire.generators.source_check import Finding, Severity, check_generators
 
 BindingSource = Literal["column", "defaults"]  # where a slot's binding was written
 _DEFAULT_FIELD = {
@@ -32,6 +31,7 @@ _DEFAULT_FIELD = {
     ResourceKind.TOOLS: "tools",
 }
 _NOT_MODELS = (ResourceKind.DATASET, ResourceKind.TOOLS)  # what a model registry never serves
+BUILT_IN = "genwire.generators.builtin."  # the built-in generators' modules
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,8 @@ def _suggest(name: str, candidates: list[str]) -> str:
 
 @functools.lru_cache(maxsize=4096)  # a generated config repeats the same typo thousands of times
 def _suggest_cached(name: str, candidates: tuple[str, ...]) -> str:
+    import difflib  # here: a config without a typo never pays for it (start-up)
+
     close = difflib.get_close_matches(name, candidates, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -307,13 +309,20 @@ def check_tool_names(loaded: LoadedConfig, wirings: list[ColumnWiring], problems
 def check_sources(
     loaded: LoadedConfig, generators: Mapping[str, type[Generator[Any]]], problems: list[str]
 ) -> list[Finding]:
-    """The static check of every generator the config uses: undeclared slot uses join
-    ``problems`` (located in the plugin's source); warnings and notes are returned."""
+    """The static check of every plugin generator the config uses: undeclared slot uses
+    join ``problems`` (located in the plugin's source); warnings and notes are returned.
+    genwire's built-in generators are not read: genwire's own tests hold them to no
+    findings (tests/test_source_check.py), and a config of built-ins alone never loads the
+    checker (start-up)."""
     columns: dict[type[Generator[Any]], list[str]] = {}
     for column in loaded.config.pipeline.columns:
         cls = generators.get(column.generator)
-        if cls is not None:
+        if cls is not None and not cls.__module__.startswith(BUILT_IN):
             columns.setdefault(cls, []).append(column.name)
+    if not columns:
+        return []
+    from genwire.generators.source_check import check_generators
+
     names = {cls.metadata.name: ", ".join(repr(c) for c in cols) for cls, cols in columns.items()}
     findings = check_generators(columns)
     for f in findings:

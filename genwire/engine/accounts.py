@@ -43,7 +43,7 @@ class Budget(Protocol):
 
     def paid_elsewhere(self, entry: LedgerEntry) -> None: ...
 
-    def stopped(self, checkpoint: Path, kept: int, total: int) -> BudgetStopped: ...
+    def stopped(self, checkpoint: Path, kept: int, total: int, result: Any = None) -> BudgetStopped: ...
 
 
 class RunAccounts:
@@ -160,16 +160,28 @@ class RunAccounts:
         done: Callable[[int], bool],
         counts: dict[str, Any],
         summary: dict[str, Any] | None = None,
+        estimate: bool = False,
     ) -> None:
         """However the session ended: the last metrics, the report page, the run's span
-        (with each model's figures). Never raises."""
+        (with each model's figures). Never raises. ``estimate``: the session was an
+        estimate's sample, its own ending (``report.end_session``)."""
         usage = self.usage()
         if self.trace is not None:
             try:
                 self.trace.traced.set(trace_figures(usage))
             except Exception as exc:  # an exporter's trouble is not the run's
                 log.warning("cannot add the run's figures to its trace: %s", exc)
-        end_session(self.metrics, self.trace, error, output, done=done, counts=counts, usage=usage, summary=summary)
+        end_session(
+            self.metrics,
+            self.trace,
+            error,
+            output,
+            done=done,
+            counts=counts,
+            usage=usage,
+            summary=summary,
+            estimate=estimate,
+        )
 
 
 def trace_figures(usage: dict[str, ModelUsage]) -> dict[str, int]:

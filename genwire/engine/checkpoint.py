@@ -379,6 +379,24 @@ class Checkpoint:
                 yield index, row
                 last = index
 
+    def failed_before(self) -> set[int]:
+        """Row indices an earlier session tried and that failed (not done since): this
+        session retries them. A line that cannot be read is skipped (its row is then
+        judged as a new one)."""
+        indices: set[int] = set()
+        for path in _segments(self.directory, _FAILED):
+            if _segment_number(path) >= self._session:
+                continue
+            with path.open("rb") as handle:
+                for line in handle:
+                    try:
+                        index = json.loads(line).get("row")
+                    except (ValueError, AttributeError):
+                        continue
+                    if type(index) is int and index not in self._done:
+                        indices.add(index)
+        return indices
+
     def failures(self) -> Iterator[dict[str, Any]]:
         """This session's failure records: every row not done failed in it."""
         self._flush()

@@ -235,5 +235,5 @@ class ClusterBudget:
     def paid_elsewhere(self, entry: LedgerEntry) -> None:
         self.costs.paid_elsewhere(entry)
 
-    def stopped(self, checkpoint: Path, kept: int, total: int) -> BudgetStopped:
-        return self.costs.stopped(checkpoint, kept, total)
+    def stopped(self, checkpoint: Path, kept: int, total: int, result: Any = None) -> BudgetStopped:
+        return self.costs.stopped(checkpoint, kept, total, result)

@@ -13,8 +13,8 @@ from genwire.container.core import WiredPipeline
 from genwire.engine.ledger import RunLedger
 from genwire.engine.receipt import LedgerEntry
 from genwire.errors import BudgetStopped, RunSetupError
-from genwire.providers.budget import CostMeter
-from genwire.providers.pricing import Price, load_price_table, model_prices
+from genwire.providers.budget import CostMeter, answers_asked
+from genwire.providers.pricing import Price, PriceTable, load_price_table, model_output_limits, model_prices
 from genwire.providers.probes import CHAT_PROBE_PROMPT, STRUCTURED_PROBE_TOKENS
 from genwire.providers.usage import ModelUsage
 
@@ -29,15 +29,25 @@ def used_models(container: WiredPipeline) -> list[str]:
     return sorted(t.name for t in container.plan().targets if t.name in container.config.models)
 
 
+def _price_table(container: WiredPipeline) -> tuple[PriceTable | None, str]:
+    config = container.config
+    if config.pricing is None:
+        return None, "pricing"
+    path = container.loaded.resolve_path(config.pricing.source)
+    return load_price_table(path), path.name
+
+
+def output_limits(container: WiredPipeline) -> dict[str, int]:
+    """Every used model's output limit that the config or the price table gives."""
+    table, name = _price_table(container)
+    limits = model_output_limits(container.config, table, name)
+    return {alias: limit for alias, limit in limits.items() if alias in used_models(container)}
+
+
 def priced_models(container: WiredPipeline) -> dict[str, Price | None]:
     """Every used model's price; an embedded (local) model costs nothing."""
     config = container.config
-    table = None
-    name = "pricing"
-    if config.pricing is not None:
-        path = container.loaded.resolve_path(config.pricing.source)
-        table = load_price_table(path)
-        name = path.name
+    table, name = _price_table(container)
     prices = model_prices(config, table, name)
     out: dict[str, Price | None] = {}
     for alias in used_models(container):
@@ -49,13 +59,14 @@ def priced_models(container: WiredPipeline) -> dict[str, Price | None]:
 
 
 def attach_meter(container: WiredPipeline, aliases: Iterable[str], meter: CostMeter) -> list[Any]:
-    """Every HTTP provider serving one of ``aliases`` meters its requests with ``meter``
-    from now on; returns their clients (set their ``meter`` to None to detach)."""
+    """Every provider serving one of ``aliases`` (HTTP endpoints and the embedded models
+    alike: one accounting for all) meters its requests with ``meter`` from now on; returns
+    their clients (set their ``meter`` to None to detach)."""
     config = container.config
     names = {name for alias in aliases for name in config.models[alias].providers}  # a pool: each endpoint's
     clients = []
     for name in sorted(names):
-        if isinstance(config.providers.get(name), OpenAIProviderConfig):
+        if isinstance(config.providers.get(name), OpenAIProviderConfig | LocalProviderConfig):
             client = container.client(name)
             client.meter = meter
             clients.append(client)
@@ -77,6 +88,7 @@ class RunCosts:
         self.container = container
         self.engine = engine
         self.prices = priced_models(container)
+        self.output_limits = output_limits(container)
         budget = container.config.pipeline.budget
         self.max_cost_usd = max_cost_usd if max_cost_usd is not None else (budget.max_cost_usd if budget else None)
         self.max_tokens = max_tokens if max_tokens is not None else (budget.max_tokens if budget else None)
@@ -90,7 +102,9 @@ class RunCosts:
                     "(or a pricing: {source: FILE} table), or cap tokens with pipeline.budget.max_tokens instead"
                 )
         self.ledger: RunLedger | None = None
-        self.meter = CostMeter(self.prices, max_cost_usd=self.max_cost_usd, max_tokens=self.max_tokens)
+        self.meter = CostMeter(
+            self.prices, output_limits=self.output_limits, max_cost_usd=self.max_cost_usd, max_tokens=self.max_tokens
+        )
         self._clients: list[Any] = []
 
     def open(self, directory: Path, *, probing: bool) -> None:
@@ -99,6 +113,7 @@ class RunCosts:
         self.ledger = ledger = RunLedger(directory)
         self.meter = CostMeter(
             self.prices,
+            output_limits=self.output_limits,
             max_cost_usd=self.max_cost_usd,
             max_tokens=self.max_tokens,
             spent_usd=ledger.earlier_usd,
@@ -151,7 +166,8 @@ class RunCosts:
                 continue
             output = model.kind == "chat"
             bound = max(model.probe_max_tokens, STRUCTURED_PROBE_TOKENS) if output else 0
-            t, u = self.meter.worst_case(alias, PROBE_BODY_CHARS, bound, output=output)
+            answers = answers_asked(model.params)  # a probe sends the model's params, n too
+            t, u = self.meter.worst_case(alias, PROBE_BODY_CHARS, bound, output=output, answers=answers)
             tokens, usd = tokens + t, usd + u
         left_usd = None if self.max_cost_usd is None else self.max_cost_usd - self.meter.spent_usd
         left_tokens = None if self.max_tokens is None else self.max_tokens - self.meter.spent_tokens
@@ -166,7 +182,8 @@ class RunCosts:
             )
 
     def attach(self) -> None:
-        """Every HTTP provider a used model is served by meters its requests from now on."""
+        """Every provider a used model is served by meters its requests from now on: HTTP
+        endpoints and the embedded (local) models alike, one accounting for all."""
         self._clients.extend(attach_meter(self.container, self.prices, self.meter))
 
     def detach(self) -> None:
@@ -183,7 +200,8 @@ class RunCosts:
         if self.ledger is not None:
             self.ledger.record(entry.paid, entry.rows, entry.column)
 
-    def stopped(self, checkpoint: Path, kept: int, total: int) -> BudgetStopped:
+    def stopped(self, checkpoint: Path, kept: int, total: int, result: Any = None) -> BudgetStopped:
+        """The budget stop, carrying the session's ``result`` (its summary and cost)."""
         meter = self.meter
         parts = []
         if meter.max_cost_usd is not None:
@@ -191,12 +209,14 @@ class RunCosts:
         if meter.max_tokens is not None:
             parts.append(f"{meter.spent_tokens:,} of the {meter.max_tokens:,}-token cap")
         return BudgetStopped(
-            f"stopped at the budget: {', '.join(parts)}; {kept:,} of {total:,} rows are kept in {checkpoint}. "
+            f"stopped at the budget: {', '.join(parts)}{meter.refusal_hint()}; "
+            f"{kept:,} of {total:,} rows are kept in {checkpoint}. "
             "To go on, rerun the same command with a higher --max-cost (or raise pipeline.budget)",
             checkpoint=checkpoint,
             kept=kept,
             spent_usd=meter.spent_usd,
             cap_usd=meter.max_cost_usd,
+            result=result,
         )
 
     def report(self, usage: Mapping[str, ModelUsage]) -> dict[str, Any]:

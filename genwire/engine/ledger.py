@@ -25,6 +25,8 @@ from genwire.providers.request_context import current_column, current_rows
 __all__ = ["LEDGER_NAME", "LedgerTotal", "RunLedger", "read_totals"]
 
 LEDGER_NAME = "ledger.jsonl"
+# One encoder for every line (one per paid answer): json.dumps with options builds a new one per call.
+_LINE_ENCODER = json.JSONEncoder(separators=(",", ":"))
 log = logging.getLogger("genwire.ledger")
 
 
@@ -87,7 +89,7 @@ class RunLedger:
             "col": current_column() if rows is None else column,
             "b": paid.batched,
         }
-        data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
+        data = (_LINE_ENCODER.encode(line) + "\n").encode()
         try:
             if self._fd is None:
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)

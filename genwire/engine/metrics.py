@@ -32,13 +32,14 @@ from contextvars import Token
 from pathlib import Path
 from typing import IO, Any
 
-from genwire.errors import RunStopped
+from genwire.errors import BudgetStopped, CandidatesExhausted, RunStopped
 from genwire.providers.metrics import AliasSecond, RequestRecorder, start_recording, stop_recording
 from genwire.providers.usage import ModelUsage
 
-__all__ = ["METRICS_FILE", "RunMetrics", "outcome_of"]
+__all__ = ["BUDGET_OUTCOME", "METRICS_FILE", "RunMetrics", "outcome_of"]
 
 METRICS_FILE = "metrics.jsonl"
+BUDGET_OUTCOME = "stopped at the budget"  # the report page badges it as its own ending
 TICK_S = 1.0
 LINES_PER_STEP = 3600
 log = logging.getLogger("genwire.metrics")
@@ -60,6 +61,10 @@ def outcome_of(error: BaseException | None) -> tuple[str, str]:
         return "completed", ""
     if not isinstance(error, Exception):  # Ctrl-C, SIGTERM, a cancelled task
         return "interrupted", "interrupted; rerun the same command to resume"
+    if isinstance(error, CandidatesExhausted):  # a gated run's cap on candidates: exit 3 too
+        return "stopped at max_candidates", str(error)
+    if isinstance(error, BudgetStopped):  # its own ending: nothing failed, a higher cap goes on
+        return BUDGET_OUTCOME, str(error)
     outcome = "stopped" if isinstance(error, RunStopped) else "failed"
     return outcome, str(error) or type(error).__name__
 
@@ -147,9 +152,17 @@ class RunMetrics:
             )
         self._last_t = now
 
-    def end(self, error: BaseException | None, *, usage: dict[str, ModelUsage] | None = None, **about: Any) -> None:
-        """The last tick and the ``end`` line; stop recording. Never raises: the run's
-        own outcome is what the user must see."""
+    def end(
+        self,
+        error: BaseException | None,
+        *,
+        usage: dict[str, ModelUsage] | None = None,
+        ending: tuple[str, str] | None = None,
+        **about: Any,
+    ) -> None:
+        """The last tick and the ``end`` line; stop recording. ``ending``: (outcome,
+        message) when the session ended its own way (an estimate's sample), else read from
+        ``error``. Never raises: the run's own outcome is what the user must see."""
         try:
             if self._ticker is not None:
                 self._ticker.cancel()
@@ -158,7 +171,7 @@ class RunMetrics:
                 stop_recording(self._token)
                 self._token = None
             self.tick(usage)
-            outcome, message = outcome_of(error)
+            outcome, message = ending or outcome_of(error)
             self.note("end", t=round(time.time(), 3), outcome=outcome, message=message, **about)
         except Exception as exc:  # a full disk must not hide the run's own error
             log.warning("cannot finish the run's metrics in %s: %s", self.path, exc)

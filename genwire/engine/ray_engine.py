@@ -143,6 +143,7 @@ class WorkerSpec:
     generators: dict[str, type[Generator[Any]]]
     response_cache: Path | None = None  # the driver's cache directory: a path every node sees
     prices: dict[str, Price | None] = dataclasses.field(default_factory=dict)  # the driver's, resolved once
+    output_limits: dict[str, int] = dataclasses.field(default_factory=dict)  # the driver's: the same worst cases
     worker: int = 0  # this worker's index
     coordinator: Any = None  # the run's coordinator actor (engine.cluster), when the run shares state
     budget_caps: tuple[bool, bool] = (False, False)  # a cost cap, a token cap: spent in leases of the coordinator's
@@ -216,7 +217,7 @@ class BlockWorker:
                     self._cache = ResponseCache(self._spec.response_cache, writer=False)
                 self._runner = BatchRunner(self._container, self._cache, store_answers=False)
                 # Metered as on the driver: each paid answer goes to the driver's ledger.
-                meter = CostMeter(self._spec.prices, record=self._book.paid)
+                meter = CostMeter(self._spec.prices, output_limits=self._spec.output_limits, record=self._book.paid)
                 self._book.meter, self._book.worker = meter, self._spec.worker  # its measurements go with its rows
                 if any(self._spec.budget_caps):  # the cap is the cluster's: spend leases of it
                     worker_meter(meter, self._spec.budget_caps, self._spec.coordinator, self._spec.worker)
@@ -440,6 +441,7 @@ class RayBatches:
         feed: Callable[[Receipt], None] = lambda receipt: None,
         prices: dict[str, Price | None] | None = None,
         budget: ClusterBudget | None = None,
+        output_limits: dict[str, int] | None = None,
     ) -> None:
         """``response_cache``: the driver's cache, the one that stores the workers' answers;
         ``feed``: the run's accounting, which every worker's receipt goes to; ``prices``:
@@ -452,6 +454,7 @@ class RayBatches:
         self._feed = feed
         self._prices = prices  # the run's, resolved once (None: resolved here)
         self._budget = budget
+        self._output_limits = output_limits or {}  # the models' output limits (a worst case without max_tokens)
 
     def live_rows(self) -> int:
         return 0  # batch mode, which counts them, runs on the local engine only
@@ -532,6 +535,7 @@ class RayBatches:
                     generators,
                     cache_at,
                     prices,
+                    output_limits=self._output_limits,
                     worker=i,
                     coordinator=coordinator,
                     budget_caps=budget.caps if budget is not None else (False, False),

@@ -119,6 +119,7 @@ class RunSession:
                 feed=self.accounts.feed,
                 prices=self.accounts.costs.prices,
                 budget=cluster,
+                output_limits=self.accounts.costs.output_limits,
             )
         budget = self.accounts.budget
         batch_rows = self.container.config.pipeline.batch_size
@@ -198,8 +199,9 @@ class RunSession:
             # is still open at the provider (a --fresh run that no longer asks for them).
             self.checkpoint.keep_journal = bool(await batch_mode.still_open())
         if self.accounts.budget.exhausted():
-            sink.suspend()
-            stop = self.accounts.budget.stopped(self.plan.directory, sink.kept, self.plan.num_records)
+            sink.suspend()  # a budget stop shows its summary and cost as a finished run does
+            stopped = self._result(finished=False)
+            stop = self.accounts.budget.stopped(self.plan.directory, sink.kept, self.plan.num_records, stopped)
             raise candidates.at_budget(stop) if candidates is not None else stop
         if candidates is not None and candidates.capped:
             sink.suspend()
@@ -215,10 +217,23 @@ class RunSession:
 
     def _completed(self) -> RunResult:
         """The output is in place, the checkpoint not yet gone: the result, the report."""
+        result = self._result(finished=self.options.sample_rows is None)
+        self.accounts.end(
+            None,
+            self.plan.target,
+            done=self.checkpoint.is_done,
+            counts=result.counts(),
+            summary=result.summary(),
+            estimate=self.options.sample_rows is not None,
+        )
+        return result
+
+    def _result(self, *, finished: bool) -> RunResult:
+        """What the session did so far (``finished``: the output is written)."""
         sink, accounts = self.sink, self.accounts
         assert sink is not None
         usage = accounts.usage()
-        result = RunResult(
+        return RunResult(
             output=self.plan.target,
             rows_requested=self.plan.num_records,
             rows_written=sink.in_output,
@@ -232,15 +247,11 @@ class RunSession:
             batches=self.batch_mode.infos() if self.batch_mode is not None else None,
             cost=accounts.cost(usage),
             meter=accounts.meter,
-            finished=self.options.sample_rows is None,
+            finished=finished,
             endpoints=accounts.endpoints(),
             funnel=self.candidates.funnel if self.candidates is not None else None,
             surplus=sink.surplus,
         )
-        accounts.end(
-            None, self.plan.target, done=self.checkpoint.is_done, counts=result.counts(), summary=result.summary()
-        )
-        return result
 
     async def abandon(self, error: BaseException) -> None:
         """The session ends unfinished: the checkpoint stays for a resume (unless nothing
@@ -252,7 +263,8 @@ class RunSession:
             self.sink.suspend()
         counts = {"rows_written": checkpoint.kept, "rows_resumed": checkpoint.resumed}
         counts["rows_requested"] = self.plan.num_records
-        self.accounts.end(error, self.plan.target, done=checkpoint.is_done, counts=counts)
+        estimate = self.options.sample_rows is not None
+        self.accounts.end(error, self.plan.target, done=checkpoint.is_done, counts=counts, estimate=estimate)
         if checkpoint.kept == 0 and not self.accounts.paid and (batch_mode is None or not batch_mode.holds_batches):
             checkpoint.remove()  # nothing was paid for: leave no empty checkpoint behind
         else:

@@ -57,6 +57,12 @@ class OutputSink:
         self.written = 0  # rows done in this session
         self.failed = 0  # rows failed in this session
         self.cached = 0  # answers served by the response cache in this session
+        # The session's failure rate is judged on rows no session tried before: a resumed
+        # run retries the earlier failures first, and rows that fail for good would stop
+        # it within its first rows every time (the whole run's rate is judged at the end).
+        self.failed_before = checkpoint.failed_before()
+        self.new_done = 0
+        self.new_failed = 0
         if progress is not None:
             progress.start(checkpoint.num_records, min(checkpoint.resumed, checkpoint.num_records))
 
@@ -67,11 +73,13 @@ class OutputSink:
     def add(self, result: BatchResult) -> None:
         rows: list[tuple[int, bytes]] = []
         failures = [encode_failure(f) for f in result.failures]
+        failed = [f["row"] for f in result.failures]
         for index, row in zip(result.indices, result.rows, strict=True):
             try:
                 rows.append((index, encode_row(index, row)))
             except UnwritableCell as exc:
                 failures.append(encode_failure(failure_record(index, row, exc.column, exc, "unwritable")))
+                failed.append(index)
         rejected = [(int(r["candidate"]), str(r["gate"]), encode_failure(r)) for r in result.rejected]
         shown = max(0, min(len(rows), self.total - self.kept))  # a gated run's bar stops at the rows wanted
         self.checkpoint.append(rows, failures, rejected)
@@ -81,9 +89,15 @@ class OutputSink:
         self.cached += result.cached
         if self.progress is not None:
             self.progress.advance(shown, len(failures), self._status_text())
-        processed = self.written + self.failed + self.rejected
-        if processed >= MIN_ROWS_FOR_RATE and self.failed / processed > self.max_failure_rate:
-            self._stop(f"stopped after {processed} rows: {self.failed} failed ({self.failed / processed:.0%})")
+        retried = self.failed_before  # rejected candidates were tried (and decided) in this session
+        self.new_done += sum(1 for index, _ in rows if index not in retried) + len(rejected)
+        self.new_failed += sum(1 for index in failed if index not in retried)
+        processed, new_failed = self.new_done + self.new_failed, self.new_failed
+        if processed >= MIN_ROWS_FOR_RATE and new_failed / processed > self.max_failure_rate:
+            again = self.failed - new_failed
+            also = f", and {again} rows that had failed before failed again" if again else ""
+            new = "new " if retried else ""
+            self._stop(f"stopped after {processed} {new}rows: {new_failed} failed ({new_failed / processed:.0%}){also}")
 
     def refresh(self) -> None:
         """Redraw the status alone (batch mode: batches move while no row finishes)."""
@@ -115,8 +129,11 @@ class OutputSink:
         self.failed += len(late)
         tried = self.total if wanted is None else self.kept + self.failed + self.rejected
         try:
-            if (self.failed and self.failed / tried > self.max_failure_rate) or self.kept == 0:
-                self._stop(f"{self.failed} of {tried} rows failed ({self.failed / tried:.0%})", late)
+            rate = self.failed / tried if tried else 0.0
+            if (self.failed and rate > self.max_failure_rate) or self.kept == 0:
+                # Every row failed at max_failure_rate 100 %: stopped at the rate (no row to write), not above it.
+                where = "above" if rate > self.max_failure_rate else "at"
+                self._stop(f"{self.failed} of {tried} rows failed ({rate:.0%})", late, where=where)
             if wanted is not None:
                 from genwire.engine.gates import rejected_path, write_rejected
 
@@ -147,10 +164,10 @@ class OutputSink:
         self._stop_progress()
         self.checkpoint.close()
 
-    def _stop(self, what: str, late: Sequence[WriteFailure] = ()) -> NoReturn:
+    def _stop(self, what: str, late: Sequence[WriteFailure] = (), *, where: str = "above") -> NoReturn:
         self._write_errors(late)
         raise RunStopped(
-            f"{what}, above max_failure_rate {self.max_failure_rate:.0%}; failed rows are in "
+            f"{what}, {where} max_failure_rate {self.max_failure_rate:.0%}; failed rows are in "
             f"{self.errors_target}. {self.kept:,} of {self.total:,} rows are kept in {self.checkpoint.directory}; "
             "fix the cause and rerun the same command to resume",
             checkpoint=self.checkpoint.directory,

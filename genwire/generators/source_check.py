@@ -23,13 +23,10 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from enum import StrEnum
 from types import FunctionType
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
-from genwire.errors import printable
+from genwire.generators.findings import Finding, Severity
 from genwire.generators.metadata import ResourceKind
 from genwire.generators.source_scan import (
     Call,
@@ -49,42 +46,6 @@ MAX_DEPTH = 6  # calls followed from a method before the check says it stopped
 # Classes of the MRO that are not plugin code: genwire's own base and Python's machinery.
 _GENWIRE_BASE = "genwire.generators.base"
 _NOT_PLUGIN_MODULES = frozenset({"typing", "abc", _GENWIRE_BASE})
-
-
-class Severity(StrEnum):
-    ERROR = "error"  # an undeclared literal use: a wiring error
-    WARNING = "warning"  # a dynamic use, or a declared slot nothing uses
-    NOTE = "note"  # the check could not read the source
-
-
-class Finding(BaseModel):
-    """One result of the check. ``line`` and ``col`` are 1-based; ``suggested_entry`` is
-    the ``required_resources`` entry to add (``<KIND>`` when the use does not say)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    severity: Severity
-    generator: str
-    file: str | None
-    line: int | None
-    col: int | None
-    slot: str | None
-    message: str
-    suggested_entry: str | None = None
-
-    @property
-    def where(self) -> str:
-        if self.file is None:
-            return f"generator {self.generator!r}"
-        parts = [printable(self.file), *(str(n) for n in (self.line, self.col) if n is not None)]
-        return ":".join(parts)
-
-    def text(self) -> str:
-        """``file:line:col: generator 'x': message``: the line a user reads."""
-        return f"{self.where}: generator {self.generator!r}: {self.message}"
-
-    def __str__(self) -> str:
-        return f"{self.severity.value}: {self.text()}"
 
 
 # --- checking a generator class -----------------------------------------------------------------

@@ -238,7 +238,11 @@ class _Preflight:
                         outcome.value = await self.run_probe(group)
         except TimeoutError:
             waited = time.perf_counter() - started
-            limits = f"timeout_s {self.settings.timeout_s:g}, stage deadline {self.settings.deadline_s:g}s"
+            # Named as the config spells them: the reader raises the one that cut the check short.
+            limits = (
+                f"preflight.timeout_s {self.settings.timeout_s:g} per check, "
+                f"preflight.deadline_s {self.settings.deadline_s:g} for all; raise them for a slow model"
+            )
             if attempts.rate_limited is not None:  # it was waiting out a 429, not a silent server
                 outcome.failure = (
                     ErrorClass.RATE_LIMITED,

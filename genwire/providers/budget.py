@@ -2,13 +2,21 @@
 
 Before a request is sent its worst case is *reserved*: input tokens estimated from the
 body's length with the smallest characters-per-token ratio the model's answers showed
-(a body is never fewer tokens than that), output at the request's ``max_tokens`` (or the
-largest output the model gave when unset), plus a margin. The answer's ``usage`` then
-*settles* it. A request whose worst case does not fit in what is left of the cap waits
-while other requests are in flight (their settlement frees what they did not use); when
-nothing is in flight and it still does not fit, the budget is exhausted: that request
-and every later one raise ``BudgetExhausted``. Spend therefore never passes the cap by
-more than one request's estimate error, at any concurrency.
+(a body is never fewer tokens than that), plus a margin, and its output: ``max_tokens``
+times the answers it asks for (``n``, ``best_of``); without ``max_tokens`` (or for a
+model that was seen to ignore it) the model's output limit (``output_limits``: the
+model's ``max_output_tokens``, the price table's, else ``DEFAULT_OUTPUT_LIMIT``). The
+answer's ``usage`` then *settles* it; an answer without ``usage`` is settled at what was
+held (its worst case), and teaches nothing. A request whose worst case does not fit in
+what is left of the cap waits while other requests are in flight (their settlement frees
+what they did not use); when nothing is in flight and it still does not fit, the budget
+is exhausted: that request and every later one raise ``BudgetExhausted``.
+
+Under a cap a model's first request goes alone: its answer shows whether the model keeps
+``max_tokens`` and reports ``usage`` before a second one is sent. An answer longer than
+its reservation marks the model as not keeping ``max_tokens`` (its later requests hold its
+output limit), so such an overshoot is bounded by the requests already in flight when it
+came. Spend therefore never passes the cap by more than one request's worst case.
 
 The meter also keeps what the estimate needs (per model: tokens, latencies, the
 endpoint's advertised limits) and hands each paid answer to ``record`` (the run's ledger).
@@ -18,9 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from array import array
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -28,27 +38,47 @@ from genwire.errors import BudgetExhausted
 from genwire.providers.pricing import Price
 from genwire.providers.usage import reported_tokens
 
-__all__ = ["CostMeter", "Hold", "ModelStats", "Paid", "metered_batch_call"]
+__all__ = [
+    "DEFAULT_OUTPUT_LIMIT",
+    "CostMeter",
+    "Hold",
+    "ModelStats",
+    "Paid",
+    "answers_asked",
+    "metered_batch_call",
+]
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 FIRST_CHARS_PER_TOKEN = 1.0  # before any answer: a token is at least a character
 MARGIN = 0.1  # on top of a request's worst case
 MARGIN_TOKENS = 16
-UNKNOWN_OUTPUT_BOUND = 4096  # no max_tokens and no answer seen yet
+# A model's output limit when neither its config nor the price table gives one: above
+# what today's chat models answer in one go (a reasoning model's may be larger: set
+# models.<alias>.max_output_tokens).
+DEFAULT_OUTPUT_LIMIT = 32_768
+_MAX_COUNT = 2**63 - 1  # what an array("q") holds
 
 
 @dataclass
 class ModelStats:
     """What one alias's answers showed in this session."""
 
-    input_tokens: list[int] = field(default_factory=list)  # per paid request
-    output_tokens: list[int] = field(default_factory=list)
-    latencies: list[float] = field(default_factory=list)  # seconds, the successful attempt
+    # Per paid request, as machine numbers (8 bytes each, not a list of Python objects):
+    # a 100,000-row run's RSS grew 15 % with lists. A count past 2**63 is kept as that.
+    input_tokens: array[int] = field(default_factory=lambda: array("q"))
+    output_tokens: array[int] = field(default_factory=lambda: array("q"))
+    latencies: array[float] = field(default_factory=lambda: array("d"))  # seconds, the successful attempt
     usd: float = 0.0
     chars_per_token: float | None = None  # smallest body chars / prompt tokens seen
     limit_requests: int | None = None  # x-ratelimit-limit-requests (per minute)
     limit_tokens: int | None = None  # x-ratelimit-limit-tokens (per minute)
+    # What every answer of the run taught (kept across begin_rows: the probes teach too).
+    answered: int = 0  # settled answers
+    ignores_max_tokens: bool = False  # an answer came longer than its max_tokens
+    longest_answer: int = 0  # the most output tokens one answer (one choice) had
+    without_usage: int = 0  # answers that reported no usage
 
     @property
     def requests(self) -> int:
@@ -57,10 +87,16 @@ class ModelStats:
 
 @dataclass(frozen=True)
 class Hold:
+    """A reservation: what was held against the cap, and the worst case it assumed."""
+
     alias: str
     usd: float
     tokens: int
     chars: int
+    input_tokens: int = 0  # the worst case's, margin included (what an answer without usage costs)
+    output_tokens: int = 0  # every answer asked for
+    max_tokens: int = 0  # the request's bound per answer (0: none)
+    answers: int = 1  # n / best_of
 
 
 @dataclass(frozen=True)
@@ -81,6 +117,7 @@ class CostMeter:
         self,
         prices: Mapping[str, Price | None],
         *,
+        output_limits: Mapping[str, int] | None = None,
         max_cost_usd: float | None = None,
         max_tokens: int | None = None,
         spent_usd: float = 0.0,
@@ -88,6 +125,7 @@ class CostMeter:
         record: Callable[[Paid], None] | None = None,
     ) -> None:
         self.prices = dict(prices)
+        self.output_limits = dict(output_limits or {})
         self.max_cost_usd = max_cost_usd
         self.max_tokens = max_tokens
         self.spent_usd = spent_usd  # the run's, earlier sessions included (the ledger)
@@ -99,6 +137,8 @@ class CostMeter:
         self._reserved_usd = 0.0
         self._reserved_tokens = 0
         self._in_flight = 0
+        self._in_flight_of: dict[str, int] = {}  # per alias
+        self._refused: tuple[str, float, int] | None = None  # (alias, usd, max_tokens) of the request that did not fit
         self._freed: asyncio.Event | None = None  # set (and replaced) when a hold is freed
         self.exhausted = False
         # A share of a larger cap (a Ray worker's lease, SPEC §22): asked for more room
@@ -132,9 +172,7 @@ class CostMeter:
         """The pre-flight is over: what the estimate measures starts here (what the
         probes taught about characters per token and limits is kept)."""
         for stats in self.stats.values():
-            stats.input_tokens.clear()
-            stats.output_tokens.clear()
-            stats.latencies.clear()
+            del stats.input_tokens[:], stats.output_tokens[:], stats.latencies[:]
             stats.usd = 0.0
         self._rows_begun = True
 
@@ -145,21 +183,38 @@ class CostMeter:
 
     # --- before a request ----------------------------------------------------------------
 
-    def worst_case(self, alias: str, chars: int, max_tokens: int, *, output: bool = True) -> tuple[int, float]:
+    def output_bound(self, alias: str, max_tokens: int) -> int:
+        """The most output tokens one answer may have: ``max_tokens`` when set and kept,
+        else the model's output limit (or the longest answer seen, when longer)."""
+        stats = self.stats.get(alias)
+        if max_tokens and (stats is None or not stats.ignores_max_tokens):
+            return max_tokens
+        limit = self.output_limits.get(alias, DEFAULT_OUTPUT_LIMIT)
+        longest = stats.longest_answer if stats is not None else 0
+        return max(limit, math.ceil(longest * (1 + MARGIN)), max_tokens)
+
+    def worst_case(
+        self, alias: str, chars: int, max_tokens: int, *, output: bool = True, answers: int = 1
+    ) -> tuple[int, float]:
         """(tokens, usd) a request of ``chars`` body characters may cost at most."""
+        tokens, usd, _, _ = self._worst(alias, chars, max_tokens, output, answers)
+        return tokens, usd
+
+    def _worst(
+        self, alias: str, chars: int, max_tokens: int, output: bool, answers: int
+    ) -> tuple[int, float, int, int]:
+        """(tokens, usd, input tokens, output tokens) of the worst case."""
         stats = self.stats.get(alias)
         ratio = stats.chars_per_token if stats is not None and stats.chars_per_token else FIRST_CHARS_PER_TOKEN
         input_tokens = math.ceil(chars / ratio)
-        output_tokens = 0
-        if output:
-            seen = max(stats.output_tokens, default=0) if stats is not None else 0
-            output_tokens = max_tokens or (math.ceil(seen * (1 + MARGIN)) if seen else UNKNOWN_OUTPUT_BOUND)
+        output_tokens = self.output_bound(alias, max_tokens) * max(1, answers) if output else 0
         tokens = math.ceil((input_tokens + output_tokens) * (1 + MARGIN)) + MARGIN_TOKENS
+        held_input = math.ceil(input_tokens * (1 + MARGIN)) + MARGIN_TOKENS
         price = self.prices.get(alias)
         usd = 0.0
         if price is not None:
-            usd = price.cost(math.ceil(input_tokens * (1 + MARGIN)) + MARGIN_TOKENS, output_tokens) * (1 + MARGIN)
-        return tokens, usd
+            usd = price.cost(held_input, output_tokens) * (1 + MARGIN)
+        return tokens, usd, held_input, output_tokens
 
     @property
     def in_flight(self) -> int:
@@ -174,20 +229,43 @@ class CostMeter:
             return False
         return self.max_tokens is None or self.spent_tokens + self._reserved_tokens + tokens <= self.max_tokens
 
-    async def reserve(self, alias: str, chars: int, max_tokens: int, *, output: bool = True) -> Hold:
+    async def reserve_request(self, alias: str, path: str, payload: Mapping[str, Any], chars: int) -> Hold:
+        """``reserve`` for one request body (every metered request comes through here)."""
+        return await self.reserve(
+            alias, chars, max_tokens_of(payload), output=path != "/embeddings", answers=answers_asked(payload)
+        )
+
+    async def reserve(
+        self,
+        alias: str,
+        chars: int,
+        max_tokens: int,
+        *,
+        output: bool = True,
+        answers: int = 1,
+        first_alone: bool = True,
+    ) -> Hold:
         """Hold the request's worst case, waiting for in-flight requests to settle if it
-        does not fit yet; ``BudgetExhausted`` when it cannot fit at all."""
+        does not fit yet; ``BudgetExhausted`` when it cannot fit at all. ``first_alone``:
+        until the model has answered once, no second request of it is sent (batch lines,
+        which are answered together, pass False)."""
         if self._rows_begun and self._rows_cpu_started is None:
             self._rows_cpu_started = time.process_time()
         if not self.capped:
-            self._in_flight += 1
+            self._begin(alias)
             return Hold(alias, 0.0, 0, chars)
-        tokens, usd = self.worst_case(alias, chars, max_tokens, output=output)
-        while not self.exhausted and not self._fits(tokens, usd):
-            if self.more_room is not None and await self.more_room(tokens, usd):
-                continue
+        while True:
+            tokens, usd, input_tokens, output_tokens = self._worst(alias, chars, max_tokens, output, answers)
+            if self.exhausted:
+                break
+            untried = first_alone and self.stats_of(alias).answered == 0 and self._in_flight_of.get(alias, 0) > 0
+            if not untried and self._fits(tokens, usd):
+                break
+            if not untried and self.more_room is not None and await self.more_room(tokens, usd):
+                continue  # a larger share of the cap (a Ray worker's lease)
             if self._in_flight == 0:
                 self.exhausted = True  # nothing will free room: every waiter gives up too
+                self._refused = (alias, usd, max_tokens if output else -1)
                 self._wake()
                 break
             if self._freed is None:
@@ -201,8 +279,12 @@ class CostMeter:
             raise BudgetExhausted(self.exhausted_message(), target=alias)
         self._reserved_usd += usd
         self._reserved_tokens += tokens
+        self._begin(alias)
+        return Hold(alias, usd, tokens, chars, input_tokens, output_tokens, max_tokens if output else 0, answers)
+
+    def _begin(self, alias: str) -> None:
         self._in_flight += 1
-        return Hold(alias, usd, tokens, chars)
+        self._in_flight_of[alias] = self._in_flight_of.get(alias, 0) + 1
 
     def exhausted_message(self) -> str:
         caps = []
@@ -210,7 +292,22 @@ class CostMeter:
             caps.append(f"${self.spent_usd:.4f} of ${self.max_cost_usd:g}")
         if self.max_tokens is not None:
             caps.append(f"{self.spent_tokens:,} of {self.max_tokens:,} tokens")
-        return "not sent: the budget is spent (" + ", ".join(caps) + ")"
+        return "not sent: the budget is spent (" + ", ".join(caps) + ")" + self.refusal_hint()
+
+    def refusal_hint(self) -> str:
+        """Why nothing more fit when a single request is dearer than what was left (the
+        cap too low for one request's worst case): "" otherwise."""
+        refused = self._refused
+        if refused is None or self.max_cost_usd is None or refused[1] <= self.max_cost_usd - self.spent_usd:
+            return ""
+        alias, usd, max_tokens = refused
+        hint = f"; one request of {alias} may cost up to ${usd:.3g}"
+        if max_tokens == 0:
+            hint += (
+                f" (its answer held at {self.output_bound(alias, 0):,} tokens, the model's output limit: "
+                f"set max_tokens in models.{alias}.params, or models.{alias}.max_output_tokens)"
+            )
+        return hint
 
     # --- after it --------------------------------------------------------------------------
 
@@ -223,22 +320,28 @@ class CostMeter:
         *,
         batched: bool = False,
     ) -> None:
-        """The answer came: pay what its ``usage`` says and record it. Without ``usage`` the
-        worst case held is what it is taken to have cost."""
+        """The answer came: pay what its ``usage`` says and record it. Without ``usage``
+        it is taken to have cost the worst case held, and teaches nothing."""
         alias = hold.alias
         stats = self.stats_of(alias)
+        stats.answered += 1
         if usage is None:
-            worst_tokens, _ = self.worst_case(alias, hold.chars, 0, output=False)
-            usage = (worst_tokens, 0)
+            stats.without_usage += 1
+            if stats.without_usage == 1:
+                log.warning(
+                    "model %s: the endpoint reports no usage in its answers; each answer is counted at its "
+                    "worst case (%s)",
+                    alias,
+                    "output at max_tokens" if hold.max_tokens else "output at the model's output limit",
+                )
+            usage = (hold.input_tokens, hold.output_tokens)
+        else:
+            self._learn(stats, hold, usage)
         input_tokens, output_tokens = usage
         price = self.prices.get(alias)
         usd = price.cost(input_tokens, output_tokens, batched=batched) if price is not None else None
-        if input_tokens > 0:
-            ratio = hold.chars / input_tokens
-            if stats.chars_per_token is None or ratio < stats.chars_per_token:
-                stats.chars_per_token = ratio
-        stats.input_tokens.append(input_tokens)
-        stats.output_tokens.append(output_tokens)
+        stats.input_tokens.append(min(input_tokens, _MAX_COUNT))
+        stats.output_tokens.append(min(output_tokens, _MAX_COUNT))
         stats.latencies.append(latency_s)
         if headers is not None:
             stats.limit_requests = _header_int(headers, "x-ratelimit-limit-requests") or stats.limit_requests
@@ -252,6 +355,27 @@ class CostMeter:
         if self._record is not None:
             self._record(Paid(alias, input_tokens, output_tokens, usd, batched))
         self._free(hold)
+
+    @staticmethod
+    def _learn(stats: ModelStats, hold: Hold, usage: tuple[int, int]) -> None:
+        """What a reported ``usage`` shows: characters per token, and whether the model
+        keeps ``max_tokens`` (an answer longer than it: later requests hold the output limit)."""
+        input_tokens, output_tokens = usage
+        if input_tokens > 0:
+            ratio = hold.chars / input_tokens
+            if stats.chars_per_token is None or ratio < stats.chars_per_token:
+                stats.chars_per_token = ratio
+        per_answer = math.ceil(output_tokens / max(1, hold.answers))
+        stats.longest_answer = max(stats.longest_answer, per_answer)
+        if hold.max_tokens and output_tokens > hold.max_tokens * hold.answers and not stats.ignores_max_tokens:
+            stats.ignores_max_tokens = True
+            log.warning(
+                "model %s answered %s output tokens for max_tokens %s: the budget now holds its output limit "
+                "for each of its requests",
+                hold.alias,
+                f"{output_tokens:,}",
+                f"{hold.max_tokens * hold.answers:,}",
+            )
 
     def paid_elsewhere(self, paid: Paid) -> None:
         """An answer another process paid for (a Ray worker): it counts as spent here,
@@ -269,6 +393,7 @@ class CostMeter:
 
     def _free(self, hold: Hold) -> None:
         self._in_flight -= 1
+        self._in_flight_of[hold.alias] -= 1
         self._reserved_usd -= hold.usd
         self._reserved_tokens -= hold.tokens
         self._wake()
@@ -288,7 +413,7 @@ def _header_int(headers: Mapping[str, str], name: str) -> int | None:
     return number if number > 0 else None
 
 
-def p95(values: list[int] | list[float]) -> float:
+def p95(values: Sequence[int] | Sequence[float]) -> float:
     """The 95th percentile (nearest rank); 0 for no values."""
     if not values:
         return 0.0
@@ -303,9 +428,10 @@ async def metered_batch_call(
     reserved before it is uploaded; its answer settles at the batch price."""
     if meter is None:
         return await call()
-    max_tokens = max_tokens_of(body)
     chars = len(json.dumps(body, separators=(",", ":")))
-    hold = await meter.reserve(alias, chars, max_tokens, output=path != "/embeddings")
+    hold = await meter.reserve(
+        alias, chars, max_tokens_of(body), output=path != "/embeddings", answers=answers_asked(body), first_alone=False
+    )
     try:
         answer = await call()
     except BaseException:
@@ -320,3 +446,14 @@ def max_tokens_of(params: Mapping[str, Any]) -> int:
     """A request's (or a model's params') bound on its answer; 0 when unset."""
     value = params.get("max_completion_tokens", params.get("max_tokens"))
     return value if type(value) is int and value > 0 else 0
+
+
+def answers_asked(params: Mapping[str, Any]) -> int:
+    """How many answers a request is billed for: ``n`` choices, or ``best_of`` candidates
+    (each generated and billed, whichever is returned)."""
+    asked = 1
+    for key in ("n", "best_of"):
+        value = params.get(key)
+        if type(value) is int and value > asked:
+            asked = value
+    return asked

@@ -1,9 +1,10 @@
 """What a run's model requests did, second by second (SPEC §19): the request side.
 
 The run sets a ``RequestRecorder`` as the current one (``start_recording``); each HTTP attempt
-of a model request goes through ``timed_attempt`` (in flight, latency bucket, outcome)
-and a request that gives up says so with ``note_gave_up``. Outside a run (or with the
-recorder off) both cost one context-variable read. Counters the clients keep anyway
+of a model request, and each call of an embedded (local) model, goes through
+``timed_attempt`` (in flight, latency bucket, outcome) and a request that gives up says
+so with ``note_gave_up``. Outside a run (or with the recorder off) both cost one
+context-variable read. Counters the clients keep anyway
 (requests, retries, 429s, tokens, cache hits, batched lines: ``ModelUsage``) are not
 recorded here: the engine reads their differences once a second (``engine.metrics``), so
 a cache hit costs nothing more than it did.
@@ -21,14 +22,18 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from genwire.errors import ModelError
 from genwire.providers.failures import AttemptFailure
 
 __all__ = [
+    "BUCKETS",
     "AliasSecond",
     "RequestRecorder",
     "bucket_bounds",
+    "current_recorder",
     "latency_bucket",
     "note_gave_up",
+    "outcome_of",
     "start_recording",
     "stop_recording",
     "timed_attempt",
@@ -92,33 +97,39 @@ class RequestRecorder:
         return taken
 
     async def attempt(self, alias: str, attempt: Awaitable[T]) -> T:
+        started = self.begin(alias)
+        try:
+            result = await attempt
+        except BaseException as exc:
+            self.end(alias, started, outcome_of(exc))
+            raise
+        self.end(alias, started, None)
+        return result
+
+    def begin(self, alias: str) -> float:
+        """An attempt is sent; returns when (for ``end``). ``begin``/``end`` are ``attempt``
+        for a client's own loop: no coroutine wrapped around the request, whose every
+        resumption would pass through it."""
         second = self._second(alias)
         second.sent += 1
         flying = self.in_flight.get(alias, 0) + 1
         self.in_flight[alias] = flying
         if flying > second.peak_in_flight:
             second.peak_in_flight = flying
-        started = time.monotonic()
-        outcome: str | None = "cancelled"
-        try:
-            result = await attempt
-            outcome = None
-            return result
-        except AttemptFailure as failure:
-            outcome = failure.error_class.value
-            raise
-        except Exception as exc:  # not a classified failure: named by its type
-            outcome = type(exc).__name__
-            raise
-        finally:
-            self.in_flight[alias] -= 1
-            if outcome != "cancelled":
-                second = self._second(alias)  # the interval may have turned meanwhile
-                second.answered += 1
-                bucket = latency_bucket(time.monotonic() - started)
-                second.latency[bucket] = second.latency.get(bucket, 0) + 1
-                if outcome is not None:
-                    second.errors[outcome] = second.errors.get(outcome, 0) + 1
+        return time.monotonic()
+
+    def end(self, alias: str, started: float, outcome: str | None) -> None:
+        """The attempt begun at ``started`` ended: answered (``outcome`` None), failed
+        (its class or exception type) or ``CANCELLED`` (no answer: not counted as one)."""
+        self.in_flight[alias] -= 1
+        if outcome == CANCELLED:
+            return
+        second = self._second(alias)  # the interval may have turned meanwhile
+        second.answered += 1
+        bucket = latency_bucket(time.monotonic() - started)
+        second.latency[bucket] = second.latency.get(bucket, 0) + 1
+        if outcome is not None:
+            second.errors[outcome] = second.errors.get(outcome, 0) + 1
 
     def gave_up(self, alias: str, error_class: str) -> None:
         second = self._second(alias)
@@ -137,7 +148,25 @@ class RequestRecorder:
                 mine[error_class] = mine.get(error_class, 0) + count
 
 
+CANCELLED = "cancelled"
+
+
+def outcome_of(error: BaseException) -> str:
+    """An attempt's outcome when it raised: its failure class, the type of an unclassified
+    exception, or ``CANCELLED`` (cancelled, interrupted: no answer)."""
+    if isinstance(error, AttemptFailure | ModelError):  # ModelError: an embedded model's call
+        return error.error_class.value
+    if isinstance(error, Exception):
+        return type(error).__name__
+    return CANCELLED
+
+
 _current: ContextVar[RequestRecorder | None] = ContextVar("genwire_request_recorder", default=None)
+
+
+def current_recorder() -> RequestRecorder | None:
+    """The run's recorder (None outside a run or with it off)."""
+    return _current.get()
 
 
 def start_recording(recorder: RequestRecorder) -> Token[RequestRecorder | None]:

@@ -14,14 +14,12 @@ import json
 import random
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-import aiohttp
-from multidict import CIMultiDict
-from yarl import URL
+from yarl import URL  # light, and loaded with the config already (its base_url check)
 
 from genwire.config.schema import ModelConfig, OpenAIProviderConfig
 from genwire.errors import ErrorClass, ModelError, exception_text
@@ -29,7 +27,7 @@ from genwire.providers.base import chat_messages, count_attempt, note_rate_limit
 from genwire.providers.batch.format import uncached_base
 from genwire.providers.budget import CostMeter, metered_batch_call
 from genwire.providers.failures import MAX_RETRY_WAIT_S, AttemptFailure
-from genwire.providers.metrics import note_gave_up, timed_attempt
+from genwire.providers.metrics import current_recorder, note_gave_up, outcome_of
 from genwire.providers.pacing import ProviderGate, estimate_tokens
 from genwire.providers.request_context import (
     are_vectors,
@@ -37,16 +35,19 @@ from genwire.providers.request_context import (
     current_column,
     endpoint_id,
     is_text,
-    peek_answer,
+    peek_in,
+    peek_scope,
 )
 from genwire.providers.response_cache import HOLE
 from genwire.providers.routes import Route, TokenHandle, open_route, resolve_route
 from genwire.providers.tool_calls import assistant_message, is_assistant_message
-from genwire.providers.tracing import answered, request_span, trace_cache_hit
+from genwire.providers.tracing import answered, request_span, trace_cache_hit, tracer
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
 from genwire.scrub import scrub
 
-if TYPE_CHECKING:  # batch mode is loaded only when a run turns it on
+if TYPE_CHECKING:  # aiohttp with the first request (a rerun the cache serves sends none); batch mode when on
+    import aiohttp
+
     from genwire.config.schema import BatchConfig
     from genwire.providers.batch.collector import BatchCollector, RoundSignal
     from genwire.providers.batch.ledger import Ledger
@@ -79,9 +80,16 @@ _MISSING_MODEL_PHRASES = (
 )
 
 
-RATE_LIMIT = "x-ratelimit-limit-"  # the endpoint's advertised limits (the estimate reads them)
+CHAT = "/chat/completions"
+CONTENT_ENCODING = "Content-Encoding"  # a compressed body is bounded as it is inflated (_read_body)
+# One encoder for every request body: json.dumps with options builds a new one per call.
+_BODY_ENCODER = json.JSONEncoder(separators=(",", ":"))
 _FLOAT: frozenset[type] = frozenset({float})
 _NUMBER: frozenset[type] = frozenset({float, int})
+
+
+class _NeverRaised(Exception):
+    """Stands for aiohttp's errors until aiohttp is imported (no request was sent yet)."""
 
 
 class OpenAIProvider:
@@ -98,7 +106,11 @@ class OpenAIProvider:
         # them (rate_limit); every alias of the provider shares it.
         self.gate = ProviderGate(config.max_concurrency, config.rate_limit, adaptive=config.adapt_to_rate_limits)
         self._retry_on = frozenset(config.retry_on)
+        self._max_body = int(config.max_response_mb * _MIB)  # bytes of an answer, at most
         self._session: aiohttp.ClientSession | None = None
+        # aiohttp's errors, known once it is imported (with the first session).
+        self._invalid_url: type[BaseException] = _NeverRaised
+        self._client_errors: tuple[type[BaseException], ...] = (OSError,)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._routes: list[Route[OpenAIProvider]] = []  # keeps the handles' routes alive
         # The response cache's endpoint identity: kind, URL and a hash of the headers that
@@ -145,6 +157,10 @@ class OpenAIProvider:
 
     def _open_session(self, loop: asyncio.AbstractEventLoop) -> aiohttp.ClientSession:
         # Created synchronously (no await) so concurrent first calls cannot open two.
+        import aiohttp  # here, not at the top: a run the response cache serves whole never needs it
+        from multidict import CIMultiDict
+
+        self._invalid_url, self._client_errors = aiohttp.InvalidURL, (aiohttp.ClientError, OSError)
         cfg = self.config
         headers: CIMultiDict[str] = CIMultiDict({"Content-Type": "application/json", "Accept": "application/json"})
         if cfg.api_key is not None:
@@ -202,18 +218,23 @@ class OpenAIProvider:
 
     # --- requests ----------------------------------------------------------------------
 
-    async def post(
+    def post(
         self, alias: str, path: str, payload: dict[str, Any], *, failover: bool = False
-    ) -> tuple[Any, int]:
-        """``send``, traced when traces are on (``providers.tracing``)."""
+    ) -> Awaitable[tuple[Any, int]]:
+        """``send``, traced when traces are on (``providers.tracing``). With them off, it is
+        ``send`` itself: no coroutine around it, whose every resumption (several a request)
+        would pass through one more frame."""
+        if tracer() is None:
+            return self.send(alias, path, payload, failover=failover)
+        return self._traced_send(alias, path, payload, failover)
+
+    async def _traced_send(self, alias: str, path: str, payload: dict[str, Any], failover: bool) -> tuple[Any, int]:
         with request_span(alias, path, payload) as traced:
             data, attempts = await self.send(alias, path, payload, failover=failover)
             answered(traced, data, attempts)
             return data, attempts
 
-    async def send(
-        self, alias: str, path: str, payload: dict[str, Any], *, failover: bool = False
-    ) -> tuple[Any, int]:
+    async def send(self, alias: str, path: str, payload: dict[str, Any], *, failover: bool = False) -> tuple[Any, int]:
         """POST ``payload`` to ``{base_url}{path}`` with retries.
 
         ``failover``: the model is a member of an endpoint pool, which re-sends a failed
@@ -224,88 +245,89 @@ class OpenAIProvider:
         until ``rate_limit_wait_s`` has passed: a stray one waits out its own
         ``Retry-After``; a persistent run of them brakes the model (``ModelGate``). Other
         retried failures count against ``retries``.
-        """
-        body = json.dumps(payload, separators=(",", ":")).encode()  # encoded once, all tries
-        meter = self.meter
-        if meter is None:
-            return await self._send(alias, path, payload, body, None, failover)
-        # The run's budget (SPEC §16): the worst case is held before the first attempt, and
-        # settled from the answer's usage (released if nothing was answered).
-        hold = await meter.reserve(alias, len(body), _max_tokens(payload), output=path != "/embeddings")
-        seen: dict[str, Any] = {}
-        try:
-            data, attempts = await self._send(alias, path, payload, body, seen, failover)
-        except BaseException:
-            meter.release(hold)
-            raise
-        meter.settle(hold, reported_tokens(data), seen["latency_s"], seen["limits"])
-        return data, attempts
 
-    async def _send(
-        self,
-        alias: str,
-        path: str,
-        payload: dict[str, Any],
-        body: bytes,
-        seen: dict[str, Any] | None,
-        failover: bool,
-    ) -> tuple[Any, int]:
-        """``post``'s attempts; ``seen`` (when given) receives the answered attempt's
-        latency and the endpoint's advertised rate limits."""
+        The run's budget (SPEC §16), when a meter is set: the worst case is held before the
+        first attempt, and settled from the answer's usage (released if nothing was answered).
+        One coroutine for all of it (the attempts' loop included): at thousands of requests a
+        second, each frame between a request's task and the socket costs on every resumption.
+        """
+        body = _BODY_ENCODER.encode(payload).encode()  # encoded once, all tries
+        meter = self.meter
+        hold = (
+            None
+            if meter is None
+            else await meter.reserve_request(alias, path, payload, len(body))
+        )
         cfg = self.config
         url = self.base_url + path
         estimate = estimate_tokens(body, _max_tokens(payload)) if cfg.rate_limit else 0
         usage = self._usage(alias)
         model = payload["model"]
+        recorder = current_recorder()
+        gate = self.gate
         started = time.monotonic()
         attempts = retries = limited = 0
-        while True:
-            attempts += 1
-            reservation = await self.gate.acquire(model, estimate)
-            sent = time.monotonic()
-            limits: dict[str, str] = {}
-            try:
-                data = await timed_attempt(alias, self._attempt(usage, url, body, limits if seen is not None else None))
-            except AttemptFailure as failure:
-                if failure.retry and failure.error_class is ErrorClass.RATE_LIMITED and cfg.adapt_to_rate_limits:
-                    server_wait = self._retry_wait(0, failure.retry_after)
-                    self.gate.rate_limited(reservation, server_wait)  # evidence for the model's brake
-                    # Its own wait grows when the same request is refused again and again
-                    # (a server answering "Retry-After: 0" forever is not retried in a hot loop).
-                    wait = max(server_wait, self._retry_wait(limited, None)) if limited else server_wait
-                    limited += 1
-                    waited = time.monotonic() - started
-                    if waited + wait <= cfg.rate_limit_wait_s and not (failover and limited >= FAILOVER_429S):
-                        note_rate_limited(self._scrub(failure.message))
-                        usage.retries += 1
-                        await asyncio.sleep(wait)  # a braked model's line waits out the rest
-                        continue
-                    failure.message += f"; still rate-limited after {waited:.0f} s (rate_limit_wait_s)"
-                else:
-                    self.gate.release(reservation, tokens=None, ok=False)
-                    if failure.retry and retries < cfg.retries and not failover:
-                        wait = self._retry_wait(retries, failure.retry_after)
-                        retries += 1
-                        usage.retries += 1
-                        await asyncio.sleep(wait)
-                        continue
-                note_gave_up(alias, failure.error_class.value)
-                raise ModelError(
-                    failure.error_class,
-                    self._scrub(failure.message),
-                    target=alias,
-                    retry_after=failure.retry_after,
-                    attempts=attempts,
-                ) from None  # the cause adds nothing the message lacks
-            except BaseException:
-                self.gate.release(reservation, tokens=None, ok=None)  # cancelled mid-request
-                raise
-            # Tokens counted once: into the alias's usage and, as the real figure, the pacing.
-            self.gate.release(reservation, tokens=usage.count_tokens(data), ok=True)
-            if seen is not None:
-                seen.update(latency_s=time.monotonic() - sent, limits=limits)
-            note_rate_limited(None)
-            return data, attempts
+        try:
+            while True:
+                attempts += 1
+                reservation = await gate.acquire(model, estimate)
+                sent = time.monotonic()
+                begun = recorder.begin(alias) if recorder is not None else 0.0
+                try:
+                    data, headers = await self._attempt(usage, url, body)
+                except AttemptFailure as failure:
+                    if recorder is not None:
+                        recorder.end(alias, begun, failure.error_class.value)
+                    if failure.retry and failure.error_class is ErrorClass.RATE_LIMITED and cfg.adapt_to_rate_limits:
+                        server_wait = self._retry_wait(0, failure.retry_after)
+                        gate.rate_limited(reservation, server_wait)  # evidence for the model's brake
+                        # Its own wait grows when the same request is refused again and again
+                        # (a server answering "Retry-After: 0" forever is not retried in a hot loop).
+                        wait = max(server_wait, self._retry_wait(limited, None)) if limited else server_wait
+                        limited += 1
+                        waited = time.monotonic() - started
+                        if waited + wait <= cfg.rate_limit_wait_s and not (failover and limited >= FAILOVER_429S):
+                            note_rate_limited(self._scrub(failure.message))
+                            usage.retries += 1
+                            await asyncio.sleep(wait)  # a braked model's line waits out the rest
+                            continue
+                        failure.message += f"; still rate-limited after {waited:.0f} s (rate_limit_wait_s)"
+                    else:
+                        gate.release(reservation, tokens=None, ok=False)
+                        if failure.retry and retries < cfg.retries and not failover:
+                            wait = self._retry_wait(retries, failure.retry_after)
+                            retries += 1
+                            usage.retries += 1
+                            await asyncio.sleep(wait)
+                            continue
+                    note_gave_up(alias, failure.error_class.value)
+                    raise ModelError(
+                        failure.error_class,
+                        self._scrub(failure.message),
+                        target=alias,
+                        retry_after=failure.retry_after,
+                        attempts=attempts,
+                    ) from None  # the cause adds nothing the message lacks
+                except BaseException as exc:
+                    if recorder is not None:
+                        recorder.end(alias, begun, outcome_of(exc))
+                    gate.release(reservation, tokens=None, ok=None)  # cancelled mid-request
+                    raise
+                latency = time.monotonic() - sent
+                if recorder is not None:
+                    recorder.end(alias, begun, None)
+                # Tokens counted once: into the alias's usage and, as the real figure, the pacing.
+                gate.release(reservation, tokens=usage.count_tokens(data), ok=True)
+                note_rate_limited(None)
+                break
+        except BaseException:
+            if meter is not None and hold is not None:
+                meter.release(hold)
+            raise
+        if meter is not None and hold is not None:
+            # The answer's advertised rate limits (x-ratelimit-limit-*) go to the estimate.
+            meter.settle(hold, reported_tokens(data), latency, headers)
+        return data, attempts
 
     def concurrency(self) -> Concurrency:
         gate = self.gate
@@ -340,19 +362,25 @@ class OpenAIProvider:
         ceiling = min(self.config.backoff_s * 2**retry, MAX_RETRY_WAIT_S)
         return random.uniform(0, ceiling)
 
-    async def _attempt(self, usage: ModelUsage, url: str, body: bytes, limits: dict[str, str] | None = None) -> Any:
-        """One POST; ``limits`` (when given) receives the answer's advertised rate limits."""
-        session = await self._ensure_session()
+    async def _attempt(self, usage: ModelUsage, url: str, body: bytes) -> tuple[Any, Mapping[str, str]]:
+        """One POST: the decoded answer and its headers (case-insensitive)."""
+        session = self._session
+        if session is None or session.closed or self._loop is not asyncio.get_running_loop():
+            session = await self._ensure_session()
         count_attempt()
         usage.requests += 1
         # No slot is taken here: the caller holds the gate, which bounds what is in flight.
         try:
             async with session.post(url, data=body) as resp:
                 status = resp.status
-                raw = await self._read_body(resp, url)
+                declared = resp.content_length
+                if declared is not None and declared <= self._max_body and CONTENT_ENCODING not in resp.headers:
+                    # The common answer: a plain body of a declared length within the limit.
+                    # aiohttp's parser reads exactly that many bytes: read whole at once.
+                    raw = await resp.read()
+                else:
+                    raw = await self._read_body(resp, url)
                 headers = resp.headers
-                if limits is not None:
-                    limits.update((k.lower(), v) for k, v in headers.items() if k.lower().startswith(RATE_LIMIT))
         except TimeoutError:  # aiohttp's timeouts subclass TimeoutError
             raise AttemptFailure(
                 ErrorClass.TIMEOUT,
@@ -360,14 +388,14 @@ class OpenAIProvider:
                 retry=True,
                 retry_after=None,
             ) from None
-        except aiohttp.InvalidURL as exc:
+        except self._invalid_url as exc:
             raise AttemptFailure(
                 ErrorClass.UNREACHABLE,
                 f"invalid URL {self._where(url)}: {exc}",
                 retry=False,
                 retry_after=None,
             ) from None
-        except (aiohttp.ClientError, OSError) as exc:
+        except self._client_errors as exc:
             # Connect refused/reset, DNS failure, server disconnected, truncated body.
             raise AttemptFailure(
                 ErrorClass.UNREACHABLE,
@@ -385,7 +413,7 @@ class OpenAIProvider:
                     retry=False,
                     retry_after=None,
                 ) from None
-            return decoded
+            return decoded, headers
         if status == 429:
             usage.rate_limited += 1
         self._raise_for_status(url, status, raw, headers)
@@ -394,7 +422,7 @@ class OpenAIProvider:
         """The body, read in chunks up to ``max_response_mb``: past it (or with a larger
         Content-Length) the request fails and the connection is dropped unread, so what a
         broken server sends never costs more memory than the limit."""
-        limit = int(self.config.max_response_mb * _MIB)
+        limit = self._max_body
         declared = resp.content_length
         if declared is None or declared <= limit:
             body = bytearray()
@@ -484,20 +512,6 @@ class _Handle(TokenHandle):
 
     __slots__ = ()
 
-    def _peek(
-        self, rows: tuple[int, ...], path: str, payload: dict[str, Any], part: str, usable: Callable[[Any], bool]
-    ) -> Any | None:
-        """The usable answer the run's response cache holds for this request for ``rows``
-        (counted as a hit), else None; sends nothing."""
-        route, body, request = _routed(self._token, path, payload, part)
-        provider = route.provider
-        found = peek_answer(
-            route.pool or provider.cache_endpoint, request, body[part], rows, provider._usage(route.alias), usable
-        )
-        if found is not None:
-            trace_cache_hit(route.alias, route.model, path)
-        return found
-
     async def _ask(
         self,
         path: str,
@@ -552,7 +566,7 @@ class OpenAIChatModel(_Handle):
 
     async def complete(self, prompt: str, *, system: str | None = None, **params: Any) -> str:
         payload = self._payload(prompt, system, params)
-        return await self._ask("/chat/completions", payload, "messages", self._content, is_text)
+        return await self._ask(CHAT, payload, "messages", self._content, is_text)
 
     async def converse(
         self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Mapping[str, Any]] = (), **params: Any
@@ -569,10 +583,22 @@ class OpenAIChatModel(_Handle):
         self, rows: tuple[int, ...], prompt: str, system: str | None, params: Mapping[str, Any]
     ) -> str | None:
         """``complete``'s answer for ``rows`` if the response cache holds it (a hit), else
-        None: the built-in generators' synchronous peek (``peek_completion``)."""
-        payload = self._payload(prompt, system, params)
-        text: str | None = self._peek(rows, "/chat/completions", payload, "messages", is_text)
-        return text
+        None: the built-in generators' synchronous peek (``peek_completion``), a cached
+        rerun's hot path. The request is keyed as ``_ask`` keys it (``_routed``: the
+        route's model, ``HOLE`` in place of the messages), built here in one step."""
+        scope = peek_scope(rows)
+        if scope is None:  # a first run: no request to build, no key to make
+            return None
+        route = resolve_route(self._token, OpenAIProvider)
+        provider = route.provider
+        request = {"path": CHAT, "body": {**self._params, **params, "model": route.model, "messages": HOLE}}
+        endpoint = route.pool or provider.cache_endpoint
+        usage = provider._usage(route.alias)
+        text = peek_in(scope, endpoint, request, chat_messages(prompt, system), rows, usage, is_text)
+        if text is None:
+            return None
+        trace_cache_hit(route.alias, route.model, CHAT)
+        return text if isinstance(text, str) else None
 
     def _payload(self, prompt: str, system: str | None, params: Mapping[str, Any]) -> dict[str, Any]:
         # Config params, then call params (they win); model and messages are ours.

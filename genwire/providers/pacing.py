@@ -63,24 +63,34 @@ def estimate_tokens(body: bytes, max_tokens: int) -> int:
 class _Line:
     """A FIFO of waiters at one gate. ``admit(now)`` either admits (returns the admission)
     or says how long to wait (a float; 0: until someone leaves). A waiter that cannot go
-    yet goes back to the head of the line; a timer or a leaving request wakes it."""
+    yet goes back to the head of the line; a timer or a leaving request wakes it.
+
+    ``room()`` says how many more the gate would admit now. A freed slot wakes one waiter,
+    not more: the waiters already woken (``_woken``, not yet run) count against the room,
+    and a newcomer queues behind them instead of taking the slot they were woken for (a
+    16,000-request run woke waiters ~5 times per slot before; every wake that finds no room
+    costs a trip of the waiter's whole coroutine chain)."""
 
     def __init__(self, room: Callable[[], int]) -> None:
-        self._room = room  # how many may go now (wakes that many, not hundreds)
+        self._room = room
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._woken = 0  # woken waiters that have not run yet
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop the waiters belong to
         self._timer: asyncio.TimerHandle | None = None
-        self._timer_loop: asyncio.AbstractEventLoop | None = None
 
     def __len__(self) -> int:
         return len(self._waiters)
 
     async def enter(self, admit: Callable[[float], T | float]) -> T:
-        if not self._waiters:  # one event loop: nothing can interleave with this check
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # waiters and timers of an earlier event loop never run here
+            self._waiters.clear()
+            self._woken, self._timer, self._loop = 0, None, loop
+        if not self._waiters and not self._woken:  # one event loop: nothing can interleave
             admitted = admit(time.monotonic())
             if not isinstance(admitted, float):
                 return admitted
             self._wake_after(admitted)
-        loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         self._waiters.append(waiter)
         while True:
@@ -90,21 +100,29 @@ class _Line:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
                 elif waiter.done() and not waiter.cancelled():
-                    self.wake(1)  # it was our turn: pass it on
+                    self._woken -= 1
+                    self.wake()  # it was our turn: pass it on
                 raise
+            self._woken -= 1
             admitted = admit(time.monotonic())
             if not isinstance(admitted, float):
+                if self._waiters:
+                    self.wake()  # room left beyond this slot (several freed at once): the next goes too
                 return admitted
             # Not yet (a pause, the pacing, or another took the slot): first in line again.
             waiter = loop.create_future()
             self._waiters.appendleft(waiter)
             self._wake_after(admitted)
 
-    def wake(self, count: int) -> None:
-        while count > 0 and self._waiters:
-            waiter = self._waiters.popleft()
+    def wake(self) -> None:
+        """Wake as many waiters as the room holds beyond those already woken."""
+        count = self._room() - self._woken
+        waiters = self._waiters
+        while count > 0 and waiters:
+            waiter = waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
+                self._woken += 1
                 count -= 1
 
     def _wake_after(self, delay: float) -> None:
@@ -113,17 +131,15 @@ class _Line:
             return
         loop = asyncio.get_running_loop()
         due = loop.time() + delay
-        if self._timer_loop is not loop:  # a timer of an earlier event loop never fires here
-            self._timer = None
         if self._timer is not None and self._timer.when() <= due:
             return
         if self._timer is not None:
             self._timer.cancel()
-        self._timer, self._timer_loop = loop.call_at(due, self._on_timer), loop
+        self._timer = loop.call_at(due, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
-        self.wake(self._room())
+        self.wake()
 
 
 class ModelGate:
@@ -158,7 +174,7 @@ class ModelGate:
         return self._learned
 
     def _room(self) -> int:
-        return max(1, self.current - self.in_flight)
+        return self.current - self.in_flight
 
     def admit(self, now: float) -> ModelGate | float:
         wait = self.paused_until - now
@@ -199,7 +215,7 @@ class ModelGate:
                     self._successes.popleft()
                 if self.limit < self.max_concurrency:
                     self.limit = min(float(self.max_concurrency), self.limit + 1.0 / self.limit)
-        self.line.wake(self._room())
+        self.line.wake()
 
     def _record(self, now: float, *, limited: bool) -> None:
         answers = self._answers
@@ -222,7 +238,7 @@ class ModelGate:
         if self.adaptive and (now < self.paused_until or self.persistent()):
             braked = True
             self._engage(now, wait)
-        self.line.wake(self._room())
+        self.line.wake()
         return braked
 
     def brake(self, wait: float) -> None:
@@ -287,7 +303,7 @@ class ProviderGate:
         self._tpm = rate_limit.tokens_per_minute if rate_limit else None
         self._next_start = 0.0
         self._tokens: deque[Reservation] = deque()
-        self._line = _Line(lambda: max(1, self.max_concurrency - self.in_flight))
+        self._line = _Line(lambda: self.max_concurrency - self.in_flight)
 
     def model(self, name: str) -> ModelGate:
         gate = self.models.get(name)
@@ -378,4 +394,4 @@ class ProviderGate:
 
     def _leave(self) -> None:
         self.in_flight -= 1
-        self._line.wake(max(1, self.max_concurrency - self.in_flight))
+        self._line.wake()

@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import functools
 import math
-import statistics
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -61,6 +60,8 @@ class EndpointStats:
     latencies: list[float] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
+        import statistics  # here: only a run's report reads it (start-up)
+
         lat = sorted(self.latencies)
         return {
             "requests": self.requests,

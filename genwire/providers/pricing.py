@@ -16,7 +16,7 @@ from typing import Any
 from genwire.config.schema import GenwireConfig, ModelConfig
 from genwire.errors import ConfigError
 
-__all__ = ["Price", "PriceTable", "load_price_table", "model_prices"]
+__all__ = ["Price", "PriceTable", "load_price_table", "model_output_limits", "model_prices"]
 
 PER_MTOK = 1_000_000
 
@@ -111,3 +111,36 @@ def model_prices(
             price = _from_table(table, model.model, table_name)
         prices[alias] = price
     return prices
+
+
+def _table_entry(table: PriceTable, model: str) -> tuple[str, Mapping[str, Any]] | None:
+    for name in [model] + ([model.split("/", 1)[1]] if "/" in model else []):
+        entry = table.get(name)
+        if entry is not None:
+            return name, entry
+    return None
+
+
+def model_output_limits(config: GenwireConfig, table: PriceTable | None, table_name: str = "pricing") -> dict[str, int]:
+    """Each chat model's output limit, for the budget's worst case when a request sets no
+    ``max_tokens``: ``models.<alias>.max_output_tokens``, else the table's
+    ``max_output_tokens`` (LiteLLM's key); a model in neither is left out (the budget's
+    conservative default applies)."""
+    limits: dict[str, int] = {}
+    for alias, model in config.models.items():
+        if model.max_output_tokens is not None:
+            limits[alias] = model.max_output_tokens
+            continue
+        found = _table_entry(table, model.model) if table is not None else None
+        if found is None:
+            continue
+        name, entry = found
+        value = entry.get("max_output_tokens")
+        if value is None:
+            continue
+        if type(value) is not int or value <= 0:
+            raise ConfigError(
+                [f"{table_name}[{name!r}].max_output_tokens: got {value!r}; an output limit is a positive whole number"]
+            )
+        limits[alias] = value
+    return limits

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from genwire.errors import DatasetError, ErrorClass
+from genwire.errors import DatasetError, ErrorClass, plural
 from genwire.providers.base import ChatModel, Dataset, EmbeddingModel, chat_messages
 from genwire.providers.structured import parse_reply, requested_schema
 from genwire.providers.threads import in_daemon_thread
@@ -138,4 +138,4 @@ async def probe_dataset(dataset: Dataset, request: ProbeRequest) -> ProbeResult:
             ErrorClass.BAD_RESPONSE,
             f"lacks column(s) the pipeline reads: {', '.join(absent)} (has: {', '.join(columns)})",
         )
-    return ProbeResult(f"{rows} rows, columns: {', '.join(columns)}")
+    return ProbeResult(f"{plural(rows, 'row')}, columns: {', '.join(columns)}")

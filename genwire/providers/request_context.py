@@ -51,6 +51,8 @@ __all__ = [
     "is_credential_header",
     "is_text",
     "peek_answer",
+    "peek_in",
+    "peek_scope",
 ]
 
 log = logging.getLogger("genwire.cache")
@@ -103,6 +105,13 @@ class ColumnScope:
         if self.found is None:
             self.found = cache.get_many(self.name, self.rows)
         return self.found.get(key)
+
+    def found_any(self, cache: ResponseCache) -> bool:
+        """Whether anything is stored for this column and ``rows`` (the bulk lookup, made
+        now if it was not yet)."""
+        if self.found is None:
+            self.found = cache.get_many(self.name, self.rows)
+        return bool(self.found)
 
 
 @dataclass(slots=True)
@@ -205,18 +214,45 @@ def cache_slot(endpoint: str, body: Any, part: Any) -> CacheSlot | None:
     return CacheSlot(batch, row, column, column.key(endpoint, body, part, row.rows, batch.seed))
 
 
+PeekScope = tuple[BatchScope, ColumnScope]
+
+
+def peek_scope(rows: tuple[int, ...]) -> PeekScope | None:
+    """Where a peek for ``rows`` looks, or None when no answer can be stored for it: no run
+    cache, no column, or nothing stored for the column and the batch's rows (a first run:
+    then a peek builds no request and makes no key)."""
+    batch, column = _batch.get(), _column.get()
+    if batch is None or column is None or not rows:
+        return None
+    if rows[0] in column.rows and not column.found_any(batch.cache):
+        return None
+    return batch, column
+
+
+def peek_in(
+    scope: PeekScope,
+    endpoint: str,
+    body: Any,
+    part: Any,
+    rows: tuple[int, ...],
+    usage: ModelUsage,
+    usable: Callable[[Any], bool],
+) -> Any | None:
+    """``peek_answer`` where ``peek_scope(rows)`` said to look."""
+    batch, column = scope
+    key = column.key(endpoint, body, part, rows, batch.seed)
+    found = _stored_answer(batch, column, rows[0], key, usage, usable)
+    return None if found is None else found.answer
+
+
 def peek_answer(
     endpoint: str, body: Any, part: Any, rows: tuple[int, ...], usage: ModelUsage, usable: Callable[[Any], bool]
 ) -> Any | None:
     """The usable answer stored for this request for ``rows`` (counted as a hit), else
     None: ``cache_slot(...).get(...)`` with the rows said directly, for the built-in
     generators' synchronous peek (a cached rerun's hot path: no slot is made)."""
-    batch, column = _batch.get(), _column.get()
-    if batch is None or column is None or not rows:
-        return None
-    key = column.key(endpoint, body, part, rows, batch.seed)
-    found = _stored_answer(batch, column, rows[0], key, usage, usable)
-    return None if found is None else found.answer
+    scope = peek_scope(rows)
+    return None if scope is None else peek_in(scope, endpoint, body, part, rows, usage, usable)
 
 
 def _stored_answer(

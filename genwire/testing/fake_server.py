@@ -33,6 +33,7 @@ from typing import Any, Literal, get_args
 from aiohttp import web
 
 from genwire.providers.structured import requested_schema
+from genwire.testing.fake_answers import AnswerShape, answers_asked, sized_text
 from genwire.testing.fake_batches import FakeBatches
 from genwire.testing.fake_tool_calls import Call, ToolScript, tool_turn
 from genwire.testing.fake_usage import RealisticUsage
@@ -142,6 +143,7 @@ class FakeOpenAIServer:
         self._answers_varied = 0
         self._tool_scripts: list[ToolScript] = []  # see genwire.testing.fake_tool_calls
         self._realistic: dict[str, RealisticUsage] = {}  # per model ("*": all)
+        self._shapes: dict[str, AnswerShape] = {}  # per model ("*": all); see shape_answers
         self._advertised: dict[str, dict[str, str]] = {}  # x-ratelimit-limit-* headers, per model ("*": all)
         self._answer_fns: dict[str, Callable[[str], str]] = {}  # per model: the chat answer to a prompt
         self._varied_structured: set[str] = set()  # models ("*": all) whose structured answers vary by prompt
@@ -356,6 +358,29 @@ class FakeOpenAIServer:
                 self._realistic.pop(model, None)
             else:
                 self._realistic[model] = usage
+
+    def shape_answers(
+        self,
+        model: str = "*",
+        *,
+        tokens: int = 0,
+        grow_to: int | None = None,
+        over: int = 1,
+        ignore_max_tokens: bool = False,
+        omit_usage: bool = False,
+    ) -> None:
+        """Plain chat answers of ``model`` ("*": every model) are ``tokens`` tokens long,
+        growing linearly to ``grow_to`` by the ``over``-th answer; bounded by the request's
+        ``max_tokens`` unless ``ignore_max_tokens``. ``omit_usage``: answers carry no
+        ``usage`` (``prompt_tokens`` / ``completion_tokens`` still count what was billed).
+        ``tokens=0`` keeps the usual lengths. A request with ``n`` gets ``n`` choices, and
+        is billed for each. Called with ``model`` alone, it turns the shaping off."""
+        shape = AnswerShape(tokens, grow_to, over, ignore_max_tokens, omit_usage)
+        with self._lock:
+            if shape.sized or omit_usage:
+                self._shapes[model] = shape
+            else:
+                self._shapes.pop(model, None)
 
     def advertise_limits(self, model: str = "*", *, requests: int | None = None, tokens: int | None = None) -> None:
         """Answers of ``model`` ("*": every model) carry ``x-ratelimit-limit-requests`` /
@@ -636,6 +661,7 @@ class FakeOpenAIServer:
     ) -> web.Response:
         with self._lock:
             realistic = self._realistic.get(model, self._realistic.get("*"))
+            shape = self._shapes.get(model, self._shapes.get("*"))
         if realistic is not None:
             prompt_tokens = realistic.prompt_tokens(texts, chat=endpoint == "chat")
         else:
@@ -671,14 +697,26 @@ class FakeOpenAIServer:
                     number = self._answers_varied
                 if varied and schema is None:
                     content = f"{content} #{number}"
-                if realistic is not None and schema is None:
+                if shape is not None and shape.sized and schema is None:
+                    with self._lock:
+                        completion_tokens = shape.next_tokens(_max_tokens(body))
+                    content = (
+                        sized_text(content, completion_tokens)
+                        if realistic is None
+                        else realistic.answer(content, completion_tokens)
+                    )
+                elif realistic is not None and schema is None:
                     with self._lock:
                         completion_tokens = realistic.completion_tokens(_max_tokens(body))
                     content = realistic.answer(content, completion_tokens)
             if completion_tokens is None:  # a given, structured or plain-fake answer: counted as it is
                 completion_tokens = count_tokens(content) if realistic is None else realistic.text_tokens(content)
-            self._count_usage(model, prompt_tokens, completion_tokens)
-            return _json(200, _chat_body(model, content, prompt_tokens, completion_tokens))
+            choices = answers_asked(body)  # each choice is billed
+            self._count_usage(model, prompt_tokens, completion_tokens * choices)
+            answer = _chat_body(model, content, prompt_tokens, completion_tokens * choices, choices=choices)
+            if shape is not None and shape.omit_usage:
+                del answer["usage"]
+            return _json(200, answer)
         self._count_usage(model, prompt_tokens, 0)
         if vectors is None:
             dims = self._dims(model, body)
@@ -814,7 +852,13 @@ def count_tokens(text: str) -> int:
 
 
 def _chat_body(
-    model: str, content: str | None, prompt_tokens: int, completion_tokens: int, tool_calls: Any = None
+    model: str,
+    content: str | None,
+    prompt_tokens: int,
+    completion_tokens: int,
+    tool_calls: Any = None,
+    *,
+    choices: int = 1,
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if tool_calls:
@@ -826,10 +870,11 @@ def _chat_body(
         "model": model,
         "choices": [
             {
-                "index": 0,
+                "index": index,
                 "message": message,
                 "finish_reason": "tool_calls" if tool_calls else "stop",
             }
+            for index in range(choices)
         ],
         "usage": {
             "prompt_tokens": prompt_tokens,

@@ -6,6 +6,7 @@ OUTPUT`` writes it for a run that did not finish."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -17,7 +18,9 @@ from genwire.engine.metrics import RunMetrics
 from genwire.providers.tracing import RunTrace
 from genwire.providers.usage import ModelUsage
 
-__all__ = ["end_session", "report_path", "write_report"]
+__all__ = ["ESTIMATE_ENDING", "end_session", "report_path", "write_report"]
+
+ESTIMATE_ENDING = ("estimate", "an estimate's sample: its rows are kept; `genwire run` continues after them")
 
 log = logging.getLogger("genwire.report")
 
@@ -41,8 +44,13 @@ def write_report(
     data = collect(checkpoint_dir(output), output, done=done, counts=counts)
     target = report_path(output)
     temporary = target.with_name(target.name + ".tmp")
-    temporary.write_text(render(data, version=__version__), encoding="utf-8")
-    os.replace(temporary, target)
+    try:
+        temporary.write_text(render(data, version=__version__), encoding="utf-8")
+        os.replace(temporary, target)
+    except BaseException:  # a full disk, a folder in the way, a signal: no half page is left
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
     return target
 
 
@@ -56,15 +64,24 @@ def end_session(
     counts: dict[str, Any] | None = None,
     usage: dict[str, ModelUsage] | None = None,
     summary: dict[str, Any] | None = None,
+    estimate: bool = False,
 ) -> None:
     """The one hook every way a session ends goes through (completed, failed, stopped at
-    the failure rate or a budget, interrupted): the last metrics, then the report page,
-    while the checkpoint is still there. ``usage``: the run's final totals per alias;
-    ``summary``: a completed run's ``--json`` summary. Never raises: the run's own outcome
-    is what the user must see. ``trace``: the run's span, ended last."""
+    the failure rate or a budget, interrupted, an estimate's sample): the last metrics,
+    then the report page, while the checkpoint is still there. ``usage``: the run's final
+    totals per alias; ``summary``: a completed run's ``--json`` summary. Never raises: the
+    run's own outcome is what the user must see. ``trace``: the run's span, ended last.
+
+    ``estimate``: the session is ``genwire estimate``'s sample. Its ending is its own
+    (``estimate``, not ``completed``), and it writes no report page: the page beside the
+    output is the run's (a finished run's stays its own); the run that continues after
+    the sample covers its session, and ``genwire report`` shows it meanwhile."""
     try:
         if metrics is not None:
-            metrics.end(error, usage=usage, summary=summary)
+            ending = ESTIMATE_ENDING if estimate and error is None else None
+            metrics.end(error, usage=usage, summary=summary, ending=ending)
+            if estimate:
+                return
             try:
                 write_report(output, done=done, counts=counts)
             except Exception as exc:  # a full disk, a read-only folder: say so, keep the run's outcome

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import json
+import math
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import Any
 
 from genwire.engine.metrics import METRICS_FILE
 from genwire.engine.report.funnel import FunnelData, read_funnel
-from genwire.providers.metrics import bucket_bounds
+from genwire.providers.metrics import BUCKETS, bucket_bounds
 
 SAMPLE_ROWS = 12
 SAMPLE_COLUMNS = 24
@@ -252,8 +253,9 @@ def _read_metrics(path: Path, data: ReportData) -> None:
             try:
                 record = json.loads(line)
                 kind = record["kind"]
+                _check_shape(kind, record)
             except (ValueError, KeyError, TypeError):
-                bad += 1  # a line torn by a kill: the rest still counts
+                bad += 1  # a line torn by a kill, or not of the shape the run writes: the rest still counts
                 continue
             if kind == "session":
                 if session_start is not None:
@@ -286,6 +288,55 @@ def _read_metrics(path: Path, data: ReportData) -> None:
         data.notes.append(
             f"{bad} line(s) of {path.name} could not be read (a kill tears the last one) and were skipped"
         )
+
+
+def _number(value: Any, *, whole: bool = False) -> float:
+    """A finite number (an int with ``whole``), else ValueError: NaN, a string, a bool."""
+    if type(value) not in ((int,) if whole else (int, float)) or not math.isfinite(value):
+        raise ValueError(f"not a finite number: {value!r}")
+    return float(value)
+
+
+def _counts(value: Any, *, buckets: bool = False) -> None:
+    if not isinstance(value, dict):
+        raise ValueError("counts are not an object")
+    for key, n in value.items():
+        _number(n, whole=True)
+        if buckets and not (isinstance(key, str) and key.isdigit() and int(key) < BUCKETS):
+            raise ValueError(f"not a latency bucket: {key!r}")
+
+
+def _check_shape(kind: Any, record: Any) -> None:
+    """ValueError unless ``record`` has the shape ``engine.metrics`` writes for ``kind``:
+    a line of another shape (another version, a hand edit) is skipped like a torn one."""
+    if not isinstance(record, dict):
+        raise ValueError("not an object")
+    if kind in ("session", "end") and "t" in record:
+        _number(record["t"])
+    if kind == "end" and record.get("summary") is not None and not isinstance(record["summary"], dict):
+        raise ValueError("summary is not an object")
+    if kind != "tick":
+        return
+    _number(record["t"])
+    _number(record.get("dt", 1.0))
+    rows = record.get("rows") or {}
+    if not isinstance(rows, dict):
+        raise ValueError("rows is not an object")
+    for name in ("written", "failed"):
+        _number(rows.get(name, 0), whole=True)
+    models = record.get("models") or {}
+    if not isinstance(models, dict):
+        raise ValueError("models is not an object")
+    for line in models.values():
+        if not isinstance(line, dict):
+            raise ValueError("a model's line is not an object")
+        for name, value in line.items():
+            if name in ("latency", "errors", "gave_up"):
+                _counts(value, buckets=name == "latency")
+            elif name in ("peak_in_flight", "in_flight"):
+                _number(value, whole=True)
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                _number(value)
 
 
 def _add_tick(data: ReportData, record: dict[str, Any], x: float) -> None:

@@ -13,9 +13,19 @@ from typing import Any
 
 from genwire.engine.report.data import ModelTotals, ReportData, cell_text, merged_latency, percentile
 from genwire.engine.report.svg import colour, latency_histogram, time_chart
+from genwire.errors import plural
 
 QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
-OUTCOME_STYLE = {"completed": "ok", "interrupted": "warn", "unfinished": "warn", "stopped": "bad", "failed": "bad"}
+OUTCOME_STYLE = {
+    "completed": "ok",
+    "estimate": "info",
+    "interrupted": "warn",
+    "unfinished": "warn",
+    "stopped at the budget": "warn",
+    "stopped at max_candidates": "warn",
+    "stopped": "bad",
+    "failed": "bad",
+}
 
 CSS = """
 :root{--fg:#1f2933;--muted:#616e7c;--line:#e4e7eb;--bg:#f5f7fa;--card:#fff;--accent:#2563eb}
@@ -31,6 +41,7 @@ h3{font-size:14px;margin:0 0 6px}
 .badge{display:inline-block;padding:2px 10px;border-radius:999px;font-weight:600;font-size:12px;
 text-transform:uppercase;letter-spacing:.04em}
 .ok{background:#d3f9d8;color:#2b8a3e}.warn{background:#fff3bf;color:#946200}.bad{background:#ffe3e3;color:#c92a2a}
+.info{background:#dbe4ff;color:#364fc7}
 .message{background:var(--card);border-left:4px solid #f59f00;padding:8px 12px;margin:0 0 16px;
 white-space:pre-wrap;word-break:break-word}
 .cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(150px,1fr));gap:10px}
@@ -306,7 +317,8 @@ def _latency(data: ReportData) -> str:
     head = "<tr><th>model</th><th class=n>answers</th>" + "".join(f"<th class=n>{q}</th>" for q, _ in QUANTILES)
     marks = [(name, value) for name, q in QUANTILES if (value := percentile(overall, q)) is not None]
     return (
-        '<h2>Latency</h2><div class="grid2"><div class="panel"><h3>Time per HTTP attempt, all models</h3>'
+        '<h2>Latency</h2><div class="grid2"><div class="panel">'
+        "<h3>Time per request (an HTTP attempt, or a call of an embedded model), all models</h3>"
         f"{latency_histogram(overall, marks)}</div>"
         f'<div><div class="wrap"><table>{head}</tr>{"".join(rows)}</table></div>'
         '<p class="muted">From sending a request to its answer (waits for a slot and retry backoffs not '
@@ -344,7 +356,7 @@ def _preflight(data: ReportData) -> str:
     took = report.get("duration_s")
     when = f" in {seconds_text(took)}" if isinstance(took, int | float) else ""
     return (
-        f'<h2>Pre-flight</h2><p class="muted">{len(rows)} check(s){t(when)}.</p>'
+        f'<h2>Pre-flight</h2><p class="muted">{t(plural(len(rows), "check"))}{t(when)}.</p>'
         f'<div class="wrap"><table>{head}{"".join(rows)}</table></div>'
     )
 
@@ -421,7 +433,7 @@ def _samples(data: ReportData) -> str:
         rows.append(f"<tr><td class=n>{t(index)}</td>{cells}</tr>")
     more = f" (first {len(columns)} of {len(data.columns)} columns)" if len(data.columns) > len(columns) else ""
     return (
-        f'<h2>Sample rows</h2><p class="muted">The first {len(data.samples)} rows kept{t(more)}; '
+        f'<h2>Sample rows</h2><p class="muted">The first {t(plural(len(data.samples), "row"))} kept{t(more)}; '
         "long cells are cut.</p>"
         f'<div class="wrap"><table>{head}{"".join(rows)}</table></div>'
     )

@@ -119,12 +119,37 @@ def time_chart(
                     base[j] += v
     else:
         for i, (_, values) in enumerate(series):
-            points = " ".join(f"{sx(x + width_s / 2):.1f},{sy(v):.1f}" for x, v in zip(x0, values, strict=True))
+            pairs = list(zip(x0, values, strict=True))
+            if len(pairs) == 1:  # a run shorter than a bin: one point is no line; its bin, level
+                (x, v), w = pairs[0], width_s / 2
+                pairs = [(x - w, v), (x + w, v)]
+            points = " ".join(f"{sx(x + width_s / 2):.1f},{sy(v):.1f}" for x, v in pairs)
             if points:
                 parts.append(f'<polyline class="line" points="{points}" stroke="{colour(i)}"/>')
     parts.append(f'<line class="axis" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{sy(0):.1f}" y2="{sy(0):.1f}"/>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+def latency_text(seconds: float) -> str:
+    """Axis text for a latency: 2ms, 500ms, 1s, 20s."""
+    return f"{seconds * 1000:.3g}ms" if seconds < 1 else f"{seconds:.3g}s"
+
+
+def latency_ticks(lo: float, hi: float) -> list[float]:
+    """Round latencies (seconds) between ``exp(lo)`` and ``exp(hi)`` to label a log axis:
+    the decades when two fit, else 1-2-5 steps, else the two ends themselves (a run whose
+    every latency falls in one decade still has a labelled axis)."""
+    inside = [s for s in (10.0**k for k in range(-3, 4)) if lo <= math.log(s) <= hi]
+    if len(inside) < 2:
+        inside = [f * 10.0**k for k in range(-3, 4) for f in (1, 2, 5) if lo <= math.log(f * 10.0**k) <= hi]
+    if len(inside) >= 2:
+        return inside
+    # The ends, and a round value between them where it leaves room for its label.
+    ends = [math.exp(lo) * 1.02, math.exp(hi) / 1.02]
+    room = (hi - lo) * 0.2
+    middle = [s for s in inside if all(abs(math.log(s) - math.log(e)) >= room for e in ends)]
+    return [ends[0], *middle, ends[1]]
 
 
 def latency_histogram(buckets: dict[int, int], marks: Sequence[tuple[str, float]]) -> str:
@@ -154,9 +179,9 @@ def latency_histogram(buckets: dict[int, int], marks: Sequence[tuple[str, float]
         parts.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{sy(y):.1f}" y2="{sy(y):.1f}"/>')
         parts.append(f'<text class="ylab" x="{LEFT - 6}" y="{sy(y) + 4:.1f}">{escape(number(y))}</text>')
         y += step
-    for seconds, text in ((0.001, "1ms"), (0.01, "10ms"), (0.1, "100ms"), (1, "1s"), (10, "10s"), (100, "100s")):
+    for seconds in latency_ticks(lo, hi):
         if lo <= math.log(seconds) <= hi:
-            parts.append(f'<text class="xlab" x="{sx(seconds):.1f}" y="{HEIGHT - 8}">{text}</text>')
+            parts.append(f'<text class="xlab" x="{sx(seconds):.1f}" y="{HEIGHT - 8}">{latency_text(seconds)}</text>')
             parts.append(
                 f'<line class="grid" x1="{sx(seconds):.1f}" x2="{sx(seconds):.1f}" y1="{TOP}" y2="{TOP + plot_h}"/>'
             )

@@ -4,7 +4,6 @@ each; the built-ins import them from here."""
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import re
 from collections import ChainMap
@@ -140,6 +139,10 @@ class PromptParams(BaseModel):
     def _check_extra(self) -> PromptParams:
         # Extra keys are model params, so a typo of a real field would otherwise be sent
         # to the model silently (and the template or setting it held ignored).
+        if not self.model_params:
+            return self
+        import difflib  # here: most prompts set no model params (start-up)
+
         fields = [info.alias or name for name, info in type(self).model_fields.items()]
         for key in self.model_params:
             close = difflib.get_close_matches(key, fields, n=1, cutoff=0.75)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -12,6 +14,7 @@ from typing import Any, TypeVar
 from genwire.config.schema import LocalProviderConfig, ModelConfig
 from genwire.errors import ErrorClass, ModelError, exception_text
 from genwire.providers.base import chat_messages, count_attempt
+from genwire.providers.budget import CostMeter
 from genwire.providers.local.catalog import Kind, LocalModelSpec, canonical_model_name, resolve_model
 from genwire.providers.local.runtime import (
     _CHAT_DEFAULT_MAX_TOKENS,
@@ -20,6 +23,7 @@ from genwire.providers.local.runtime import (
     _get_executor,
     load_model,
 )
+from genwire.providers.metrics import note_gave_up, timed_attempt
 from genwire.providers.request_context import are_vectors, cache_slot, endpoint_id, is_text, peek_answer
 from genwire.providers.response_cache import HOLE
 from genwire.providers.routes import Route, open_route, resolve_route
@@ -49,6 +53,7 @@ class LocalProvider:
         self._semaphore: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._routes: list[Route[LocalProvider]] = []  # keeps the handles' routes alive
+        self.meter: CostMeter | None = None  # the run's, while a run meters its models (engine.costs)
 
     def __repr__(self) -> str:
         return f"LocalProvider(name={self.name!r})"
@@ -90,9 +95,44 @@ class LocalProvider:
         """Inference calls, per model alias."""
         return requests_of(self.usage)
 
-    async def run(self, alias: str, spec: LocalModelSpec, call: Callable[[object], T]) -> T:
+    async def run(
+        self,
+        alias: str,
+        spec: LocalModelSpec,
+        call: Callable[[object], T],
+        paid: Callable[[T], tuple[int, int]] = lambda _: (0, 0),
+        *,
+        chars: int = 0,
+        max_tokens: int = 0,
+    ) -> T:
         """Run ``call(runtime)`` in a worker thread under the concurrency bound, loading
-        the model first if needed. The caller has counted the call (``count``)."""
+        the model first if needed. The caller has counted the call (``count``).
+
+        Accounted as an HTTP model's request is (SPEC §16, §19): the run's cost meter holds
+        its worst case (``chars`` of request, ``max_tokens`` of answer) and settles it at
+        the ``paid`` (input, output) tokens, which the ledger and the estimate read; the
+        run's request recorder sees it in flight and its latency. A call that raised is
+        released, as a failed HTTP request is."""
+        meter = self.meter
+        hold = await meter.reserve(alias, chars, max_tokens, output=spec.kind == "chat") if meter else None
+        try:
+            result, latency_s = await self._run(alias, spec, call)
+        except BaseException as exc:
+            if meter is not None and hold is not None:
+                meter.release(hold)
+            if isinstance(exc, ModelError):
+                note_gave_up(alias, exc.error_class.value)  # an embedded call is not retried
+            raise
+        tokens = paid(result)
+        usage = self.usage_of(alias)
+        usage.prompt_tokens += tokens[0]
+        usage.completion_tokens += tokens[1]
+        if meter is not None and hold is not None:
+            meter.settle(hold, tokens, latency_s)
+        return result
+
+    async def _run(self, alias: str, spec: LocalModelSpec, call: Callable[[object], T]) -> tuple[T, float]:
+        """``call``'s result and its latency (from the moment it held a slot)."""
         semaphore = self._get_semaphore()
         loop = asyncio.get_running_loop()
         self.waiting += 1
@@ -114,6 +154,7 @@ class LocalProvider:
             with contextlib.suppress(RuntimeError):  # loop closed: nothing to release
                 loop.call_soon_threadsafe(release)
 
+        started = time.monotonic()
         try:
             future = _get_executor().submit(lambda: call(load_model(spec)))
         except BaseException:
@@ -121,14 +162,13 @@ class LocalProvider:
             raise
         future.add_done_callback(on_done)
         try:
-            result = await asyncio.wrap_future(future)
+            result = await timed_attempt(alias, asyncio.wrap_future(future))
         except ModelError as exc:
             if exc.target is not None:
                 raise
             # Load failures are raised without knowing the alias; name it here.
             raise ModelError(exc.error_class, exc.message, target=alias) from exc
-        self.usage_of(alias).count_tokens(result)  # llama.cpp's chat answers carry ``usage``
-        return result
+        return result, time.monotonic() - started
 
 
 # --- models ------------------------------------------------------------------------------
@@ -172,11 +212,13 @@ class _LocalHandle:
         spec = self.spec
         await asyncio.to_thread(load_model, spec)
 
-    async def _run(self, call: Callable[[object], T]) -> T:
+    async def _run(
+        self, call: Callable[[object], T], paid: Callable[[T], tuple[int, int]], *, chars: int, max_tokens: int = 0
+    ) -> T:
         route = resolve_route(self._token, LocalProvider)
         route.provider.count(route.alias)
         spec = self.spec
-        return await route.provider.run(route.alias, spec, call)
+        return await route.provider.run(route.alias, spec, call, paid, chars=chars, max_tokens=max_tokens)
 
     def _key_body(self, request: dict[str, Any], part: str) -> dict[str, Any]:
         """The request as the response cache keys it: by the canonical model name, with
@@ -237,10 +279,10 @@ class LocalEmbeddingModel(_LocalHandle):
                 raise TypeError(f"embed() takes texts (str), got {type(text).__name__}")
         alias = self.alias
 
-        def call(runtime: object) -> list[list[float]]:
+        def call(runtime: object) -> tuple[list[list[float]], int]:
             assert isinstance(runtime, MiniLMRuntime)
             try:
-                return runtime.embed(inputs)
+                return runtime.embed_counted(inputs)
             except Exception as exc:
                 raise ModelError(
                     ErrorClass.SERVER_ERROR,
@@ -248,13 +290,20 @@ class LocalEmbeddingModel(_LocalHandle):
                     target=alias,
                 ) from exc
 
+        paid: list[tuple[int, int]] = []
+
+        async def ask() -> list[list[float]]:
+            vectors, tokens = await self._run(call, lambda answer: (answer[1], 0), chars=sum(map(len, inputs)))
+            paid.append((tokens, 0))
+            return vectors
+
         count = len(inputs)
         return await self._cached(
             {"input": inputs},
             "input",
-            lambda: self._run(call),
+            ask,
             lambda answer: are_vectors(answer, count, self._dimensions),
-            lambda _: (0, 0),
+            lambda _: paid[0],
         )
 
 
@@ -299,8 +348,15 @@ class LocalChatModel(_LocalHandle):
         request = self.build_request(prompt, system, params)
         paid: list[tuple[int, int]] = []
 
+        alias = self.alias
+
         async def ask() -> str:
-            response = await self._run(lambda rt: _call_chat(rt, request))
+            response = await self._run(
+                lambda rt: _call_chat(rt, request, alias),
+                lambda answer: reported_tokens(answer) or (0, 0),
+                chars=len(json.dumps(request["messages"], separators=(",", ":"))),
+                max_tokens=request["max_tokens"] if type(request["max_tokens"]) is int else 0,
+            )
             paid.append(reported_tokens(response) or (0, 0))
             return self._content(response)
 
@@ -312,15 +368,9 @@ class LocalChatModel(_LocalHandle):
 
         if not isinstance(response, dict):
             raise error(ErrorClass.BAD_RESPONSE, "chat response is not an object")
-        failure = response.get("error")
+        failure = _rejection(response, self.alias)
         if failure is not None:
-            code = failure.get("code") if isinstance(failure, dict) else None
-            text = failure.get("message") if isinstance(failure, dict) else None
-            status = code if isinstance(code, int) else 500
-            error_class = _ERROR_CLASSES.get(status)
-            if error_class is None:
-                error_class = ErrorClass.SERVER_ERROR if status >= 500 else ErrorClass.BAD_RESPONSE
-            raise error(error_class, f"llama.cpp rejected the request ({status}): {text or failure}")
+            raise failure
         try:
             content = response["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
@@ -330,11 +380,31 @@ class LocalChatModel(_LocalHandle):
         return content.strip()
 
 
-def _call_chat(runtime: object, request: dict[str, Any]) -> Any:
+def _rejection(response: dict[str, Any], alias: str) -> ModelError | None:
+    """llama.cpp's ``{"error": {...}}`` answer as the ModelError it is, classified; else None."""
+    failure = response.get("error")
+    if failure is None:
+        return None
+    code = failure.get("code") if isinstance(failure, dict) else None
+    text = failure.get("message") if isinstance(failure, dict) else None
+    status = code if isinstance(code, int) else 500
+    error_class = _ERROR_CLASSES.get(status)
+    if error_class is None:
+        error_class = ErrorClass.SERVER_ERROR if status >= 500 else ErrorClass.BAD_RESPONSE
+    return ModelError(error_class, f"llama.cpp rejected the request ({status}): {text or failure}", target=alias)
+
+
+def _call_chat(runtime: object, request: dict[str, Any], alias: str) -> Any:
+    """The chat answer; a rejection is raised (in the worker thread) so that the run's
+    accounting sees a failed call, not a paid answer."""
     assert isinstance(runtime, SmolLMRuntime)
     try:
-        return runtime.complete(request)
+        response = runtime.complete(request)
     except (ValueError, TypeError) as exc:  # how the binding rejects malformed requests
-        return {"error": {"code": 400, "message": str(exc)}}
+        response = {"error": {"code": 400, "message": str(exc)}}
     except Exception as exc:
-        return {"error": {"code": 500, "message": f"{exception_text(exc)}"}}
+        response = {"error": {"code": 500, "message": f"{exception_text(exc)}"}}
+    failure = _rejection(response, alias) if isinstance(response, dict) else None
+    if failure is not None:
+        raise failure
+    return response

@@ -100,6 +100,10 @@ class MiniLMRuntime:
         return cls(session, tokenizer)
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return self.embed_counted(texts)[0]
+
+    def embed_counted(self, texts: Sequence[str]) -> tuple[list[list[float]], int]:
+        """The vectors and the input tokens they took (what an endpoint's ``usage`` says)."""
         encodings = self.tokenizer.encode_batch(list(texts))
         ids = [e.ids for e in encodings]
         # Chunk texts of similar length together so little compute goes into padding;
@@ -110,7 +114,7 @@ class MiniLMRuntime:
             vectors = self._run([ids[i] for i in chunk])
             for i, vector in zip(chunk, vectors.tolist(), strict=True):
                 out[i] = vector
-        return out
+        return out, sum(len(row) for row in ids)
 
     def _run(self, batch: list[list[int]]) -> npt.NDArray[np.float32]:
         width = max(1, max(len(row) for row in batch))

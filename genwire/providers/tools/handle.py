@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from genwire.errors import ErrorClass, UndeclaredToolError
+from genwire.errors import ErrorClass, UndeclaredToolError, plural
 from genwire.providers.request_context import current_column
 from genwire.providers.routes import Route, open_route, resolve_route
 
@@ -142,7 +142,7 @@ async def probe_tools(handle: ToolsHandle, request: ProbeRequest) -> ProbeResult
 
     if not isinstance(handle, ToolsHandle):  # an override: a fake offers list() only
         specs = await handle.list()
-        return ProbeResult(f"{len(specs)} tools")
+        return ProbeResult(plural(len(specs), "tool"))
     server = _server(object.__getattribute__(handle, "_token"))
     listed = await server.listing()
     allow = server.config.allow
@@ -157,7 +157,7 @@ async def probe_tools(handle: ToolsHandle, request: ProbeRequest) -> ProbeResult
     bad = [f"{n!r}: {problem}" for n in wanted if (problem := schema_problem(listed[n].input_schema))]
     if bad:
         raise ProbeFailure(ErrorClass.BAD_RESPONSE, f"invalid input schema: {'; '.join(bad)}")
-    return ProbeResult(f"{len(wanted)} tools: {', '.join(wanted)}")
+    return ProbeResult(f"{plural(len(wanted), 'tool')}: {', '.join(wanted)}")
 
 
 def schema_problem(schema: Any) -> str | None:

@@ -1,0 +1,139 @@
+"""The budget against models that do not play along (issue 41, SPEC §16), at
+max_concurrency 256 against the fake server: the spend the *server* billed (its own count
+of the tokens it answered with, x the price) against the cap, and the overshoot in units
+of one request's worst case (SPEC: at most 1).
+
+Baseline, measured in the same run: a well-behaved model (``max_tokens`` kept, ``usage``
+reported). Imperfect cases, the red team's reproductions: answers growing from 5 to 2,000
+tokens without ``max_tokens``; a model that answers 2,000 tokens for ``max_tokens: 50``;
+``n: 8``; answers without ``usage``. Each run skips the pre-flight (no probe teaches the
+budget anything first: the harder case).
+
+    python benchmarks/budget_red_team.py [--cap 0.30] [--rows 2000] [--latency 0.2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import genwire
+from genwire.engine.options import RunOptions
+from genwire.errors import BudgetStopped
+from genwire.testing import FakeOpenAIServer
+from genwire.testing.fake_usage import RealisticUsage
+
+PRICE = (0.15, 0.60)  # USD per million tokens (gpt-4o-mini's)
+WORST_INPUT_TOKENS = 1000  # prompts are under 100 characters: generous
+SAMPLER = {"kind": "uniform", "low": 1, "high": 9, "integer": True}
+
+
+def config(root: Path, url: str, rows: int, model: dict[str, Any]) -> Path:
+    cfg = {
+        "providers": {"srv": {"kind": "openai", "base_url": url, "max_concurrency": 256}},
+        "models": {
+            "writer": {
+                "provider": "srv",
+                "model": "writer",
+                "kind": "chat",
+                "price": {"input_per_mtok": PRICE[0], "output_per_mtok": PRICE[1]},
+                **model,
+            }
+        },
+        "defaults": {"chat_model": "writer"},
+        "pipeline": {
+            "num_records": rows,
+            "batch_size": 64,
+            "output": str(root / "out.jsonl"),
+            "columns": [
+                {"name": "k", "generator": "sampler", "params": SAMPLER},
+                {"name": "q", "generator": "llm-text", "params": {"prompt": "Write about {{ 'topic ' * k }}"}},
+            ],
+        },
+    }
+    path = root / "genwire.yaml"
+    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    return path
+
+
+# name -> (what the server does, the model's config, one request's worst-case output tokens)
+CASES: dict[str, tuple[dict[str, Any], dict[str, Any], int]] = {
+    "baseline: max_tokens kept, usage": ({"tokens": 250}, {"params": {"max_tokens": 300}}, 300),
+    "answers growing 5 -> 2,000, no max_tokens": (
+        {"tokens": 5, "grow_to": 2000, "over": 400},
+        {"max_output_tokens": 2048},
+        2048,
+    ),
+    "ignores max_tokens: 50 (answers 2,000)": (
+        {"tokens": 2000, "ignore_max_tokens": True},
+        {"params": {"max_tokens": 50}, "max_output_tokens": 4096},
+        4096,
+    ),
+    "n: 8": ({"realistic": True}, {"params": {"max_tokens": 300, "n": 8}}, 8 * 300),
+    "no usage in answers": ({"tokens": 250, "omit_usage": True}, {"params": {"max_tokens": 300}}, 300),
+}
+
+
+async def one(name: str, cap: float, rows: int, latency: float) -> dict[str, Any]:
+    shape, model, worst_output = CASES[name]
+    with FakeOpenAIServer(latency=latency) as server, tempfile.TemporaryDirectory() as tmp:
+        if shape.pop("realistic", False):
+            server.realistic_usage("writer", RealisticUsage(seed=3, completion_mean=200))
+        if shape:
+            server.shape_answers("writer", **shape)
+        container = genwire.boot(config(Path(tmp), server.url, rows, model))
+        started = time.perf_counter()
+        stopped = False
+        async with container:
+            try:
+                await container.run(RunOptions(max_cost_usd=cap, skip_preflight=True))
+            except BudgetStopped:
+                stopped = True
+        seconds = time.perf_counter() - started
+        billed = (server.prompt_tokens["writer"] * PRICE[0] + server.completion_tokens["writer"] * PRICE[1]) / 1e6
+        requests = server.total_requests
+    worst = (WORST_INPUT_TOKENS * PRICE[0] + worst_output * PRICE[1]) / 1e6
+    return {
+        "case": name,
+        "stopped": "exit 3" if stopped else "NOT STOPPED",
+        "requests": requests,
+        "server-billed $": f"{billed:.4f}",
+        "cap $": f"{cap:.2f}",
+        "billed / cap": f"{billed / cap:.3f}",
+        "over cap, in worst requests": f"{max(0.0, billed - cap) / worst:.2f}",
+        "within cap + 1 worst": "yes" if billed <= cap + worst else "NO",
+        "s": f"{seconds:.1f}",
+    }
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    keys = list(rows[0])
+    widths = {k: max(len(k), *(len(str(r[k])) for r in rows)) for k in keys}
+    lines = [" | ".join(k.ljust(widths[k]) for k in keys), "-+-".join("-" * widths[k] for k in keys)]
+    lines += [" | ".join(str(r[k]).ljust(widths[k]) for k in keys) for r in rows]
+    return "\n".join(lines)
+
+
+async def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cap", type=float, default=0.30)
+    parser.add_argument("--rows", type=int, default=2000)
+    parser.add_argument("--latency", type=float, default=0.2)
+    args = parser.parse_args(argv)
+    results = []
+    for name in CASES:
+        results.append(await one(name, args.cap, args.rows, args.latency))
+        print(f"  {name} done", file=sys.stderr)
+    print(f"Budget at max_concurrency 256, cap ${args.cap:g}, N={args.rows}, latency {args.latency * 1000:g} ms")
+    print(table(results))
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1:]))
