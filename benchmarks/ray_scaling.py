@@ -16,9 +16,9 @@ row count, each against the local engine on the same work:
 * ``budget``: a run under ``--max-cost`` (a cap it stays under), local and on 2 workers;
   the coordinator's lease calls per request are counted (``genwire.ray``'s debug line).
 * ``429s``: the imperfect case, a server admitting ``--admit`` requests/s and answering
-  429 + ``Retry-After: 1`` beyond: rows/s as a share of that rate, local and on 2 workers
-  (one brake per model for the cluster: the first 429 of an overload on one worker
-  brakes the model on the other), with the brakes passed on.
+  429 + ``Retry-After: 1`` beyond: rows/s as a share of that rate and 429s as a share of
+  the requests, local and on 2 workers (one brake per model for the cluster: the first
+  429 of an overload on one worker brakes the model on the other).
 """
 
 from __future__ import annotations
@@ -115,8 +115,6 @@ def lease_calls(line: str) -> int:
     return int(line.split("answered ")[1].split(" ")[0]) if "answered " in line else 0
 
 
-def brakes_passed(line: str) -> int:
-    return int(line.split("passed on ")[1].split(" ")[0]) if "passed on " in line else 0
 
 
 async def main() -> None:
@@ -183,6 +181,7 @@ async def guarantees(server: FakeOpenAIServer, args: argparse.Namespace, tmp: Pa
         for engine, label, workers in (("local", "local", None), ("ray", "ray 2 workers", 2)):
             cfg = priced(config(server.url, args.concurrency, rows, tmp / "out.jsonl", False))
             COORDINATOR.last = ""
+            server.reset_stats()
             runs = [await measure(cfg, engine, workers, cap) for _ in range(args.repeat)]
             rate = statistics.median(r for r, _ in runs)
             requests = runs[-1][1]
@@ -192,9 +191,10 @@ async def guarantees(server: FakeOpenAIServer, args: argparse.Namespace, tmp: Pa
                 line = COORDINATOR.last
                 calls = f"{lease_calls(line) / requests:.4f} ({lease_calls(line)} leases)"
                 if admit is not None:
-                    calls = f"0 ({brakes_passed(line)} brakes passed on)"
+                    calls = "0 (brakes go worker to worker)"
             share = f"{rate / local:.0%}" if engine == "ray" else ""
-            of_what = f" ({rate / admit:.0%} of {admit:g}/s)" if admit else ""
+            limited = server.rate_limited / max(1, server.total_requests)
+            of_what = f" ({rate / admit:.0%} of {admit:g}/s, 429s {limited:.1%} of requests)" if admit else ""
             print(f"{case:>22} {label:>14} {rate:>8.1f} {share:>9} {calls:>26}{of_what}", flush=True)
     server.rate_limit(None, model="writer")
 

@@ -1,8 +1,8 @@
-"""What the workers of a Ray run share (SPEC §22): the budget, and each model's brake.
+"""What the workers of a Ray run share (SPEC §22): the budget, each model's brake, and
+the endpoints out.
 
-One ``Coordinator`` per run (a Ray actor with one thread: its calls never interleave)
-keeps the cap, of which each worker's cost meter spends a *lease*, and passes a brake
-one worker's gate engaged on to every other worker.
+The budget's ``Coordinator`` is one Ray actor per capped run (one thread: its calls never
+interleave); each worker's cost meter spends a *lease* of the cap.
 
 The budget as leases
 --------------------
@@ -26,17 +26,19 @@ case per worker.
   (the meter's own arithmetic). A lease call is one round trip per slice: since a slice
   is a share of what is free, a run makes about ``2 * workers * ln(cap / worst case)``
   of them plus one per ``LEASE_REQUESTS`` requests near the cap; the driver adds one
-  call per block. Without a cap there is no coordinator call at all.
+  call per block. Without a cap there is no coordinator at all.
 
 One brake per model for the cluster
 -----------------------------------
 A worker's gate brakes a model on its own evidence (SPEC §10: 429s that persist); the
-first 429 of an overload (``ProviderGate.on_brake``) is sent to the coordinator, which
-passes it to every other worker (``BlockWorker.brake``): their gate for that model of
-that endpoint pauses for the same ``Retry-After``, halves its concurrency and learns its
-rate from its own successes, exactly as if the 429s had been its own; no other model and
-no other endpoint is touched. A stray 429 sends nothing. What it costs: one message to
-the coordinator and one to each other worker per overload, none per request.
+first 429 of an overload (``ProviderGate.on_brake``) is sent straight to every other
+worker (``BlockWorker.brake``; the driver gives each worker the others' handles before
+any block, ``BlockWorker.meet``): their gate for that model of that endpoint pauses for
+the same ``Retry-After``, halves its concurrency and learns its rate from its own
+successes, exactly as if the 429s had been its own; no other model and no other
+endpoint is touched. A stray 429 sends nothing. What it costs: one message to each other
+worker per overload, none per request, and no extra process. ``rate_limit`` is the
+cluster's: each worker paces at its share (the Ray engine splits it).
 
 Pools
 -----
@@ -44,7 +46,9 @@ Every worker routes, cools down and fails over on its own pools (SPEC §17), sta
 from what the driver knows (the pre-flight's verdicts, ``WiredPipeline.endpoint_verdicts``);
 a member one worker takes out for the run (``auth``, ``not_found``: ``EndpointPool.on_out``)
 is passed, the same way as a brake, to every other worker, whose pool marks it out.
-``rate_limit`` is the cluster's: each worker paces at its share (the Ray engine splits it).
+
+A worker Ray restarts (its process died) keeps its peers' handles only until then: it
+still hears their brakes, but its own go unsaid; the budget's lease is asked again.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ from genwire.engine.receipt import LedgerEntry
 from genwire.errors import BudgetStopped
 from genwire.providers.budget import CostMeter
 
-__all__ = ["BudgetStatus", "ClusterBudget", "Coordinator", "WorkerLease", "uncapped", "worker_meter"]
+__all__ = ["BudgetStatus", "ClusterBudget", "Coordinator", "WorkerLease", "worker_meter"]
 
 LEASE_REQUESTS = 8  # a lease covers at least this many of the asking request's worst case
 
@@ -68,8 +72,6 @@ LEASE_REQUESTS = 8  # a lease covers at least this many of the asking request's 
 class BudgetStatus:
     exhausted: bool
     leases: int  # lease calls answered (the coordinator's work)
-    brakes: int = 0  # brakes passed on
-    outs: int = 0  # endpoints out passed on
 
 
 class Coordinator:
@@ -86,27 +88,6 @@ class Coordinator:
         self._spent: dict[int, tuple[float, float]] = {}  # per worker: as it last reported
         self.exhausted = False
         self.leases = 0
-        self.brakes = 0
-        self.outs = 0
-        self._actors: list[Any] = []  # the workers' actor handles (a restarted worker keeps its handle)
-
-    def join(self, actors: list[Any]) -> None:
-        """The workers the brakes are passed to, by index."""
-        self._actors = list(actors)
-
-    def brake(self, worker: int, provider: str, model: str, wait: float) -> None:
-        """``worker``'s gate braked ``model`` of ``provider`` for ``wait`` s: every other worker's brakes too."""
-        self.brakes += 1
-        for index, actor in enumerate(self._actors):
-            if index != worker:
-                actor.brake.remote(provider, model, wait)  # not awaited: a worker that is gone misses it
-
-    def out(self, worker: int, alias: str, endpoint: str, error_class: str) -> None:
-        """``worker``'s pool took ``endpoint`` of ``alias`` out (auth, not_found): so do the others'."""
-        self.outs += 1
-        for index, actor in enumerate(self._actors):
-            if index != worker:
-                actor.mark_endpoints.remote({alias: {endpoint: error_class}})
 
     def _free(self, dim: int) -> float:
         cap = self._caps[dim]
@@ -141,12 +122,7 @@ class Coordinator:
         return grant[0], math.floor(grant[1])
 
     def status(self) -> BudgetStatus:
-        return BudgetStatus(self.exhausted, self.leases, self.brakes, self.outs)
-
-
-def uncapped(workers: int) -> dict[str, Any]:
-    """The ``Coordinator``'s arguments for a run without a budget (it passes brakes on)."""
-    return {"max_cost_usd": None, "max_tokens": None, "spent_usd": 0.0, "spent_tokens": 0, "workers": workers}
+        return BudgetStatus(self.exhausted, self.leases)
 
 
 class WorkerLease:

@@ -29,8 +29,9 @@ in row order, so the ``OutputSink`` writes exactly what the local engine writes.
   loaded worker, which keeps that cost low).
 * **Rate limits.** ``rate_limit`` is split the same way (each worker paces at 1/W of the
   requests and tokens per minute: the shares sum to the cluster's rate). A brake is the
-  cluster's: when 429s persist on one worker, its gate tells the coordinator, which
-  brakes that model of that endpoint on every other worker (``engine.cluster``).
+  cluster's: when 429s persist on one worker, its gate tells every other worker
+  (``BlockWorker.meet`` gives each the others' handles), which brakes that model of that
+  endpoint too (``engine.cluster``).
 * **The budget** (``--max-cost``, ``pipeline.budget``) is held cluster-wide by a
   coordinator actor (``engine.cluster``): each worker's meter spends leases of the cap,
   the driver reads the coordinator after every block and takes no new rows once it is
@@ -43,7 +44,7 @@ in row order, so the ``OutputSink`` writes exactly what the local engine writes.
   with it. The pre-flight runs once, on the driver.
 * **Pools** (SPEC §17): every worker routes, cools down and fails over on its own pools,
   starting from the driver's verdicts (the pre-flight's); a member a worker takes out
-  (auth, not_found) is out on every worker (the coordinator passes it on); the
+  (auth, not_found) is out on every worker (it tells the others, as a brake); the
   per-endpoint figures come back in the receipts and add up.
 * **Fault tolerance.** Actors have ``max_restarts`` and their tasks
   ``max_task_retries``: a worker process that dies mid-block is restarted and the block
@@ -110,7 +111,7 @@ from genwire.container.core import WiredPipeline
 from genwire.container.graph import build_graph
 from genwire.container.wiring import wire_columns
 from genwire.engine.batches import BatchResult, BatchRunner, batched
-from genwire.engine.cluster import ClusterBudget, Coordinator, uncapped, worker_meter
+from genwire.engine.cluster import ClusterBudget, Coordinator, worker_meter
 from genwire.engine.costs import attach_meter, priced_models
 from genwire.engine.receipt import Receipt, ReceiptBook
 from genwire.errors import GenwireError, RunError, exception_text
@@ -203,6 +204,7 @@ class BlockWorker:
         self._metered: list[Any] = []  # the clients this worker's meter is attached to
         self._book = ReceiptBook()  # what this worker paid for, sent with its rows
         self._verdicts: dict[str, dict[str, str]] = {}  # endpoints other workers took out
+        self._peers: list[Any] = []  # the other workers' actor handles (``meet``)
         # Created on first use: asyncio primitives belong to the actor's event loop.
         self._boot_lock: asyncio.Lock | None = None
         self._slots: asyncio.Semaphore | None = None
@@ -225,13 +227,13 @@ class BlockWorker:
                 self._container.endpoint_pools()  # built now: they start from the driver's verdicts
                 self._container.mark_endpoints(self._spec.endpoint_verdicts)
                 self._container.mark_endpoints(self._verdicts)  # and from the other workers' so far
-                if self._spec.coordinator is not None:  # one brake per model, one verdict per endpoint
-                    for name in provider_caps(self._container):
-                        gate = getattr(self._container.client(name), "gate", None)
-                        if gate is not None:
-                            gate.on_brake = functools.partial(self._braked, name)
-                    for alias, pool in self._container.endpoint_pools().items():
-                        pool.on_out = functools.partial(self._out, alias)
+                # One brake per model, one verdict per endpoint: passed on to the other workers.
+                for name in provider_caps(self._container):
+                    gate = getattr(self._container.client(name), "gate", None)
+                    if gate is not None:
+                        gate.on_brake = functools.partial(self._braked, name)
+                for alias, pool in self._container.endpoint_pools().items():
+                    pool.on_out = functools.partial(self._out, alias)
                 self._slots = asyncio.Semaphore(BATCHES_IN_FLIGHT)
         assert self._slots is not None
         return self._runner, self._slots
@@ -263,10 +265,17 @@ class BlockWorker:
             stop_recording(recording)
 
     def _braked(self, provider: str, model: str, wait: float) -> None:
-        self._spec.coordinator.brake.remote(self._spec.worker, provider, model, wait)  # not awaited
+        for peer in self._peers:  # not awaited: a worker that is gone misses it
+            peer.brake.remote(provider, model, wait)
+
+    async def meet(self, workers: list[Any]) -> None:
+        """Every worker of the run, by index (this one included): brakes and endpoints out
+        go to the others straight (no coordinator in between: nothing per request)."""
+        self._peers = [actor for index, actor in enumerate(workers) if index != self._spec.worker]
 
     def _out(self, alias: str, endpoint: str, error_class: str) -> None:
-        self._spec.coordinator.out.remote(self._spec.worker, alias, endpoint, error_class)  # not awaited
+        for peer in self._peers:  # not awaited: a worker that is gone misses it
+            peer.mark_endpoints.remote({alias: {endpoint: error_class}})
 
     async def mark_endpoints(self, verdicts: dict[str, dict[str, str]]) -> None:
         """Another worker took an endpoint out (``{alias: {endpoint: error class}}``): so does this one."""
@@ -526,9 +535,8 @@ class RayBatches:
 
         coordinator = None
         try:
-            if budget is not None or workers > 1:  # the cap and the brakes are the cluster's: engine.cluster
-                args = budget.coordinator_args(workers) if budget is not None else uncapped(workers)
-                coordinator = ray.remote(Coordinator).options(num_cpus=0).remote(**args)
+            if budget is not None:  # the cap is the cluster's: engine.cluster
+                coordinator = ray.remote(Coordinator).options(num_cpus=0).remote(**budget.coordinator_args(workers))
             for i in range(workers):
                 spec = WorkerSpec(
                     split_config(container.loaded, caps, workers, i),
@@ -545,8 +553,9 @@ class RayBatches:
                     actors.append(actor_cls.remote(spec))
                 except Exception as exc:  # the spec must pickle: config data and importable classes
                     raise RunError(f"cannot send the pipeline to the Ray workers: {exception_text(exc)}") from exc
-            if coordinator is not None:
-                coordinator.join.remote(actors)
+            if workers > 1:  # before any block (an actor runs one caller's calls in order)
+                for actor in actors:
+                    actor.meet.remote(actors)
             submit()
             while pending:
                 rows, worker, ref = pending[0]
@@ -580,11 +589,6 @@ class RayBatches:
                     status = await coordinator.status.remote()
                     if budget is not None:
                         budget.note(status)
-                    log.debug(
-                        "the coordinator answered %d lease call(s), passed on %d brake(s) and %d endpoint(s) out",
-                        status.leases,
-                        status.brakes,
-                        status.outs,
-                    )
+                    log.debug("the coordinator answered %d lease call(s)", status.leases)
                 with contextlib.suppress(Exception):
                     ray.kill(coordinator)
