@@ -124,6 +124,8 @@ def test_a_judged_pipeline_keeps_exactly_n_rows_and_sends_nothing_past_a_rejecti
         assert f'data-funnel="candidates">{candidates}<' in page
         assert f'data-funnel="kept">{N}<' in page
         assert f'data-rejected="even">{by_gate["even"]}<' in page and "n % 2 == 0 is false" in page
+        samples = page[page.index("<h2>Sample rows</h2>") :]
+        assert "<th>question</th>" in samples and "<th>even</th>" not in samples  # no gate column shown
         human = cli("run", config, "--fresh", "--no-response-cache")
         assert "candidates" in human.stdout and "→ even" in human.stdout and "30 kept" in human.stdout
 

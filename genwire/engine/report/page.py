@@ -423,7 +423,9 @@ def _row_text(row: dict[str, str]) -> str:
 def _samples(data: ReportData) -> str:
     if not data.samples:
         return '<h2>Sample rows</h2><p class="muted">No row kept yet.</p>'
-    columns = data.columns[:24] or list(data.samples[0][1])[:24]
+    # Columns no kept row holds (a gate's verdict is never written) are left out.
+    written = [c for c in data.columns if any(c in row for _, row in data.samples)]
+    columns = written[:24] or list(data.samples[0][1])[:24]
     head = "<tr><th class=n>row</th>" + "".join(f"<th>{t(c)}</th>" for c in columns) + "</tr>"
     rows = []
     for index, row in data.samples:
@@ -431,7 +433,7 @@ def _samples(data: ReportData) -> str:
             f'<td class="cell"><div class="clip">{t(cell_text(row[c]) if c in row else "")}</div></td>' for c in columns
         )
         rows.append(f"<tr><td class=n>{t(index)}</td>{cells}</tr>")
-    more = f" (first {len(columns)} of {len(data.columns)} columns)" if len(data.columns) > len(columns) else ""
+    more = f" (first {len(columns)} of {len(written)} columns)" if len(written) > len(columns) else ""
     return (
         f'<h2>Sample rows</h2><p class="muted">The first {t(plural(len(data.samples), "row"))} kept{t(more)}; '
         "long cells are cut.</p>"
