@@ -527,6 +527,8 @@ class RayBatches:
                 # Blocks shrink towards the end (never below a batch): the last ones end
                 # together instead of one worker finishing a long block while the others' slots idle.
                 share = math.ceil((n - cursor) / (workers * BLOCKS_PER_WORKER) / batch_size) * batch_size
+                if budget is not None and rows_done == 0:  # under a cap the first block, alone, shows what a row costs
+                    share = batch_size
                 rows = todo[cursor : cursor + max(batch_size, min(block_rows, share))]
                 cursor += len(rows)
                 worker = min(range(workers), key=load.__getitem__)
