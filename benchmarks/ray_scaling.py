@@ -9,6 +9,16 @@ same plus a plugin column burning ``--cpu-ms`` of pure-Python CPU per row: that 
 what extra worker processes parallelise). Every timing is a whole run, so the Ray rows
 include booting the worker actors, about a second or two per run (Ray itself is started
 once, before the table); the larger row count shows how that amortises.
+
+Then the guarantees the cluster keeps (SPEC §22), on the ``io`` pipeline at the largest
+row count, each against the local engine on the same work:
+
+* ``budget``: a run under ``--max-cost`` (a cap it stays under), local and on 2 workers;
+  the coordinator's lease calls per request are counted (``genwire.ray``'s debug line).
+* ``429s``: the imperfect case, a server admitting ``--admit`` requests/s and answering
+  429 + ``Retry-After: 1`` beyond: rows/s as a share of that rate and 429s as a share of
+  the requests, local and on 2 workers (one brake per model for the cluster: the first
+  429 of an overload on one worker brakes the model on the other).
 """
 
 from __future__ import annotations
@@ -67,12 +77,44 @@ def config(url: str, concurrency: int, rows: int, out: Path, cpu: bool) -> dict[
     }
 
 
-async def measure(cfg: dict[str, Any], engine: str, workers: int | None) -> float:
+class CoordinatorLine(logging.Handler):
+    """Keeps the Ray engine's last word on what its coordinator did."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.last = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "coordinator" in record.getMessage():
+            self.last = record.getMessage()
+
+
+COORDINATOR = CoordinatorLine()
+
+
+async def measure(
+    cfg: dict[str, Any], engine: str, workers: int | None, max_cost_usd: float | None = None
+) -> tuple[float, int]:
+    """(rows/s, HTTP requests) of one whole run."""
     container = genwire.boot(cfg, generators=[Busy])
     async with container:
-        result = await container.run(skip_preflight=True, engine=engine, ray_workers=workers)
+        result = await container.run(
+            skip_preflight=True, engine=engine, ray_workers=workers, max_cost_usd=max_cost_usd, resume=False
+        )
     assert result.rows_written == cfg["pipeline"]["num_records"], result
-    return result.rows_per_s
+    return result.rows_per_s, sum(result.requests.values())
+
+
+def priced(cfg: dict[str, Any]) -> dict[str, Any]:
+    cfg["models"]["writer"]["price"] = {"input_per_mtok": 0.15, "output_per_mtok": 0.60}
+    cfg["models"]["writer"]["params"] = {"max_tokens": 64}
+    return cfg
+
+
+def lease_calls(line: str) -> int:
+    return int(line.split("answered ")[1].split(" ")[0]) if "answered " in line else 0
+
+
 
 
 async def main() -> None:
@@ -82,6 +124,7 @@ async def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[800, 3200])
     parser.add_argument("--cpu-ms", type=float, default=4.0)
     parser.add_argument("--repeat", type=int, default=1, help="runs per cell; the median is shown")
+    parser.add_argument("--admit", type=float, default=100.0, help="requests/s the 429 case's server admits")
     args = parser.parse_args()
     os.environ["BENCH_CPU_MS"] = str(args.cpu_ms)  # read by Busy in the workers too
     Busy.cpu_s = args.cpu_ms / 1000
@@ -114,9 +157,46 @@ async def main() -> None:
             for rows in args.rows:
                 for engine, label, workers in cells:
                     cfg = config(server.url, args.concurrency, rows, Path(tmp) / "out.jsonl", cpu)
-                    rate = statistics.median([await measure(cfg, engine, workers) for _ in range(args.repeat)])
+                    rate = statistics.median([(await measure(cfg, engine, workers))[0] for _ in range(args.repeat)])
                     print(f"{name:>9} {rows:>6} {label:>14} {rate:>8.1f} {rate / limit:>12.0%}", flush=True)
+        await guarantees(server, args, Path(tmp), limit)
     ray.shutdown()
+
+
+async def guarantees(server: FakeOpenAIServer, args: argparse.Namespace, tmp: Path, limit: float) -> None:
+    """The budget and the brake held cluster-wide, against the local engine on the same work."""
+    rows = max(args.rows)
+    logging.getLogger("genwire.ray").addHandler(COORDINATOR)
+    logging.getLogger("genwire.ray").setLevel(logging.DEBUG)
+    print(f"\nthe cluster's guarantees, io pipeline, {rows} rows (2 workers)")
+    print(f"{'case':>22} {'engine':>14} {'rows/s':>8} {'vs local':>9} {'coordinator calls/request':>26}")
+    cases: list[tuple[str, float | None, float | None]] = [
+        ("no budget", None, None),
+        ("--max-cost (not hit)", 1e6, None),
+        (f"429 beyond {args.admit:g} req/s", None, args.admit),
+    ]
+    for case, cap, admit in cases:
+        server.rate_limit(admit, retry_after=1.0, model="writer")
+        local = 0.0
+        for engine, label, workers in (("local", "local", None), ("ray", "ray 2 workers", 2)):
+            cfg = priced(config(server.url, args.concurrency, rows, tmp / "out.jsonl", False))
+            COORDINATOR.last = ""
+            server.reset_stats()
+            runs = [await measure(cfg, engine, workers, cap) for _ in range(args.repeat)]
+            rate = statistics.median(r for r, _ in runs)
+            requests = runs[-1][1]
+            local = rate if engine == "local" else local
+            calls = ""
+            if engine == "ray":
+                line = COORDINATOR.last
+                calls = f"{lease_calls(line) / requests:.4f} ({lease_calls(line)} leases)"
+                if admit is not None:
+                    calls = "0 (brakes go worker to worker)"
+            share = f"{rate / local:.0%}" if engine == "ray" else ""
+            limited = server.rate_limited / max(1, server.total_requests)
+            of_what = f" ({rate / admit:.0%} of {admit:g}/s, 429s {limited:.1%} of requests)" if admit else ""
+            print(f"{case:>22} {label:>14} {rate:>8.1f} {share:>9} {calls:>26}{of_what}", flush=True)
+    server.rate_limit(None, model="writer")
 
 
 if __name__ == "__main__":

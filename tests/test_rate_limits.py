@@ -367,3 +367,34 @@ async def test_a_freed_slot_wakes_one_waiter_not_more(monkeypatch: pytest.Monkey
         task.cancel()
     await asyncio.gather(*waiting, return_exceptions=True)
     assert gate.in_flight == 0 and model.in_flight == 0  # the cancelled gave their places back
+
+
+# --- one brake per model for a cluster (SPEC §22) ------------------------------------------------
+
+
+async def test_a_brake_is_told_once_per_overload_and_a_peers_brake_pauses_that_model_only() -> None:
+    """What a Ray worker passes on (``ProviderGate.on_brake``: once per overload, not per
+    429) and what another worker's gate does with it (``brake``: that model pauses, halves
+    and learns; another model of the same endpoint goes on at once)."""
+    from genwire.providers.pacing import ProviderGate
+
+    told: list[tuple[str, float]] = []
+    gate = ProviderGate(8, None, adaptive=True)
+    gate.on_brake = lambda model, wait: told.append((model, wait))
+    sent = [await gate.acquire("writer") for _ in range(6)]
+    for reservation in sent:  # persistent: the third 429 brakes, the later ones are the same overload
+        gate.rate_limited(reservation, 2.0)
+    assert told == [("writer", 2.0)]
+    assert gate.models["writer"].pauses == 1
+
+    peer = ProviderGate(8, None, adaptive=True)
+    peer.brake("writer", 30.0)
+    writer = peer.models["writer"]
+    assert writer.pauses == 1 and writer.current == 4 and writer.paused_until > time.monotonic() + 20
+    critic = await asyncio.wait_for(peer.acquire("critic"), 5)  # another model: not paused
+    peer.release(critic, tokens=None, ok=True)
+    waiting = asyncio.ensure_future(peer.acquire("writer"))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()  # the braked model waits out the peer's pause
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)

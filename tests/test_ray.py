@@ -7,6 +7,7 @@ so the fixture puts this directory on the workers' PYTHONPATH.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -114,6 +115,52 @@ class Snoop(Generator[Any]):
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
         slot = "embedder"  # a name known at run time only: the static check warns, the runtime guard stops it
         return [await self.resources[slot].embed([str(r)]) for r in rows]
+
+
+class TagParams(BaseModel):
+    marker_dir: str
+    skip: int  # rows of the first worker process to claim the marker before the "SLOW" ones
+    tagged: int  # how many "SLOW" rows
+
+
+class Tag(Generator[TagParams]):
+    """``SLOW row I`` for ``tagged`` rows, after the first ``skip``, of the worker process that
+    first claims the marker file (their requests are answered 429 by the test's server);
+    ``fine mine row I`` for its other rows, ``fine other row I`` for the other workers'."""
+
+    metadata = GeneratorMetadata(name="tag", description="marks one worker's first rows", required_resources={})
+    params_model = TagParams
+    seen = 0
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        return await self.generate_batch(rows, range(len(rows)))
+
+    async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any]:
+        marker = Path(self.params.marker_dir) / "slow-worker"
+        with contextlib.suppress(FileExistsError):  # the first process to ask claims it
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+        mine = marker.read_text() == str(os.getpid())
+        out = []
+        for index in indices:
+            slow = mine and self.params.skip <= Tag.seen < self.params.skip + self.params.tagged
+            Tag.seen += mine
+            out.append(f"{'SLOW' if slow else 'fine'} {'mine' if mine else 'other'} row {index}")
+        return out
+
+
+class ToolPid(Generator[Any]):
+    """The process id of the tool server that answers (its ``pid`` tool), and the names of
+    the variables it sees (``env_names``)."""
+
+    metadata = GeneratorMetadata(
+        name="tool-pid", description="which server answered", required_resources={"web": ResourceKind.TOOLS}
+    )
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        web = self.resources.web
+        return [{"pid": (await web.call("pid", {})).text, "env": (await web.call("env_names", {})).text} for _ in rows]
 
 
 # --- helpers ---------------------------------------------------------------------------
@@ -566,3 +613,323 @@ def test_the_run_span_of_a_ray_run_carries_the_local_runs_per_model_figures(
             assert figures[engine]["genwire.model.writer.requests"] == summary["requests"] == 31  # rows + probe
             assert figures[engine]["genwire.model.writer.input_tokens"] == summary["prompt_tokens"] > 0
     assert figures["ray"] == figures["local"]
+
+
+# --- the guarantees held cluster-wide (SPEC §22) ------------------------------------------------
+
+PRICE = (0.15, 0.60)  # writer, USD per million tokens
+ANSWER_TOKENS = 12  # small answers: a cheap run
+
+
+def priced_pipeline(server: FakeOpenAIServer, root: Path, *, n: int) -> dict[str, Any]:
+    """``uid`` and one priced chat column whose prompt names the row (every request is one row's)."""
+    cfg = pool_pipeline([server.url], root, n=n)
+    cfg["models"]["writer"] = {
+        "provider": "r0",
+        "model": "writer",
+        "kind": "chat",
+        "params": {"max_tokens": ANSWER_TOKENS},
+        "price": {"input_per_mtok": PRICE[0], "output_per_mtok": PRICE[1]},
+    }
+    cfg["providers"]["r0"]["max_concurrency"] = 8
+    cfg["pipeline"]["batch_size"] = 8
+    return cfg
+
+
+def cli_on_ray(ray: Any, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    address = ray.get_runtime_context().gcs_address
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    command = [sys.executable, "-m", "genwire.cli.main", *map(str, args)]
+    on_ray = ["--engine", "ray", "--address", address, "--workers", str(WORKERS)]
+    return subprocess.run([*command, *on_ray], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_max_cost_holds_across_the_cluster_stops_with_exit_3_and_a_higher_cap_finishes(
+    ray_workers: Any, tmp_path: Path
+) -> None:
+    from genwire.engine.checkpoint import checkpoint_dir
+    from genwire.engine.ledger import LEDGER_NAME, read_totals
+    from genwire.providers.budget import CostMeter
+    from genwire.providers.pricing import Price
+    from genwire.testing.fake_usage import RealisticUsage
+
+    n = 600
+    with FakeOpenAIServer(latency=0.005) as server:
+        server.realistic_usage("*", RealisticUsage(seed=5))
+
+        def server_usd() -> float:
+            return (server.prompt_tokens["writer"] * PRICE[0] + server.completion_tokens["writer"] * PRICE[1]) / 1e6
+
+        # What the whole run costs: a local estimate of a copy of it (its own output).
+        probe = tmp_path / "estimate"
+        probe.mkdir()
+        config = write_json(priced_pipeline(server, probe, n=n), probe / "genwire.yaml")
+        estimate = subprocess.run(
+            [sys.executable, "-m", "genwire.cli.main", "estimate", "-k", "8", "--json", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert estimate.returncode == 0, estimate.stderr
+        found = json.loads(estimate.stdout)
+        cap = 0.4 * (found["cost_usd"] + found["cost"]["this_session_usd"])
+        server.reset_stats()
+
+        path = write_json(priced_pipeline(server, tmp_path, n=n), tmp_path / "genwire.yaml")
+        stopped = cli_on_ray(ray_workers, "run", path, "--max-cost", repr(cap))
+        assert stopped.returncode == 3, stopped.stdout + stopped.stderr
+        assert "stopped at the budget" in stopped.stderr and "--max-cost" in stopped.stderr
+        assert "Traceback" not in stopped.stderr
+        # One request's worst case (a body far longer than these, its answer at max_tokens).
+        meter = CostMeter({"writer": Price(PRICE[0] / 1e6, PRICE[1] / 1e6, 0.0, 0.0, "test")})
+        _, worst = meter.worst_case("writer", 600, ANSWER_TOKENS)
+        assert server_usd() <= cap + WORKERS * worst  # the server's own count
+        ledger = read_totals(checkpoint_dir(tmp_path / "out.jsonl") / LEDGER_NAME)["writer"]
+        assert (ledger.requests, ledger.input_tokens, ledger.output_tokens) == (
+            server.requests["writer"],
+            server.prompt_tokens["writer"],
+            server.completion_tokens["writer"],
+        )
+        assert 0 < ledger.requests < n  # it stopped partway
+
+        done = cli_on_ray(ray_workers, "run", path, "--max-cost", repr(cap * 10), "--json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        summary = json.loads(done.stdout)
+        rows = read_rows(tmp_path / "out.jsonl")
+        assert len(rows) == n and len({r["uid"] for r in rows}) == n
+        asked = [json.dumps(body["messages"]) for model, body in server.bodies if model == "writer"]
+        per_row = [a for a in asked if "Sentence" in a]
+        assert len(per_row) == len(set(per_row)) == n  # every row paid for once, across both sessions
+        assert summary["cost"]["total_usd"] == pytest.approx(server_usd(), rel=1e-9)
+
+
+def write_json(cfg: dict[str, Any], path: Path) -> Path:
+    path.write_text(json.dumps(cfg))  # JSON is YAML
+    return path
+
+
+RETRY_AFTER_S = 8
+
+
+async def test_a_brake_on_one_worker_slows_every_workers_use_of_that_model(ray_workers: Any, tmp_path: Path) -> None:
+    """One worker's requests to ``writer`` are answered 429 (Retry-After 8 s) after its
+    first rows, until its gate brakes; the other worker, which never gets a 429, pauses
+    ``writer`` too: the server sees none of its requests for the pause."""
+    from genwire.testing.fake_server import FakeResponse
+
+    n = 64  # 4 blocks of 16 rows: each worker gets 2 at the start (32 rows, ~4 s of 0.5 s requests)
+    with FakeOpenAIServer(latency=0.5) as server:
+        server.fail_when("writer", "SLOW", FakeResponse(429, headers={"Retry-After": str(RETRY_AFTER_S)}))
+        cfg = pool_pipeline([server.url], tmp_path, n=n)
+        cfg["providers"]["r0"].update(max_concurrency=8, rate_limit_wait_s=2)  # a SLOW row fails at once
+        cfg["models"]["writer"] = {"provider": "r0", "model": "writer", "kind": "chat"}
+        cfg["pipeline"].update(batch_size=4, max_failure_rate=1.0)
+        cfg["pipeline"]["columns"][1:] = [
+            {"name": "tag", "generator": "tag", "params": {"marker_dir": str(tmp_path), "skip": 8, "tagged": 4}},
+            {
+                "name": "text",
+                "generator": "llm-text",
+                "resources": {"model": "writer"},
+                "params": {"prompt": "{{tag}}"},
+            },
+        ]
+        result = await run(cfg, "ray", (Tag,))
+        arrivals = [
+            (when, json.dumps(body["messages"]))
+            for (when, _, _), (model, body) in zip(server.log, server.bodies, strict=True)
+            if model == "writer"
+        ]
+    assert result.rows_failed == 4 and result.rows_written == n - 4  # the four SLOW rows
+    braked_at = min(when for when, text in arrivals if "SLOW" in text)
+    # The other worker's rows (two blocks each, all sent at the start): without a
+    # cluster-wide brake they are all answered a second or two after the 429s; with it,
+    # what is left of them waits out the pause of the worker that got the 429s.
+    other = [when for when, text in arrivals if "fine other row" in text]
+    assert other and max(other) >= braked_at + RETRY_AFTER_S - 1.5
+    # ...and it was braked, not idle: none of its requests came during the pause's middle.
+    assert not [when for when in other if braked_at + 3 < when < braked_at + RETRY_AFTER_S - 1.5]
+
+
+def tools_pipeline(root: Path, *, n: int, pids: Path, slow_s: float = 0.0) -> dict[str, Any]:
+    """A ``tool-pid`` column on a stdio server that appends its PID to ``pids``; with
+    ``slow_s``, a ``tool-slow`` column after it holds every row that long."""
+    server = [sys.executable, "-m", "genwire.testing.mcp_server", "--pids-file", str(pids)]
+    columns: list[dict[str, Any]] = [
+        {"name": "uid", "generator": "sampler", "params": {"kind": "uuid"}},
+        {"name": "tool", "generator": "tool-pid", "resources": {"web": "web"}},
+    ]
+    if slow_s:
+        columns.append({"name": "held", "generator": "tool-slow", "resources": {"web": "web"}, "params": {"s": slow_s}})
+    return {
+        "tools": {
+            "web": {"kind": "mcp", "transport": "stdio", "command": server, "env": {"DECLARED": "yes"}, "timeout_s": 60}
+        },
+        "preflight": {"timeout_s": 60, "deadline_s": 120},
+        "pipeline": {"num_records": n, "batch_size": 4, "output": str(root / "out.jsonl"), "columns": columns},
+    }
+
+
+class SlowParams(BaseModel):
+    s: float
+
+
+class ToolSlow(Generator[SlowParams]):
+    metadata = GeneratorMetadata(name="tool-slow", description="x", required_resources={"web": ResourceKind.TOOLS})
+    params_model = SlowParams
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        return [(await self.resources.web.call("slow", {"seconds": self.params.s})).text for _ in rows]
+
+
+def server_pids(pids: Path) -> list[int]:
+    return [int(line) for line in pids.read_text().split()] if pids.exists() else []
+
+
+def gone(pid: int, timeout: float = 60.0) -> bool:
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+async def test_a_tools_pipeline_runs_on_ray_one_server_per_worker_and_none_outlives_the_run(
+    ray_workers: Any, tmp_path: Path
+) -> None:
+    pids = tmp_path / "pids"
+    os.environ["GENWIRE_TEST_UNDECLARED"] = "must-not-reach-the-server"
+    try:
+        result = await run(tools_pipeline(tmp_path, n=24, pids=pids), "ray", (ToolPid,))
+    finally:
+        del os.environ["GENWIRE_TEST_UNDECLARED"]
+    assert result.rows_written == 24 and result.rows_failed == 0
+    rows = read_rows(tmp_path / "out.jsonl")
+    answered = {int(r["tool"]["pid"]) for r in rows}
+    started = server_pids(pids)
+    # The pre-flight's server on the driver, and one per worker that ran rows (shared by its columns).
+    assert len(started) == 1 + len(answered) and 1 <= len(answered) <= WORKERS
+    assert started[0] not in answered  # the driver's answered the pre-flight only
+    # The declared variables only (LC_CTYPE: Python sets it itself under the C locale, PEP 538).
+    assert {frozenset(json.loads(r["tool"]["env"])) - {"LC_CTYPE"} for r in rows} == {frozenset({"DECLARED", "PATH"})}
+    assert [pid for pid in started if not gone(pid)] == []
+
+
+def test_no_tool_server_outlives_a_killed_ray_driver(ray_workers: Any, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    path = write_json(tools_pipeline(tmp_path, n=400, pids=pids, slow_s=600), tmp_path / "genwire.yaml")
+    address = ray_workers.get_runtime_context().gcs_address
+    pythonpath = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
+    driver_code = f"""
+import asyncio, json, logging, ray, genwire
+from test_ray import ToolPid, ToolSlow
+ray.init(address={address!r}, log_to_driver=False, logging_level=logging.WARNING,
+         runtime_env={{"env_vars": {{"PYTHONPATH": {pythonpath!r}}}}})
+async def main():
+    container = genwire.boot(json.loads(open({str(path)!r}).read()), generators=[ToolPid, ToolSlow])
+    async with container:
+        await container.run(engine="ray", ray_workers={WORKERS})
+asyncio.run(main())
+"""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = pythonpath
+    driver = subprocess.Popen(
+        [sys.executable, "-c", driver_code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(server_pids(pids)) < 1 + WORKERS and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(server_pids(pids)) == 1 + WORKERS, driver.stderr.read() if driver.poll() is not None else "slow"
+        time.sleep(1.0)  # the workers' rows are in their tool calls now
+    finally:
+        driver.kill()  # kill -9
+        driver.wait(timeout=60)
+        assert driver.stderr is not None
+        driver.stderr.close()
+    assert [pid for pid in server_pids(pids) if not gone(pid)] == []
+
+
+async def test_a_pool_on_ray_starts_from_the_drivers_preflight_verdicts(ray_workers: Any, tmp_path: Path) -> None:
+    """An endpoint the pre-flight found refusing the key is out on every worker from the
+    start: it gets the driver's probe and nothing else, as on the local engine."""
+    sent = {}
+    for engine in ("local", "ray"):
+        with FakeOpenAIServer() as good, FakeOpenAIServer() as bad:
+            bad.require_api_key("another-key")
+            result = await run(pool_pipeline([good.url, bad.url], tmp_path / engine, n=40), engine)
+            sent[engine] = (good.requests["writer"], bad.requests["writer"])
+        assert result.rows_written == 40 and result.rows_failed == 0
+    assert sent["ray"] == sent["local"]
+    assert sent["ray"][1] >= 1  # the probe
+
+
+async def test_an_endpoint_one_worker_takes_out_is_out_on_every_worker(ray_workers: Any, tmp_path: Path) -> None:
+    """Replica r1 refuses (401) the rows of one worker only; once that worker takes r1 out
+    for the run, the other worker, which r1 always answered, stops sending to it too."""
+    n = 128
+    with FakeOpenAIServer(latency=0.3) as good, FakeOpenAIServer(latency=0.3) as refusing:
+        refusing.fail_when("writer", "SLOW", 401)
+        cfg = pool_pipeline([good.url, refusing.url], tmp_path, n=n)
+        cfg["pipeline"]["columns"][1:] = [
+            {"name": "tag", "generator": "tag", "params": {"marker_dir": str(tmp_path), "skip": 0, "tagged": n}},
+            {
+                "name": "text",
+                "generator": "llm-text",
+                "resources": {"model": "writer"},
+                "params": {"prompt": "{{tag}}"},
+            },
+        ]
+        result = await run(cfg, "ray", (Tag,), skip_preflight=True)
+        at_good = [(when, json.dumps(body)) for (when, _, _), (_, body) in zip(good.log, good.bodies, strict=True)]
+        at_refusing = [
+            (when, json.dumps(body)) for (when, _, _), (_, body) in zip(refusing.log, refusing.bodies, strict=True)
+        ]
+    assert result.rows_written == n and result.rows_failed == 0  # the refused rows failed over to r0
+    out_at = min(when for when, body in at_refusing if "SLOW" in body)
+    other_later = [when for when, body in at_good if "fine other" in body and when > out_at + 2]
+    assert other_later  # the other worker still had rows to send, and sent them to r0...
+    assert [when for when, body in at_refusing if "fine other" in body and when > out_at + 2] == []  # ...not to r1
+
+
+def test_estimate_on_ray_measures_the_workers_requests_and_the_run_continues_after_them(
+    ray_workers: Any, tmp_path: Path
+) -> None:
+    """``genwire estimate --engine ray``: the sample runs on the workers, their answers are
+    measured (requests, tokens, latency: what a local estimate of the same rows measures),
+    the rest is projected, and the run continues after the sample."""
+    found = {}
+    with FakeOpenAIServer(latency=0.01) as server:
+        for engine in ("local", "ray"):
+            root = tmp_path / engine
+            root.mkdir()
+            path = write_json(priced_pipeline(server, root, n=200), root / "genwire.yaml")
+            if engine == "local":
+                done = subprocess.run(
+                    [sys.executable, "-m", "genwire.cli.main", "estimate", str(path), "-k", "16", "--json"],
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
+            else:
+                done = cli_on_ray(ray_workers, "estimate", path, "-k", "16", "--json")
+            assert done.returncode == 0, done.stdout + done.stderr
+            found[engine] = json.loads(done.stdout)
+        before = server.requests["writer"]
+        finished = cli_on_ray(ray_workers, "run", tmp_path / "ray" / "genwire.yaml")
+        assert finished.returncode == 0, finished.stderr
+        assert server.requests["writer"] - before == 200 - 16 + 1  # the rest of the rows, and the probe
+    for engine in ("local", "ray"):
+        writer = found[engine]["models"]["writer"]
+        assert found[engine]["rows_left"] == 184 and writer["requests"] == 184
+        assert writer["sample_requests"] == 16 and writer["latency_s_mean"] > 0
+        assert found[engine]["duration_s"] > 0
+    same = ("requests_per_row", "input_tokens_mean", "output_tokens_mean", "cost_usd")
+    assert {k: found["ray"]["models"]["writer"][k] for k in same} == {
+        k: found["local"]["models"]["writer"][k] for k in same
+    }

@@ -553,13 +553,6 @@ def test_mcp_is_imported_only_when_a_config_has_tools(tmp_path: Path) -> None:
         assert loaded(modules, ["mcp", "genwire.providers.tools.server"]) == [], err
 
 
-async def test_the_ray_engine_refuses_tools(tmp_path: Path) -> None:
-    container = genwire.boot(one_column("echo-user", {"web": stdio()}, web="web"), generators=[EchoUser])
-    async with container:
-        with pytest.raises(genwire.errors.RunError, match=r"tool servers .* run on the local engine"):
-            await container.run(num_records=1, output=tmp_path / "o.jsonl", engine="ray", skip_preflight=True)
-
-
 # --- the example ----------------------------------------------------------------------------------------------
 
 

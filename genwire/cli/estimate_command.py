@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -116,6 +116,9 @@ def run_estimate(
     out: LazyConsole,
     err: LazyConsole,
     failure: Callable[[GenwireError], dict[str, Any]],
+    engine: Literal["local", "ray"] = "local",
+    ray_address: str | None = None,
+    ray_workers: int | None = None,
 ) -> None:
     """``genwire estimate`` once its container is booted (``cli.main`` owns the command:
     this module never imports it back)."""
@@ -134,7 +137,7 @@ def run_estimate(
     gated = any(c.generator_cls.metadata.gate for c in container.columns)  # K candidates, N kept rows (SPEC §21)
     options = RunOptions(
         num_records=n, output=output, sample_rows=sample if gated else min(sample, n), batch=batch,
-        probe_cache=not no_cache,
+        probe_cache=not no_cache, engine=engine, ray_address=ray_address, ray_workers=ray_workers,
     )  # fmt: skip
 
     async def go() -> Any:

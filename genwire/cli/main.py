@@ -661,16 +661,49 @@ def schema(output: Path | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("--batch", is_flag=True, help="Estimate a --batch run: batch prices, within the completion window.")
 @click.option("--no-cache", is_flag=True, help="Probe everything, ignoring the probe cache.")
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Where the sample runs, and the run is projected (ray: on the cluster's workers).",
+)
+@click.option("--address", help="Ray cluster address (with --engine ray).")
+@click.option(
+    "--workers", type=click.IntRange(min=1), help="Ray workers (with --engine ray; default: one per cluster CPU)."
+)
 @handle_errors
 def estimate(
-    file: Path, sample: int, num_records: int | None, output: Path | None, as_json: bool, batch: bool, no_cache: bool
+    file: Path,
+    sample: int,
+    num_records: int | None,
+    output: Path | None,
+    as_json: bool,
+    batch: bool,
+    no_cache: bool,
+    engine: Literal["local", "ray"],
+    address: str | None,
+    workers: int | None,
 ) -> None:
     """What the run will cost and take: the first K rows for real, kept, and the rest projected."""
     from genwire.cli.estimate_command import run_estimate
 
     container = _boot_or_report(file, as_json, {})
     run_estimate(
-        container, file, sample, num_records, output, as_json, batch, no_cache, out=out, err=err, failure=_failure
+        container,
+        file,
+        sample,
+        num_records,
+        output,
+        as_json,
+        batch,
+        no_cache,
+        out=out,
+        err=err,
+        failure=_failure,
+        engine=engine,
+        ray_address=address,
+        ray_workers=workers,
     )
 
 

@@ -26,7 +26,7 @@ from genwire.errors import GenwireError
 from genwire.generators.base import Generator
 from genwire.providers.base import endpoint_key
 from genwire.providers.factory import endpoint_identity
-from genwire.providers.pool import EndpointStats
+from genwire.providers.pool import EndpointPool, EndpointStats
 from genwire.providers.probes import Probe
 from genwire.providers.usage import Concurrency, ModelUsage, merge_usage, requests_of
 
@@ -43,6 +43,7 @@ class WiredPipeline:
         self._wirings = wirings
         self._graph = graph
         self._plan: WiringPlan | None = None
+        self._marked: dict[str, dict[str, str]] = {}  # mark_endpoints' verdicts, per pooled alias
 
     # --- what it is ------------------------------------------------------------------
 
@@ -117,9 +118,26 @@ class WiredPipeline:
         ``{endpoint: error class}`` (the pre-flight's failures): those start cooled down,
         or out for ``auth`` / ``not_found``."""
         for alias, found in verdicts.items():
+            self._marked.setdefault(alias, {}).update(found)
             pool = self._graph.pools.get(alias)
             if pool is not None:
                 pool.mark(found)
+
+    def endpoint_verdicts(self) -> dict[str, dict[str, str]]:
+        """What is known of the pooled aliases' endpoints (``mark_endpoints``'s input): what
+        was marked, and the members out for the run now; another process (a Ray worker)
+        starts from it."""
+        found = {alias: dict(verdicts) for alias, verdicts in self._marked.items()}
+        for alias, pool in self._graph.pools.items():
+            found.setdefault(alias, {}).update(pool.verdicts())
+        return {alias: verdicts for alias, verdicts in found.items() if verdicts}
+
+    def endpoint_pools(self) -> dict[str, EndpointPool]:
+        """Every pooled alias's pool (built now if not yet)."""
+        for alias, model in self.config.models.items():
+            if model.endpoints is not None:
+                self.pool_members(alias)
+        return dict(self._graph.pools)
 
     def endpoint_stats(self) -> dict[str, dict[str, EndpointStats]]:
         """Per pooled alias built so far, per endpoint: requests, failures, latencies."""

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from genwire.container.core import WiredPipeline
 from genwire.engine.costs import RunCosts
 from genwire.engine.metrics import RunMetrics
-from genwire.engine.receipt import Endpoints, LedgerEntry, Receipt, add_endpoints, add_seconds
+from genwire.engine.receipt import Endpoints, LedgerEntry, Receipt, add_endpoints, add_seconds, add_stats
 from genwire.engine.report import end_session
 from genwire.errors import BudgetStopped
 from genwire.providers.budget import CostMeter
@@ -54,10 +54,12 @@ class RunAccounts:
         """Prices resolved; a cap the engine cannot keep is refused here, before anything is opened."""
         self.container = container
         self.costs = RunCosts(container, max_cost_usd=max_cost_usd, engine=engine)
+        self.budget: Budget = self.costs  # a Ray run's: the cluster's (engine.cluster.ClusterBudget)
         self.metrics: RunMetrics | None = None
         self.trace: RunTrace | None = None
         self._workers_usage: dict[str, ModelUsage] = {}  # what Ray's workers' receipts said
         self._workers_endpoints: Endpoints = {}
+        self._workers_cpu_s: dict[int, float] = {}  # per worker: its process's CPU time
 
     # --- the session ---------------------------------------------------------------------
 
@@ -100,6 +102,9 @@ class RunAccounts:
 
     def detach(self) -> None:
         self.costs.detach()
+        # The estimate's CPU bound: the busiest process's (the workers run side by side).
+        meter = self.costs.meter
+        meter.rows_cpu_s = max(meter.rows_cpu_s, *self._workers_cpu_s.values(), 0.0)
 
     # --- what the workers paid for ---------------------------------------------------------
 
@@ -110,15 +115,13 @@ class RunAccounts:
             self._workers_usage.setdefault(alias, ModelUsage()).add(usage)
         add_endpoints(self._workers_endpoints, receipt.endpoints)
         for entry in receipt.paid:
-            self.costs.paid_elsewhere(entry)
+            self.budget.paid_elsewhere(entry)
+        add_stats(self.costs.meter, receipt.stats)  # what the estimate measures
+        self._workers_cpu_s[receipt.worker] = self._workers_cpu_s.get(receipt.worker, 0.0) + receipt.cpu_s
         if self.metrics is not None:
             add_seconds(self.metrics.recorder, receipt.seconds)
 
     # --- what it says ----------------------------------------------------------------------
-
-    @property
-    def budget(self) -> Budget:
-        return self.costs
 
     @property
     def meter(self) -> CostMeter:

@@ -92,9 +92,6 @@ class RunCosts:
         budget = container.config.pipeline.budget
         self.max_cost_usd = max_cost_usd if max_cost_usd is not None else (budget.max_cost_usd if budget else None)
         self.max_tokens = max_tokens if max_tokens is not None else (budget.max_tokens if budget else None)
-        capped = self.max_cost_usd is not None or self.max_tokens is not None
-        if capped and engine != "local":
-            raise RunSetupError("a budget (--max-cost, pipeline.budget) is kept on the local engine; drop --engine ray")
         if self.max_cost_usd is not None:
             unpriced = [alias for alias, price in self.prices.items() if price is None]
             if unpriced:

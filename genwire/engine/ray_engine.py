@@ -28,9 +28,24 @@ in row order, so the ``OutputSink`` writes exactly what the local engine writes.
   one worker has less to do than another (blocks are small and handed to the least
   loaded worker, which keeps that cost low).
 * **Rate limits.** ``rate_limit`` is split the same way (each worker paces at 1/W of the
-  requests and tokens per minute). A 429 slows only the worker that got it: workers share
-  no state, so the cluster adapts worker by worker, and a burst from all W workers at
-  once can still draw 429s that one process would have avoided.
+  requests and tokens per minute: the shares sum to the cluster's rate). A brake is the
+  cluster's: when 429s persist on one worker, its gate tells every other worker
+  (``BlockWorker.meet`` gives each the others' handles), which brakes that model of that
+  endpoint too (``engine.cluster``).
+* **The budget** (``--max-cost``, ``pipeline.budget``) is held cluster-wide by a
+  coordinator actor (``engine.cluster``): each worker's meter spends leases of the cap,
+  the driver reads the coordinator after every block and takes no new rows once it is
+  exhausted (or, as locally, while what is left would not finish them), and the run
+  stops with exit 3.
+* **Tools** (SPEC §18): each worker's container starts the stdio servers its columns
+  use on first use, one per server per worker, under the launcher's reaper with its
+  parent the worker process (declared variables only): a worker closed at the end stops
+  them, a worker Ray kills (or the driver's death, which ends its actors) takes them
+  with it. The pre-flight runs once, on the driver.
+* **Pools** (SPEC §17): every worker routes, cools down and fails over on its own pools,
+  starting from the driver's verdicts (the pre-flight's); a member a worker takes out
+  (auth, not_found) is out on every worker (it tells the others, as a brake); the
+  per-endpoint figures come back in the receipts and add up.
 * **Fault tolerance.** Actors have ``max_restarts`` and their tasks
   ``max_task_retries``: a worker process that dies mid-block is restarted and the block
   re-run. A block's result is returned only when the whole block is done, so a retried
@@ -79,6 +94,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
 import pickle
@@ -95,6 +111,7 @@ from genwire.container.core import WiredPipeline
 from genwire.container.graph import build_graph
 from genwire.container.wiring import wire_columns
 from genwire.engine.batches import BatchResult, BatchRunner, batched
+from genwire.engine.cluster import ClusterBudget, Coordinator, worker_meter
 from genwire.engine.costs import attach_meter, priced_models
 from genwire.engine.receipt import Receipt, ReceiptBook
 from genwire.errors import GenwireError, RunError, exception_text
@@ -113,6 +130,7 @@ MAX_TASK_RETRIES = 3  # a block whose worker died is re-run this many times
 CLOSE_TIMEOUT_S = 30.0
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+log = logging.getLogger("genwire.ray")
 
 
 # --- what crosses the wire -------------------------------------------------------------
@@ -126,6 +144,11 @@ class WorkerSpec:
     generators: dict[str, type[Generator[Any]]]
     response_cache: Path | None = None  # the driver's cache directory: a path every node sees
     prices: dict[str, Price | None] = dataclasses.field(default_factory=dict)  # the driver's, resolved once
+    output_limits: dict[str, int] = dataclasses.field(default_factory=dict)  # the driver's: the same worst cases
+    worker: int = 0  # this worker's index
+    coordinator: Any = None  # the run's coordinator actor (engine.cluster), when the run shares state
+    budget_caps: tuple[bool, bool] = (False, False)  # a cost cap, a token cap: spent in leases of the coordinator's
+    endpoint_verdicts: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # the driver's, on pools
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,6 +203,8 @@ class BlockWorker:
         self._cache: ResponseCache | None = None
         self._metered: list[Any] = []  # the clients this worker's meter is attached to
         self._book = ReceiptBook()  # what this worker paid for, sent with its rows
+        self._verdicts: dict[str, dict[str, str]] = {}  # endpoints other workers took out
+        self._peers: list[Any] = []  # the other workers' actor handles (``meet``)
         # Created on first use: asyncio primitives belong to the actor's event loop.
         self._boot_lock: asyncio.Lock | None = None
         self._slots: asyncio.Semaphore | None = None
@@ -194,8 +219,21 @@ class BlockWorker:
                     self._cache = ResponseCache(self._spec.response_cache, writer=False)
                 self._runner = BatchRunner(self._container, self._cache, store_answers=False)
                 # Metered as on the driver: each paid answer goes to the driver's ledger.
-                meter = CostMeter(self._spec.prices, record=self._book.paid)
+                meter = CostMeter(self._spec.prices, output_limits=self._spec.output_limits, record=self._book.paid)
+                self._book.meter, self._book.worker = meter, self._spec.worker  # its measurements go with its rows
+                if any(self._spec.budget_caps):  # the cap is the cluster's: spend leases of it
+                    worker_meter(meter, self._spec.budget_caps, self._spec.coordinator, self._spec.worker)
                 self._metered = attach_meter(self._container, self._spec.prices, meter)
+                self._container.endpoint_pools()  # built now: they start from the driver's verdicts
+                self._container.mark_endpoints(self._spec.endpoint_verdicts)
+                self._container.mark_endpoints(self._verdicts)  # and from the other workers' so far
+                # One brake per model, one verdict per endpoint: passed on to the other workers.
+                for name in provider_caps(self._container):
+                    gate = getattr(self._container.client(name), "gate", None)
+                    if gate is not None:
+                        gate.on_brake = functools.partial(self._braked, name)
+                for alias, pool in self._container.endpoint_pools().items():
+                    pool.on_out = functools.partial(self._out, alias)
                 self._slots = asyncio.Semaphore(BATCHES_IN_FLIGHT)
         assert self._slots is not None
         return self._runner, self._slots
@@ -225,6 +263,33 @@ class BlockWorker:
             return RemoteError.capture(exc)
         finally:
             stop_recording(recording)
+
+    def _braked(self, provider: str, model: str, wait: float) -> None:
+        for peer in self._peers:  # not awaited: a worker that is gone misses it
+            peer.brake.remote(provider, model, wait)
+
+    async def meet(self, workers: list[Any]) -> None:
+        """Every worker of the run, by index (this one included): brakes and endpoints out
+        go to the others straight (no coordinator in between: nothing per request)."""
+        self._peers = [actor for index, actor in enumerate(workers) if index != self._spec.worker]
+
+    def _out(self, alias: str, endpoint: str, error_class: str) -> None:
+        for peer in self._peers:  # not awaited: a worker that is gone misses it
+            peer.mark_endpoints.remote({alias: {endpoint: error_class}})
+
+    async def mark_endpoints(self, verdicts: dict[str, dict[str, str]]) -> None:
+        """Another worker took an endpoint out (``{alias: {endpoint: error class}}``): so does this one."""
+        for alias, found in verdicts.items():  # kept: a worker that has not booted yet starts from them
+            self._verdicts.setdefault(alias, {}).update(found)
+        if self._container is not None:
+            self._container.mark_endpoints(verdicts)
+
+    async def brake(self, provider: str, model: str, wait: float) -> None:
+        """Another worker's gate braked ``model`` of ``provider``: so does this one's."""
+        container = self._container
+        gate = getattr(container.client(provider), "gate", None) if container is not None else None
+        if gate is not None:
+            gate.brake(model, wait)
 
     def _receipt(self) -> Receipt:
         container = self._container
@@ -384,16 +449,21 @@ class RayBatches:
         *,
         feed: Callable[[Receipt], None] = lambda receipt: None,
         prices: dict[str, Price | None] | None = None,
+        budget: ClusterBudget | None = None,
+        output_limits: dict[str, int] | None = None,
     ) -> None:
         """``response_cache``: the driver's cache, the one that stores the workers' answers;
         ``feed``: the run's accounting, which every worker's receipt goes to; ``prices``:
-        the models' prices the workers' meters price their answers with."""
+        the models' prices the workers' meters price their answers with; ``budget``: the
+        run's, held cluster-wide by a coordinator when capped."""
         self._container = container
         self._cache = response_cache
         self._address = address
         self._workers = workers
         self._feed = feed
         self._prices = prices  # the run's, resolved once (None: resolved here)
+        self._budget = budget
+        self._output_limits = output_limits or {}  # the models' output limits (a worst case without max_tokens)
 
     def live_rows(self) -> int:
         return 0  # batch mode, which counts them, runs on the local engine only
@@ -438,26 +508,57 @@ class RayBatches:
         actors: list[Any] = []
         pending: deque[tuple[list[int], int, Any]] = deque()  # (rows, worker, ref), in row order
         load = [0] * workers
-        starts = iter(range(0, n, block_rows))
+        cursor = 0  # the next row of ``todo`` to hand out
+        budget = self._budget if self._budget is not None and self._budget.capped else None
+        rows_done = 0  # rows returned in this session (what a row costs, for the budget's hold)
+
+        def held() -> bool:
+            """The budget takes no new rows: exhausted, or near the cap while blocks run."""
+            if budget is None:
+                return False
+            if budget.exhausted():
+                return True
+            live = sum(len(rows) for rows, _, _ in pending)
+            return bool(pending) and budget.hold_rows(rows_done, live, block_rows)
 
         def submit() -> None:
-            start = next(starts, None)
-            if start is None:
-                return
-            rows = todo[start : start + block_rows]
-            worker = min(range(workers), key=load.__getitem__)
-            load[worker] += 1
-            pending.append((rows, worker, actors[worker].run_block.remote(rows, batch_size)))
+            nonlocal cursor
+            while len(pending) < workers * BLOCKS_PER_WORKER and not held() and cursor < n:
+                # Blocks shrink towards the end (never below a batch): the last ones end
+                # together instead of one worker finishing a long block while the others' slots idle.
+                share = math.ceil((n - cursor) / (workers * BLOCKS_PER_WORKER) / batch_size) * batch_size
+                if budget is not None and rows_done == 0:  # under a cap the first block, alone, shows what a row costs
+                    share = batch_size
+                rows = todo[cursor : cursor + max(batch_size, min(block_rows, share))]
+                cursor += len(rows)
+                worker = min(range(workers), key=load.__getitem__)
+                load[worker] += 1
+                pending.append((rows, worker, actors[worker].run_block.remote(rows, batch_size)))
 
+        coordinator = None
         try:
+            if budget is not None:  # the cap is the cluster's: engine.cluster
+                coordinator = ray.remote(Coordinator).options(num_cpus=0).remote(**budget.coordinator_args(workers))
             for i in range(workers):
-                spec = WorkerSpec(split_config(container.loaded, caps, workers, i), generators, cache_at, prices)
+                spec = WorkerSpec(
+                    split_config(container.loaded, caps, workers, i),
+                    generators,
+                    cache_at,
+                    prices,
+                    output_limits=self._output_limits,
+                    worker=i,
+                    coordinator=coordinator,
+                    budget_caps=budget.caps if budget is not None else (False, False),
+                    endpoint_verdicts=container.endpoint_verdicts(),
+                )
                 try:
                     actors.append(actor_cls.remote(spec))
                 except Exception as exc:  # the spec must pickle: config data and importable classes
                     raise RunError(f"cannot send the pipeline to the Ray workers: {exception_text(exc)}") from exc
-            for _ in range(workers * BLOCKS_PER_WORKER):
-                submit()
+            if workers > 1:  # before any block (an actor runs one caller's calls in order)
+                for actor in actors:
+                    actor.meet.remote(actors)
+            submit()
             while pending:
                 rows, worker, ref = pending[0]
                 try:
@@ -468,6 +569,9 @@ class RayBatches:
                 load[worker] -= 1
                 if isinstance(out, RemoteError):
                     raise out.rebuild()
+                rows_done += sum(len(result.indices) for result in out)
+                if budget is not None and coordinator is not None:
+                    budget.note(await coordinator.status.remote())
                 submit()  # before yielding: the next block runs while the sink writes this one
                 if cache is not None:
                     await store_worker_answers(cache, out)
@@ -482,3 +586,11 @@ class RayBatches:
                 with contextlib.suppress(Exception):
                     ray.cancel(ref)
             await close_workers(ray, actors, self._feed)
+            if coordinator is not None:
+                with contextlib.suppress(Exception):
+                    status = await coordinator.status.remote()
+                    if budget is not None:
+                        budget.note(status)
+                    log.debug("the coordinator answered %d lease call(s)", status.leases)
+                with contextlib.suppress(Exception):
+                    ray.kill(coordinator)

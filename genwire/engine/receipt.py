@@ -7,10 +7,11 @@ receipts of a run add up to exactly what its workers did."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from genwire.providers.budget import Paid
+from genwire.providers.budget import CostMeter, ModelStats, Paid
 from genwire.providers.metrics import AliasSecond, RequestRecorder
 from genwire.providers.pool import EndpointStats
 from genwire.providers.request_context import current_column, current_rows
@@ -36,6 +37,9 @@ class Receipt:
     paid: list[LedgerEntry] = field(default_factory=list)
     seconds: dict[str, AliasSecond] = field(default_factory=dict)
     endpoints: Endpoints = field(default_factory=dict)
+    stats: dict[str, ModelStats] = field(default_factory=dict)  # what the estimate measures, per model
+    cpu_s: float = 0.0  # the worker process's CPU time
+    worker: int = 0
 
 
 class ReceiptBook:
@@ -47,6 +51,10 @@ class ReceiptBook:
         self._paid: list[LedgerEntry] = []
         self._usage: dict[str, ModelUsage] = {}
         self._endpoints: dict[tuple[str, str], tuple[int, int, int]] = {}
+        self._stats: dict[str, int] = {}  # per alias: the meter's answers already sent
+        self._cpu_s = time.process_time()
+        self.worker = 0
+        self.meter: CostMeter | None = None  # the worker's, once it has one
 
     def paid(self, paid: Paid) -> None:
         self._paid.append(LedgerEntry(paid, tuple(current_rows()), current_column()))
@@ -54,7 +62,21 @@ class ReceiptBook:
     def take(self, usage: Mapping[str, ModelUsage], endpoints: Endpoints) -> Receipt:
         """The receipt since the last one, given the worker's totals now."""
         paid, self._paid = self._paid, []
-        receipt = Receipt(paid=paid, seconds=self.recorder.take())
+        cpu_s, self._cpu_s = self._cpu_s, time.process_time()
+        receipt = Receipt(paid=paid, seconds=self.recorder.take(), cpu_s=self._cpu_s - cpu_s, worker=self.worker)
+        if self.meter is not None:
+            for alias, measured in self.meter.stats.items():
+                sent = self._stats.get(alias, 0)
+                if measured.requests > sent:
+                    receipt.stats[alias] = ModelStats(
+                        input_tokens=measured.input_tokens[sent:],
+                        output_tokens=measured.output_tokens[sent:],
+                        latencies=measured.latencies[sent:],
+                        chars_per_token=measured.chars_per_token,
+                        limit_requests=measured.limit_requests,
+                        limit_tokens=measured.limit_tokens,
+                    )
+                    self._stats[alias] = measured.requests
         for alias, now in usage.items():
             change = _minus(now, self._usage.get(alias, ModelUsage()))
             if any(vars(change).values()):
@@ -84,6 +106,19 @@ def add_endpoints(into: Endpoints, more: Endpoints) -> None:
             mine.requests += extra.requests
             mine.failures += extra.failures
             mine.latencies.extend(extra.latencies)
+
+
+def add_stats(meter: CostMeter, more: Mapping[str, ModelStats]) -> None:
+    """Add a worker's measurements (``Receipt.stats``) to ``meter``'s: what the estimate reads."""
+    for alias, extra in more.items():
+        mine = meter.stats_of(alias)
+        mine.input_tokens.extend(extra.input_tokens)
+        mine.output_tokens.extend(extra.output_tokens)
+        mine.latencies.extend(extra.latencies)
+        if extra.chars_per_token and (mine.chars_per_token is None or extra.chars_per_token < mine.chars_per_token):
+            mine.chars_per_token = extra.chars_per_token
+        mine.limit_requests = extra.limit_requests or mine.limit_requests
+        mine.limit_tokens = extra.limit_tokens or mine.limit_tokens
 
 
 def add_seconds(recorder: RequestRecorder, seconds: Mapping[str, AliasSecond]) -> None:

@@ -78,11 +78,6 @@ def plan_run(container: WiredPipeline, options: RunOptions) -> RunPlan:
     batching = batch_providers(container, options.batch)
     if batching and engine != "local":
         raise RunError("batch mode runs on the local engine; drop --engine ray (or --batch)")
-    if engine == "ray" and container.config.tools:
-        raise RunError(
-            "tool servers (tools:) run on the local engine: a stdio server is one process per run, "
-            "shared by its columns, and dies with genwire; drop --engine ray for this pipeline"
-        )
     target = output_path(container, options.output)
     directory = checkpoint_dir(target)
     check_output(target, protected=dataset_files(container), extra=[errors_path(target), directory])

@@ -106,9 +106,11 @@ class RunSession:
 
     def _source(self) -> BatchSource:
         if self.plan.engine == "ray":
+            from genwire.engine.cluster import ClusterBudget
             from genwire.engine.ray_engine import RayBatches
 
             options = self.options
+            self.accounts.budget = cluster = ClusterBudget(self.accounts.costs)  # held cluster-wide
             return RayBatches(
                 self.container,
                 options.ray_address,
@@ -116,6 +118,8 @@ class RunSession:
                 self.responses,
                 feed=self.accounts.feed,
                 prices=self.accounts.costs.prices,
+                budget=cluster,
+                output_limits=self.accounts.costs.output_limits,
             )
         budget = self.accounts.budget
         batch_rows = self.container.config.pipeline.batch_size

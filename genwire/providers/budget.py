@@ -141,6 +141,10 @@ class CostMeter:
         self._refused: tuple[str, float, int] | None = None  # (alias, usd, max_tokens) of the request that did not fit
         self._freed: asyncio.Event | None = None  # set (and replaced) when a hold is freed
         self.exhausted = False
+        # A share of a larger cap (a Ray worker's lease, SPEC §22): asked for more room
+        # (tokens, usd) before a request that does not fit waits or gives up; True when
+        # it grew ``max_cost_usd`` / ``max_tokens``.
+        self.more_room: Callable[[int, float], Awaitable[bool]] | None = None
         self.stats: dict[str, ModelStats] = {}
         self._rows_begun = False
         self._rows_cpu_started: float | None = None  # at the rows' first request (set-up is not per row)
@@ -212,6 +216,14 @@ class CostMeter:
             usd = price.cost(held_input, output_tokens) * (1 + MARGIN)
         return tokens, usd, held_input, output_tokens
 
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def fits(self, tokens: int, usd: float) -> bool:
+        """Whether a worst case of ``tokens`` and ``usd`` fits under the caps now."""
+        return self._fits(tokens, usd)
+
     def _fits(self, tokens: int, usd: float) -> bool:
         if self.max_cost_usd is not None and self.spent_usd + self._reserved_usd + usd > self.max_cost_usd:
             return False
@@ -249,6 +261,8 @@ class CostMeter:
             untried = first_alone and self.stats_of(alias).answered == 0 and self._in_flight_of.get(alias, 0) > 0
             if not untried and self._fits(tokens, usd):
                 break
+            if not untried and self.more_room is not None and await self.more_room(tokens, usd):
+                continue  # a larger share of the cap (a Ray worker's lease)
             if self._in_flight == 0:
                 self.exhausted = True  # nothing will free room: every waiter gives up too
                 self._refused = (alias, usd, max_tokens if output else -1)

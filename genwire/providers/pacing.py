@@ -237,16 +237,25 @@ class ModelGate:
         braked = False
         if self.adaptive and (now < self.paused_until or self.persistent()):
             braked = True
-            if now >= self.paused_until:  # the first 429 of this overload
-                self.limit = max(1.0, self.limit / 2)
-                self.pauses += 1
-                # Measured when the pause ends: answers that were in flight still count.
-                self._measure_since = max(self._measure_from, now - MEASURE_S)
-                self._floor = 1.0 / max(wait, MIN_WAIT_S)
-            self.paused_until = max(self.paused_until, now + wait)
-            self._measure_from = self.paused_until
+            self._engage(now, wait)
         self.line.wake()
         return braked
+
+    def brake(self, wait: float) -> None:
+        """The brake another process of the cluster engaged on this model (SPEC §22): it
+        pauses, halves and learns here as if the 429s had been this process's own."""
+        if self.adaptive:
+            self._engage(time.monotonic(), wait)
+
+    def _engage(self, now: float, wait: float) -> None:
+        if now >= self.paused_until:  # the first 429 of this overload
+            self.limit = max(1.0, self.limit / 2)
+            self.pauses += 1
+            # Measured when the pause ends: answers that were in flight still count.
+            self._measure_since = max(self._measure_from, now - MEASURE_S)
+            self._floor = 1.0 / max(wait, MIN_WAIT_S)
+        self.paused_until = max(self.paused_until, now + wait)
+        self._measure_from = self.paused_until
 
     def _learn(self, now: float) -> None:
         """After a pause: the rate at which requests succeeded before it, less 10 %."""
@@ -286,6 +295,9 @@ class ProviderGate:
         self.in_flight = 0
         self.peak_in_flight = 0
         self.models: dict[str, ModelGate] = {}
+        # Told (model, wait) when one of its models brakes on its own 429s: a Ray worker
+        # passes it to the other workers (SPEC §22), whose gates then ``brake`` it too.
+        self.on_brake: Callable[[str, float], None] | None = None
         rpm = rate_limit.requests_per_minute if rate_limit else None
         self._interval = WINDOW_S / rpm if rpm else 0.0
         self._tpm = rate_limit.tokens_per_minute if rate_limit else None
@@ -369,7 +381,16 @@ class ProviderGate:
         """After a 429: True if its model now brakes (pausing ``wait`` seconds), False if
         the 429 was a stray that only its own request waits out."""
         self._leave()
-        return reservation.model.rate_limited(wait)
+        gate = reservation.model
+        pauses = gate.pauses
+        braked = gate.rate_limited(wait)
+        if gate.pauses > pauses and self.on_brake is not None:  # a new overload: once, not per 429
+            self.on_brake(next(name for name, g in self.models.items() if g is gate), wait)
+        return braked
+
+    def brake(self, model: str, wait: float) -> None:
+        """Another process of the cluster braked ``model`` (its ``on_brake``)."""
+        self.model(model).brake(wait)
 
     def _leave(self) -> None:
         self.in_flight -= 1

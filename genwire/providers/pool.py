@@ -152,6 +152,9 @@ class EndpointPool:
         # Requests waiting for a member with room, in arrival order: a released slot goes
         # to the first that can use it (no wake-up of every waiter on every release).
         self._waiters: deque[tuple[set[str], asyncio.Future[PoolMember | None]]] = deque()
+        # Told (endpoint, error class) when a member's own failure takes it out for the run:
+        # a Ray worker passes it to the other workers, whose pools ``mark`` it (SPEC §22).
+        self.on_out: Callable[[str, str], None] | None = None
 
     def __repr__(self) -> str:
         return f"EndpointPool(alias={self.alias!r}, members={[m.name for m in self.members]!r})"
@@ -248,7 +251,10 @@ class EndpointPool:
         if ok:
             member.answered(epoch)
         elif error is not None:
+            was_out = member.out
             member.failed(error.error_class, epoch, time.monotonic())
+            if member.out is not None and was_out is None and self.on_out is not None:
+                self.on_out(member.name, member.out)
         self._dispatch(everyone=not ok and error is not None)
 
     def mark(self, verdicts: Mapping[str, str]) -> None:

@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--docs")
     parser.add_argument("--only")
     parser.add_argument("--pid-file")
+    parser.add_argument("--pids-file", help="append this process's id (several servers share the file)")
     parser.add_argument("--calls-file")
     parser.add_argument("--state")
     parser.add_argument("--bad-schema", metavar="TOOL")
@@ -169,6 +170,9 @@ def main(argv: list[str] | None = None) -> None:
     leak(args.leak)
     if args.pid_file:
         Path(args.pid_file).write_text(str(os.getpid()))
+    if args.pids_file:
+        with open(args.pids_file, "a", encoding="utf-8") as f:
+            f.write(f"{os.getpid()}\n")
     server = build(args)
     if args.transport == "stdio":
         server.run("stdio")

@@ -1,0 +1,72 @@
+"""The budget's coordinator of a capped Ray run (SPEC §22): one Ray actor per run that
+leases slices of the cap to the workers' meters (see ``engine.cluster`` for the design).
+
+Standard library only: its actor process boots while the workers do, and it must be
+answering before their first request asks for a lease.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["LEASE_REQUESTS", "BudgetStatus", "Coordinator"]
+
+LEASE_REQUESTS = 8  # a lease covers at least this many of the asking request's worst case
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    exhausted: bool
+    leases: int  # lease calls answered (the coordinator's work)
+
+
+class Coordinator:
+    """The cluster's budget: caps, what was spent before the workers started, and each
+    worker's leases and reported spend. Plain Python: the Ray engine makes it an actor."""
+
+    def __init__(
+        self, *, max_cost_usd: float | None, max_tokens: int | None, spent_usd: float, spent_tokens: int, workers: int
+    ) -> None:
+        self._caps = (max_cost_usd, max_tokens)
+        self._before = (spent_usd, float(spent_tokens))
+        self._workers = max(1, workers)
+        self._leased: dict[int, list[float]] = {}  # per worker: (usd, tokens) granted, less what it gave back
+        self._spent: dict[int, tuple[float, float]] = {}  # per worker: as it last reported
+        self.exhausted = False
+        self.leases = 0
+
+    def _free(self, dim: int) -> float:
+        cap = self._caps[dim]
+        if cap is None:
+            return math.inf
+        committed = sum(
+            max(leased[dim], self._spent.get(worker, (0.0, 0.0))[dim]) for worker, leased in self._leased.items()
+        )
+        return cap - self._before[dim] - committed
+
+    def lease(
+        self, worker: int, spent: tuple[float, int], need: tuple[float, int], *, idle: bool
+    ) -> tuple[float, int] | None:
+        """More room for ``worker`` (which has spent ``spent`` so far and asks for at least
+        ``need``), or None. ``idle``: nothing of the worker's is in flight, so a refusal
+        ends its spending: it gives back what it holds unspent and the budget is exhausted."""
+        self.leases += 1
+        leased = self._leased.setdefault(worker, [0.0, 0.0])
+        self._spent[worker] = (spent[0], float(spent[1]))
+        free = [self._free(0), self._free(1)]
+        if self.exhausted or any(free[d] < need[d] for d in (0, 1) if self._caps[d] is not None):
+            if idle:
+                self.exhausted = True
+                for d in (0, 1):
+                    leased[d] = min(leased[d], float(spent[d]))  # the unspent rest is free again
+            return None
+        grant = [0.0, 0.0]
+        for d in (0, 1):
+            if self._caps[d] is not None:
+                grant[d] = min(free[d], max(need[d] * LEASE_REQUESTS, free[d] / (2 * self._workers)))
+                leased[d] += grant[d]
+        return grant[0], math.floor(grant[1])
+
+    def status(self) -> BudgetStatus:
+        return BudgetStatus(self.exhausted, self.leases)
