@@ -454,3 +454,20 @@ def test_json_on_a_failed_preflight_is_still_one_json_object(tmp_path: Path) -> 
     assert summary["ok"] is False and summary["error"].startswith("pre-flight failed")
     assert summary["preflight"]["checks"][0]["error_class"] == "auth"
     assert CANARY_KEY not in proc.stdout + proc.stderr
+
+
+async def test_a_batch_saved_from_the_event_loop_is_on_disk_and_counted_when_save_returns(tmp_path: Path) -> None:
+    """The fsync runs in a thread on duplicates of the files' descriptors: none is left
+    open, and closing the checkpoint right after cannot lose the batch."""
+    before = len(os.listdir("/proc/self/fd"))
+    checkpoint = Checkpoint.open(tmp_path / "cp", {}, 10, fresh=False, fresh_hint="--fresh")
+    await checkpoint.save([(0, b'{"i": 0, "row": {"a": 1}}\n'), (1, b'{"i": 1, "row": {"a": 2}}\n')], [b'{"row": 2}\n'])
+    assert checkpoint.kept == 2 and checkpoint.is_done(1)
+    checkpoint.close()
+    assert len(os.listdir("/proc/self/fd")) == before
+    resumed = Checkpoint.open(tmp_path / "cp", {}, 10, fresh=False, fresh_hint="--fresh")
+    try:
+        assert resumed.resumed == 2 and list(resumed.pending())[:2] == [2, 3]
+        assert [row for _, row in resumed.rows()] == [{"a": 1}, {"a": 2}]
+    finally:
+        resumed.close()

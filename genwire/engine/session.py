@@ -182,7 +182,7 @@ class RunSession:
             async for result in batches:
                 if batch_mode is not None:
                     batch_mode.raise_if_broken()
-                sink.add(result)
+                await sink.add(result)
                 if candidates is not None:
                     candidates.record(result)
         finally:
