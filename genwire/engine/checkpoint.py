@@ -192,6 +192,7 @@ class Checkpoint:
         self._failed: IO[bytes] | None = None
         self._rejected: IO[bytes] | None = None
         self.keep_journal = False  # batch mode: batches it names are still open at the provider
+        self._syncing: asyncio.Future[None] | None = None  # the last saved batch's fsync
 
     # --- opening -----------------------------------------------------------------------
 
@@ -352,10 +353,20 @@ class Checkpoint:
         failures: list[bytes],
         rejected: Sequence[tuple[int, str, bytes]] = (),
     ) -> None:
-        """``append`` for the run's event loop: the fsync (milliseconds per batch, most of
-        it waiting for the disk) runs in a thread while the requests in flight go on; the
-        batch is on the disk when this returns, before the caller takes the next one."""
-        await asyncio.to_thread(_sync, self._write(rows, failures, rejected))
+        """``append`` for the run's event loop. The batch is written to the OS before this
+        returns (a kill -9 or Ctrl-C after it cannot lose it); its fsync (milliseconds,
+        mostly waiting for the disk) runs in a thread meanwhile, and the next ``save``
+        waits for it before writing: a batch is on the disk before the next is written,
+        and the run's requests go on while it gets there."""
+        await self.synced()
+        descriptors = self._write(rows, failures, rejected)
+        self._syncing = asyncio.get_running_loop().run_in_executor(None, _sync, descriptors)
+
+    async def synced(self) -> None:
+        """The last ``save``'s batch is on the disk."""
+        syncing, self._syncing = self._syncing, None
+        if syncing is not None:
+            await syncing
 
     def _write(
         self,

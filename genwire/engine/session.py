@@ -185,6 +185,7 @@ class RunSession:
                 await sink.add(result)
                 if candidates is not None:
                     candidates.record(result)
+            await self.checkpoint.synced()  # the last batch on the disk, as every earlier one
         finally:
             if ticker is not None:
                 ticker.cancel()
