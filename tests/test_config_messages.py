@@ -91,6 +91,11 @@ pipeline:
             "cache: {dir: ''}\npipeline:\n",
             "genwire.yaml:5:9 cache.dir: String should have at least 1 character, got ''",
         ),
+        (  # a whole number is taken as an integer, but shown as written
+            "  output: out/data.jsonl",
+            "  output: out/data.jsonl\n  num_records: -2.0",
+            "genwire.yaml:7:3 pipeline.num_records: Input should be greater than 0, got -2.0",
+        ),
     ],
 )
 def test_errors_show_the_value_and_what_to_write(

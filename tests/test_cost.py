@@ -187,6 +187,25 @@ def test_estimate_keeps_its_rows_and_the_run_sends_nothing_for_them(server: Fake
     assert "bound by" in table.stdout and f"genwire run {path} -n {n + 10}" in table.stdout
 
 
+@pytest.mark.parametrize(("params", "limit", "answer_bound"), [({"n": 2}, 500, 1000), ({"max_tokens": 40}, 500, 40)])
+def test_the_estimates_worst_case_is_what_the_budget_reserves(
+    server: FakeOpenAIServer, tmp_path: Path, params: dict[str, int], limit: int, answer_bound: int
+) -> None:
+    """Without max_tokens, an answer may run to the model's output limit (n answers: n
+    times that), as the budget reserves it; not the longest answer the sample happened to see."""
+    cfg = pipeline(server, tmp_path, 12)
+    cfg["models"]["writer"]["params"] = params
+    cfg["models"]["writer"]["max_output_tokens"] = limit
+    code, found, err = run_json("estimate", write(cfg, tmp_path / "genwire.yaml"), "-k", "4")
+    assert code == 0, err
+    writer = found["models"]["writer"]
+    assert writer["output_tokens_p95"] < answer_bound  # the sample's answers are shorter
+    inp, out = PRICES["writer"]
+    requests = writer["requests"]
+    expected = (round(requests * writer["input_tokens_mean"]) * inp + requests * answer_bound * out) / 1e6
+    assert writer["worst_cost_usd"] == pytest.approx(expected, rel=1e-9)
+
+
 # --- the budget ---------------------------------------------------------------------------------
 
 

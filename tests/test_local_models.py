@@ -342,6 +342,14 @@ def test_thread_count_can_be_set_by_environment(monkeypatch: pytest.MonkeyPatch)
     assert 1 <= runtime._cpu_threads() <= 4
 
 
+@pytest.mark.parametrize(("cores", "threads"), [(1, 1), (2, 1), (4, 2), (8, 4), (64, 4)])
+def test_an_inference_call_takes_half_the_cores(monkeypatch: pytest.MonkeyPatch, cores: int, threads: int) -> None:
+    """On 2 cores, one thread per call: llama.cpp's two threads stall each other whenever
+    another busy process takes a core (the README's example ran 5x slower)."""
+    monkeypatch.delenv(local.THREADS_ENV, raising=False)
+    assert runtime._cpu_threads(cores) == threads
+
+
 async def test_keep_novel_drops_a_paraphrase_by_the_embedded_model() -> None:
     from genwire.generators.builtin.keep_novel import KeepNovel
     from genwire.testing import assert_verdicts

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from genwire.config.messages import describe, shown, user_path
+from genwire.config.messages import NOT_WRITTEN, describe, shown, user_path
 from genwire.config.schema import GenwireConfig
 from genwire.config.strict import Substituted
 from genwire.errors import ConfigError, printable
@@ -317,15 +317,31 @@ def _column_names(data: dict[str, Any]) -> dict[int, str]:
     return {i: c["name"] for i, c in enumerate(columns) if isinstance(c, dict) and isinstance(c.get("name"), str)}
 
 
-def validation_problems(exc: ValidationError, loaded: SourceMap, prefix: Path_ = ()) -> list[str]:
-    """Each pydantic error as ``file:line:col key.path: sentence``; ``prefix`` is where in
-    the file the validated data sits."""
+def validation_problems(exc: ValidationError, loaded: SourceMap, data: Any, prefix: Path_ = ()) -> list[str]:
+    """Each pydantic error as ``file:line:col key.path: sentence``; ``data`` is what was
+    validated and ``prefix`` where in the file it sits."""
     problems = []
     for err in exc.errors(include_url=False):
         loc = (*prefix, *(p for p in err["loc"] if p != "[key]"))
-        path = user_path(err, _strip_union_tag(loc))
-        problems.append(f"{loaded.where(path)}: {describe(err, path)}")
+        stripped = _strip_union_tag(loc)
+        path = user_path(err, stripped)
+        written = _written_at(data, stripped[len(prefix) :])
+        problems.append(f"{loaded.where(path)}: {describe(err, path, written)}")
     return problems
+
+
+def _written_at(data: Any, path: Path_) -> Any:
+    """The value at ``path`` as the file wrote it (pydantic's error holds the value after
+    StrictValues took it as its field takes it: 1e22 became 10000000000000000000000), or
+    NOT_WRITTEN where the path leads nowhere."""
+    for part in path:
+        found = (isinstance(data, dict) and part in data) or (
+            isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data)
+        )
+        if not found:
+            return NOT_WRITTEN
+        data = data[part]
+    return data
 
 
 _UNION_TAGS = {"openai", "local", "jsonl", "csv", "parquet", "documents", "stdio", "http"}
@@ -404,7 +420,7 @@ def validate_data(
     try:
         config = GenwireConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(validation_problems(exc, source_map)) from None
+        raise ConfigError(validation_problems(exc, source_map, data)) from None
     loaded = LoadedConfig(config, source, base_dir, source_map.locations, source_map.column_names)
     problems = _cross_reference_problems(loaded)
     if problems:

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic_core import ErrorDetails
 
+from genwire.config.strict import Substituted
 from genwire.scrub import without_userinfo
 
 # Values under these keys may be credentials: never quoted back (header values included).
@@ -49,11 +50,17 @@ def user_path(err: ErrorDetails, path: tuple[str | int, ...]) -> tuple[str | int
     return path
 
 
-def describe(err: ErrorDetails, path: tuple[str | int, ...]) -> str:
-    """One sentence for one pydantic error at ``path``."""
+NOT_WRITTEN: Any = object()  # describe()'s ``written`` when the file holds no value at the path
+
+
+def describe(err: ErrorDetails, path: tuple[str | int, ...], written: Any = NOT_WRITTEN) -> str:
+    """One sentence for one pydantic error at ``path``; ``written`` is the value the file
+    holds there, shown rather than pydantic's input (which may be converted: 1e22 taken as
+    an integer) where it is a plain scalar."""
     kind = err["type"]
     secret = any(part in SECRET_KEYS for part in path)
-    given = "" if secret or "input" not in err else shown(err["input"])
+    plain = written is not NOT_WRITTEN and not isinstance(written, dict | list | Substituted)
+    given = "" if secret or "input" not in err else shown(written if plain else err["input"])
     got = f"got {given}" if given else ""
     ctx = err.get("ctx") or {}
     if kind == "extra_forbidden":

@@ -5,7 +5,8 @@ cache, so the run continues after them).
 Per model: requests per row (a plugin may call a model several times per row; answers
 the cache gave are counted apart and not projected as paid), input and output tokens per
 request (mean, p95), latency; for the rows still to do: requests, tokens, cost (expected,
-and worst case with every output at ``max_tokens``). Duration per provider: the larger of
+and worst case with every answer at the bound the budget reserves: ``CostMeter.output_bound``
+times the answers a request asks for). Duration per provider: the larger of
 what its concurrency allows at the measured latency, its ``rate_limit``, and the limits
 its endpoint advertises (``x-ratelimit-limit-*``); the largest names the binding limit.
 """
@@ -19,12 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from genwire.config.schema import OpenAIProviderConfig
 from genwire.container.core import WiredPipeline
-from genwire.providers.budget import ModelStats, max_tokens_of, p95
+from genwire.providers.budget import ModelStats, answers_asked, max_tokens_of, p95
 from genwire.providers.pricing import Price
 
 __all__ = ["Estimate", "ModelProjection", "estimate_of", "project"]
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from genwire.engine.run import RunResult
 
 SECONDS_PER_MINUTE = 60.0
@@ -102,9 +105,12 @@ def project(
     sample_cost_usd: float | None,
     rows_total: int,
     rows_done: int,
+    output_bound: Callable[[str, int], int],
     sample_cpu_s: float = 0.0,
     batch: bool = False,
 ) -> Estimate:
+    """``output_bound(alias, max_tokens)``: the most output tokens one answer may have, as
+    the budget reserves it (``CostMeter.output_bound``): the worst case is the same number."""
     config = container.config
     rows_left = max(0, rows_total - rows_done)
     tried = sample_rows + sample_failed
@@ -116,7 +122,8 @@ def project(
         requests = math.ceil(per_row * rows_left)
         in_mean = statistics.fmean(s.input_tokens) if s.input_tokens else 0.0
         out_mean = statistics.fmean(s.output_tokens) if s.output_tokens else 0.0
-        bound = (max_tokens_of(model.params) or max(s.output_tokens, default=0)) if model.kind == "chat" else 0
+        params = model.params
+        bound = output_bound(alias, max_tokens_of(params)) * answers_asked(params) if model.kind == "chat" else 0
         price = prices[alias]
         models.append(
             ModelProjection(
@@ -239,6 +246,7 @@ def estimate_of(container: WiredPipeline, sample: RunResult, *, batch: bool = Fa
         sample_cost_usd=sample.cost["this_session_usd"] if sample.cost else None,
         rows_total=total,
         rows_done=done,
+        output_bound=meter.output_bound,
         sample_cpu_s=meter.rows_cpu_s,
         batch=batch,
     )

@@ -28,17 +28,20 @@ from genwire.providers.local.catalog import (
 THREADS_ENV = "GENWIRE_LOCAL_THREADS"
 
 
-def _cpu_threads() -> int:
-    """Threads per inference call: $GENWIRE_LOCAL_THREADS, else min(cores, 4).
+def _cpu_threads(cores: int | None = None) -> int:
+    """Threads per inference call: $GENWIRE_LOCAL_THREADS, else half the cores (1 to 4).
 
-    Two threads saturate the small boxes this targets; more only adds contention. On a
-    box shared with other busy processes, 1 degrades far more gracefully (llama.cpp's
-    threads wait on each other at every op when one of them is descheduled).
+    llama.cpp's threads wait on each other at every op: when one is descheduled by another
+    busy process, the call stalls. Measured on 2 cores beside two busy processes, a
+    16-token answer took 2-6.5 s with 2 threads and 0.7-0.9 s with 1 (idle: 0.32 s and
+    0.43 s), and the README's example ran 95 s with 2 and 18 s with 1. Half the cores
+    leaves room for the other call (_CPU_SLOTS) or another process; more than 4 only adds
+    contention for these small models.
     """
     configured = os.environ.get(THREADS_ENV, "").strip()
     if configured.isdigit() and int(configured) > 0:
         return int(configured)
-    return max(1, min(4, os.cpu_count() or 1))
+    return max(1, min(4, (cores or os.cpu_count() or 1) // 2))
 
 
 # Each inference call already uses _cpu_threads() cores, so this many calls (all models,
