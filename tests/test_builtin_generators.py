@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
@@ -15,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from genwire.errors import DatasetError
 from genwire.generators.base import Generator
+from genwire.generators.builtin.common import derive_seed
 from genwire.generators.builtin.embedding import Embedding
 from genwire.generators.builtin.embedding_dedup import EmbeddingDedup
 from genwire.generators.builtin.hard_negatives import HardNegatives
@@ -187,6 +189,28 @@ async def test_sampler_uuid_format_and_reproducible() -> None:
         assert parsed.variant == uuid.RFC_4122
     assert await at_rows(make(Sampler, {"kind": "uuid"}), 100) == values
     assert await at_rows(make(Sampler, {"kind": "uuid"}, seed=1), 100) != values
+
+
+async def test_sampler_draws_what_a_generator_seeded_per_row_draws() -> None:
+    """The values stay those of one ``random.Random(derive_seed(seed, column, row))`` per
+    row (earlier versions' values: a rerun's prompts, and so its cache keys, unchanged),
+    however the sampler gets there."""
+
+    def rng(i: int) -> random.Random:
+        return random.Random(derive_seed(7, "c", i))
+
+    rows = range(5000, 5300)
+    values = await at_rows(make(Sampler, {"kind": "uuid"}), 300, start=5000)
+    assert values == [str(uuid.UUID(int=rng(i).getrandbits(128), version=4)) for i in rows]
+    values = await at_rows(make(Sampler, {"kind": "category", "values": list("abcde")}), 300, start=5000)
+    assert values == [rng(i).choice(list("abcde")) for i in rows]
+    weighted = {"kind": "category", "values": [1, 2, 3], "weights": [1.0, 2.0, 3.0]}
+    values = await at_rows(make(Sampler, weighted), 300, start=5000)
+    assert values == [rng(i).choices([1, 2, 3], weights=[1.0, 2.0, 3.0])[0] for i in rows]
+    values = await at_rows(make(Sampler, {"kind": "uniform", "low": -1, "high": 1}), 300, start=5000)
+    assert values == [rng(i).uniform(-1, 1) for i in rows]
+    values = await at_rows(make(Sampler, {"kind": "uniform", "low": 0, "high": 9, "integer": True}), 300, start=5000)
+    assert values == [rng(i).randint(0, 9) for i in rows]
 
 
 async def test_sampler_rows_without_index_continue_a_cursor() -> None:

@@ -378,3 +378,26 @@ async def test_what_the_meter_keeps_per_answer_is_a_few_machine_numbers() -> Non
     hold = await meter.reserve("m", 400, 0)
     meter.settle(hold, (10**30, 5), 0.1)  # a confused server's usage: counted, not a crash
     assert stats.input_tokens[-1] == 2**63 - 1 and meter.spent_tokens > 10**30
+
+
+def test_a_ledger_line_is_the_json_of_its_record(tmp_path: Path) -> None:
+    """Each line is built from strings escaped once per alias and column: the same bytes
+    the JSON encoder makes of the record (odd values fall back to the encoder)."""
+    ledger = RunLedger(tmp_path)
+    records = [
+        (Paid("writer", 812, 95, 0.0001788, False), [17], "question"),
+        (Paid('é"\n', 0, 2**70, None, True), [], None),
+        (Paid("w", 1, 2, 1e-20, False), [1, 2, 3], "cöl"),
+        (Paid("w", 1, 2, float("nan"), False), [4], "c"),
+        (Paid("w", 1, 2, 123456789.5, False), [5], "c"),
+    ]
+    for paid, rows, column in records:
+        ledger.record(paid, rows, column)
+    ledger.close()
+    lines = (tmp_path / LEDGER_NAME).read_text().splitlines()
+    fields = [
+        {"m": p.alias, "in": p.input_tokens, "out": p.output_tokens, "usd": p.usd, "rows": r, "col": c, "b": p.batched}
+        for p, r, c in records
+    ]
+    expected = [json.dumps(record, separators=(",", ":")) for record in fields]
+    assert lines == expected

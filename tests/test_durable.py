@@ -454,3 +454,23 @@ def test_json_on_a_failed_preflight_is_still_one_json_object(tmp_path: Path) -> 
     assert summary["ok"] is False and summary["error"].startswith("pre-flight failed")
     assert summary["preflight"]["checks"][0]["error_class"] == "auth"
     assert CANARY_KEY not in proc.stdout + proc.stderr
+
+
+async def test_a_batch_saved_from_the_event_loop_is_kept_when_the_checkpoint_closes_at_once(tmp_path: Path) -> None:
+    """``save`` writes the batch to the OS and syncs it in a thread, on duplicates of the
+    files' descriptors: closing the checkpoint right after loses nothing, and once synced
+    no descriptor is left open."""
+    before = len(os.listdir("/proc/self/fd"))
+    checkpoint = Checkpoint.open(tmp_path / "cp", {}, 10, fresh=False, fresh_hint="--fresh")
+    await checkpoint.save([(0, b'{"i": 0, "row": {"a": 1}}\n')], [])
+    await checkpoint.save([(1, b'{"i": 1, "row": {"a": 2}}\n')], [b'{"row": 2}\n'])  # after the first's fsync
+    assert checkpoint.kept == 2 and checkpoint.is_done(1)
+    checkpoint.close()
+    await checkpoint.synced()
+    assert len(os.listdir("/proc/self/fd")) == before
+    resumed = Checkpoint.open(tmp_path / "cp", {}, 10, fresh=False, fresh_hint="--fresh")
+    try:
+        assert resumed.resumed == 2 and list(resumed.pending())[:2] == [2, 3]
+        assert [row for _, row in resumed.rows()] == [{"a": 1}, {"a": 2}]
+    finally:
+        resumed.close()

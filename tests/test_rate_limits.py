@@ -351,16 +351,16 @@ async def test_a_freed_slot_wakes_one_waiter_not_more(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(model, "admit", counted)
     waiting = [asyncio.create_task(gate.acquire("m")) for _ in range(3 * cap)]
-    await asyncio.sleep(0)  # every one queued at the model's gate
+    await asyncio.sleep(0)  # every one queued (at the provider's gate: the model's holds nothing back)
     for reservation in held:  # all freed in one go, before any waiter runs
         gate.release(reservation, tokens=None, ok=True)
     for _ in range(10):  # a fixed number of loop turns: the woken ones run
         await asyncio.sleep(0)
     admitted = [task for task in waiting if task.done()]
     assert len(admitted) == cap
-    # The first to come tried at once (the gate was full); then one try per freed slot.
-    assert tries == [False] + [True] * cap
-    assert gate.in_flight == cap and len(gate.model("m").line) == 2 * cap
+    # One try per freed slot (the model's gate is asked when the provider has a slot).
+    assert tries == [True] * cap
+    assert gate.in_flight == cap and gate.waiting == 2 * cap
     for task in admitted:
         gate.release(task.result(), tokens=None, ok=True)
     for task in waiting:
@@ -398,3 +398,28 @@ async def test_a_brake_is_told_once_per_overload_and_a_peers_brake_pauses_that_m
     assert not waiting.done()  # the braked model waits out the peer's pause
     waiting.cancel()
     await asyncio.gather(waiting, return_exceptions=True)
+
+
+async def test_a_request_queued_at_the_provider_goes_back_to_its_braked_models_gate() -> None:
+    """One queue while the model's gate holds nothing back; a model braked meanwhile sends
+    its queued requests back to its own gate (holding no provider slot), and the other
+    model's request takes the slot."""
+    cap = 4
+    gate = ProviderGate(cap, None, adaptive=True)
+    held = [await gate.acquire("a") for _ in range(cap)]
+    queued_a = asyncio.create_task(gate.acquire("a"))
+    queued_b = asyncio.create_task(gate.acquire("b"))
+    await asyncio.sleep(0)
+    assert gate.waiting == 2 and not gate.model("a").line  # one queue: the provider's
+    braked = [gate.rate_limited(r, 30.0) for r in held[:3]]  # persistent 429s, before any waiter runs
+    assert braked == [False, False, True]
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert queued_b.done() and not queued_a.done()
+    assert len(gate.model("a").line) == 1  # back at its model's gate, paused for 30 s
+    assert gate.in_flight == 2 and gate.model("a").in_flight == 1  # held[3] and b's request
+    queued_a.cancel()
+    await asyncio.gather(queued_a, return_exceptions=True)
+    gate.release(held[3], tokens=None, ok=True)
+    gate.release(queued_b.result(), tokens=None, ok=True)
+    assert gate.in_flight == 0 and gate.model("a").in_flight == 0 and gate.model("b").in_flight == 0

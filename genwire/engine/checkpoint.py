@@ -24,6 +24,7 @@ other row is kept. A file that does not belong here is named and ignored.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import fcntl
@@ -191,6 +192,7 @@ class Checkpoint:
         self._failed: IO[bytes] | None = None
         self._rejected: IO[bytes] | None = None
         self.keep_journal = False  # batch mode: batches it names are still open at the provider
+        self._syncing: asyncio.Future[None] | None = None  # the last saved batch's fsync
 
     # --- opening -----------------------------------------------------------------------
 
@@ -343,6 +345,38 @@ class Checkpoint:
         """One batch: encoded row lines, failure lines and (a gated run) the lines of the
         candidates its gates rejected, with their index and gate, flushed to the disk
         before returning (a kill after this cannot lose them)."""
+        _sync(self._write(rows, failures, rejected))
+
+    async def save(
+        self,
+        rows: list[tuple[int, bytes]],
+        failures: list[bytes],
+        rejected: Sequence[tuple[int, str, bytes]] = (),
+    ) -> None:
+        """``append`` for the run's event loop. The batch is written to the OS before this
+        returns (a kill -9 or Ctrl-C after it cannot lose it); its fsync (milliseconds,
+        mostly waiting for the disk) runs in a thread meanwhile, and the next ``save``
+        waits for it before writing: a batch is on the disk before the next is written,
+        and the run's requests go on while it gets there."""
+        await self.synced()
+        descriptors = self._write(rows, failures, rejected)
+        self._syncing = asyncio.get_running_loop().run_in_executor(None, _sync, descriptors)
+
+    async def synced(self) -> None:
+        """The last ``save``'s batch is on the disk."""
+        syncing, self._syncing = self._syncing, None
+        if syncing is not None:
+            await syncing
+
+    def _write(
+        self,
+        rows: list[tuple[int, bytes]],
+        failures: list[bytes],
+        rejected: Sequence[tuple[int, str, bytes]],
+    ) -> list[int]:
+        """The batch written to the OS (a kill -9 after this cannot lose it; power loss
+        can, until the fsync) and counted; returns the descriptors to fsync: duplicates,
+        which ``_sync`` closes (closing the checkpoint meanwhile cannot pull them away)."""
         if self._rows is None or self._failed is None or self._rejected is None:
             self._rows = (self.directory / f"rows-{self._session:04d}.jsonl").open("ab")
             self._failed = (self.directory / f"failed-{self._session:04d}.jsonl").open("ab")
@@ -352,16 +386,18 @@ class Checkpoint:
             (self._failed, failures),
             (self._rejected, [line for _, _, line in rejected]),
         )
+        unsynced = []
         for handle, lines in written:
             if lines:
                 handle.write(b"".join(lines))
                 handle.flush()
-                os.fsync(handle.fileno())
+                unsynced.append(os.dup(handle.fileno()))
         for index, _ in rows:
             self._done.add(index)
         for index, gate, _ in rejected:
             self.rejections.add(index, gate)
         self.kept += len(rows)
+        return unsynced
 
     def rejected(self) -> Iterator[dict[str, Any]]:
         """Every rejected candidate's record, in candidate order, from all sessions' files."""
@@ -578,6 +614,15 @@ def _rewrite_without(segment: Path, numbers: set[int], indices: set[int], n: int
         os.replace(tmp, segment)
     else:
         tmp.unlink()
+
+
+def _sync(descriptors: list[int]) -> None:
+    """fsync and close ``descriptors`` (each a duplicate, its file written and flushed)."""
+    for fd in descriptors:
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _write_json_atomically(path: Path, value: Any) -> None:

@@ -28,9 +28,15 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+# Built once: json.dumps with options builds an encoder per call (twice a row: the
+# checkpoint line, then the output's).
+_ROW_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=_json_default)
+_FAILURE_ENCODER = json.JSONEncoder(ensure_ascii=True, allow_nan=False, default=_json_default)
+
+
 def dumps(value: Any) -> str:
     """JSON text as the output files hold it (UTF-8, not ASCII-escaped)."""
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, default=_json_default)
+    return _ROW_ENCODER.encode(value)
 
 
 def _why(value: Any) -> str | None:
@@ -72,7 +78,7 @@ def _lenient(value: Any) -> Any:
 def encode_failure(record: dict[str, Any]) -> bytes:
     """One errors-file line; never fails."""
     try:
-        text = json.dumps(record, ensure_ascii=True, allow_nan=False, default=_json_default)
+        text = _FAILURE_ENCODER.encode(record)
     except ValueError:
-        text = json.dumps(_lenient(record), ensure_ascii=True, allow_nan=False, default=_json_default)
+        text = _FAILURE_ENCODER.encode(_lenient(record))
     return (text + "\n").encode("ascii")

@@ -12,8 +12,10 @@ was paid — a row generated again after a kill is a second request, and paid tw
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -80,16 +82,12 @@ class RunLedger:
         """One paid answer: into the totals and, in one write, onto the disk. ``rows`` and
         ``column``: those it was paid for, when not the running request's (a Ray worker's)."""
         self.totals.setdefault(paid.alias, LedgerTotal()).add(paid)
-        line = {
-            "m": paid.alias,
-            "in": paid.input_tokens,
-            "out": paid.output_tokens,
-            "usd": paid.usd,
-            "rows": list(current_rows() if rows is None else rows),
-            "col": current_column() if rows is None else column,
-            "b": paid.batched,
-        }
-        data = (_LINE_ENCODER.encode(line) + "\n").encode()
+        line = _line(
+            paid,
+            current_rows() if rows is None else rows,
+            current_column() if rows is None else column,
+        )
+        data = line.encode()
         try:
             if self._fd is None:
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
@@ -104,6 +102,38 @@ class RunLedger:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
             self._fd = None
+
+
+def _line(paid: Paid, rows: Sequence[int], column: str | None) -> str:
+    """The ledger line of ``paid``: what ``_LINE_ENCODER`` makes of its record, built from
+    strings escaped once per alias and column (one line per paid answer, on the hot path)."""
+    usd = paid.usd
+    plain = (usd is None or (type(usd) is float and math.isfinite(usd))) and (
+        type(paid.input_tokens) is int and type(paid.output_tokens) is int and type(paid.alias) is str
+    )
+    if not plain or any(type(r) is not int for r in rows):
+        record = {
+            "m": paid.alias,
+            "in": paid.input_tokens,
+            "out": paid.output_tokens,
+            "usd": usd,
+            "rows": list(rows),
+            "col": column,
+            "b": paid.batched,
+        }
+        return _LINE_ENCODER.encode(record) + "\n"
+    cost = "null" if usd is None else repr(usd)
+    rows_text = ",".join(map(str, rows))
+    batched = "true" if paid.batched else "false"
+    return (
+        f'{{"m":{_escaped(paid.alias)},"in":{paid.input_tokens},"out":{paid.output_tokens},"usd":{cost},'
+        f'"rows":[{rows_text}],"col":{_escaped(column)},"b":{batched}}}\n'
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _escaped(text: str | None) -> str:
+    return _LINE_ENCODER.encode(text)
 
 
 def read_totals(path: Path, data: bytes | None = None) -> dict[str, LedgerTotal]:

@@ -186,9 +186,10 @@ class RunSession:
             async for result in batches:
                 if batch_mode is not None:
                     batch_mode.raise_if_broken()
-                sink.add(result)
+                await sink.add(result)
                 if candidates is not None:
                     candidates.record(result)
+            await self.checkpoint.synced()  # the last batch on the disk, as every earlier one
         finally:
             if ticker is not None:
                 ticker.cancel()

@@ -70,7 +70,7 @@ class OutputSink:
     def total(self) -> int:
         return self.checkpoint.num_records
 
-    def add(self, result: BatchResult) -> None:
+    async def add(self, result: BatchResult) -> None:
         rows: list[tuple[int, bytes]] = []
         failures = [encode_failure(f) for f in result.failures]
         failed = [f["row"] for f in result.failures]
@@ -82,7 +82,7 @@ class OutputSink:
                 failed.append(index)
         rejected = [(int(r["candidate"]), str(r["gate"]), encode_failure(r)) for r in result.rejected]
         shown = max(0, min(len(rows), self.total - self.kept))  # a gated run's bar stops at the rows wanted
-        self.checkpoint.append(rows, failures, rejected)
+        await self.checkpoint.save(rows, failures, rejected)
         self.written += len(rows)
         self.failed += len(failures)
         self.rejected += len(rejected)

@@ -27,7 +27,8 @@
   until its estimate fits under ``tokens_per_minute``. The estimate (``estimate_tokens``)
   is corrected by the response's ``usage``.
 
-Waiters queue FIFO at each gate; a request passes its model's gate, then the provider's.
+Waiters queue FIFO at each gate; a request passes its model's gate, then the provider's
+(one queue, the provider's, while its model's gate holds nothing back).
 """
 
 from __future__ import annotations
@@ -175,6 +176,17 @@ class ModelGate:
 
     def _room(self) -> int:
         return self.current - self.in_flight
+
+    def transparent(self, provider_cap: int) -> bool:
+        """Whether this gate holds nothing back that a provider of ``provider_cap`` does
+        not: no pause, no learned rate, its concurrency not below the cap, no waiter."""
+        return (
+            self._learned is None
+            and self._measure_since is None
+            and self.current >= provider_cap
+            and not self.line
+            and (self.pauses == 0 or self.paused_until <= time.monotonic())
+        )
 
     def admit(self, now: float) -> ModelGate | float:
         wait = self.paused_until - now
@@ -329,8 +341,19 @@ class ProviderGate:
 
     async def acquire(self, model: str, tokens: int = 0) -> Reservation:
         """Wait for the model's gate (its pause, rate and concurrency), then the provider's
-        (cap and pacing), each in FIFO order."""
+        (cap and pacing), each in FIFO order.
+
+        One queue while the model's gate cannot hold anything back (never braked, its
+        concurrency at least the provider's cap, nobody waiting at it): the request
+        waits at the provider's gate alone, and the model's gate admits it there, when
+        it gets its provider slot. Queuing at both made each request of a saturated run
+        wait twice (a resume of its whole coroutine chain each). A model braked while
+        its requests queued there sends them back to its own gate, holding no slot."""
         gate = self.model(model)
+        if gate.transparent(self.max_concurrency):
+            reservation = await self._line.enter(lambda now: self._admit_both(now, tokens, gate))
+            if reservation is not None:
+                return reservation
         await gate.line.enter(gate.admit)
         try:
             return await self._line.enter(lambda now: self._admit(now, tokens, gate))
@@ -338,12 +361,26 @@ class ProviderGate:
             gate.leave(ok=None)
             raise
 
+    def _admit_both(self, now: float, tokens: int, gate: ModelGate) -> Reservation | float | None:
+        """The provider's admission, then the model's (None: the model holds it back now)."""
+        if self.in_flight >= self.max_concurrency:
+            return 0.0
+        wait = self._pacing_wait(now, tokens)
+        if wait > 0:
+            return wait
+        if isinstance(gate.admit(now), float):
+            return None  # braked meanwhile: to the model's own gate
+        return self._take(now, tokens, gate)
+
     def _admit(self, now: float, tokens: int, gate: ModelGate) -> Reservation | float:
         if self.in_flight >= self.max_concurrency:
             return 0.0
         wait = self._pacing_wait(now, tokens)
         if wait > 0:
             return wait
+        return self._take(now, tokens, gate)
+
+    def _take(self, now: float, tokens: int, gate: ModelGate) -> Reservation:
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         self._next_start = max(now, self._next_start) + self._interval

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import ChainMap
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 from jinja2 import StrictUndefined, Template, TemplateError, TemplateSyntaxError, meta, nodes
@@ -263,6 +263,18 @@ def derive_seed(seed: int, column: str, *parts: object) -> int:
     """
     key = "\x1f".join([str(seed), column, *(str(p) for p in parts)])
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
+
+
+def row_seeds(seed: int, column: str, indices: Sequence[int]) -> list[int]:
+    """``derive_seed(seed, column, i)`` for each of ``indices``: the part every row shares
+    hashed once (a sampler column seeds one generator per row)."""
+    shared = hashlib.blake2b(f"{seed}\x1f{column}\x1f".encode(), digest_size=8)
+    seeds = []
+    for index in indices:
+        digest = shared.copy()
+        digest.update(str(index).encode())
+        seeds.append(int.from_bytes(digest.digest(), "big"))
+    return seeds
 
 
 def finite_unit_rows(vectors: list[list[float]]) -> npt.NDArray[np.float64]:

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+import _random
 import copy
 import math
 import random
-import uuid
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
 
 from genwire.generators.base import Generator
-from genwire.generators.builtin.common import derive_seed
+from genwire.generators.builtin.common import row_seeds
 from genwire.generators.metadata import GeneratorMetadata
 from genwire.generators.resources import Resources
 from genwire.generators.rows import RowIndexer
@@ -98,6 +98,7 @@ class Sampler(Generator[SamplerParams]):
     def __init__(self, *, column: str, params: SamplerParams, resources: Resources, seed: int = 0) -> None:
         super().__init__(column=column, params=params, resources=resources, seed=seed)
         self._row_index = RowIndexer()
+        self._rng = random.Random()
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
         return self._sample(self._row_index(len(rows)))
@@ -106,9 +107,23 @@ class Sampler(Generator[SamplerParams]):
         return self._sample(self._row_index(len(rows), indices))
 
     def _sample(self, indices: list[int]) -> list[Any]:
-        # One RNG per row index, so a row's value does not depend on batch size or on
-        # the order in which batches run.
-        return [self._draw(random.Random(derive_seed(self.seed, self.column, i))) for i in indices]
+        # One RNG state per row index, so a row's value does not depend on batch size or
+        # on the order in which batches run: one generator, seeded again for each row
+        # (the C seeding; Random.seed adds only the handling of str and bytes seeds, and
+        # nothing drawn here reads the gauss state it resets).
+        rng, reseed = self._rng, _random.Random.seed
+        seeds = row_seeds(self.seed, self.column, indices)
+        if isinstance(self.params.root, UuidParams):
+            values = []
+            for seed in seeds:
+                reseed(rng, seed)
+                values.append(uuid4_text(rng.getrandbits(128)))
+            return values
+        draws = []
+        for seed in seeds:
+            reseed(rng, seed)
+            draws.append(self._draw(rng))
+        return draws
 
     def _draw(self, rng: random.Random) -> Any:
         spec = self.params.root
@@ -123,4 +138,12 @@ class Sampler(Generator[SamplerParams]):
             if spec.integer:
                 return rng.randint(math.floor(spec.low), math.floor(spec.high))
             return rng.uniform(spec.low, spec.high)
-        return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        return uuid4_text(rng.getrandbits(128))
+
+
+def uuid4_text(bits: int) -> str:
+    """``str(uuid.UUID(int=bits, version=4))`` without the UUID object: the variant and
+    version bits set as it sets them."""
+    value = (bits & ~(0xC000 << 48) | 0x8000 << 48) & ~(0xF000 << 64) | 4 << 76
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
