@@ -206,3 +206,35 @@ def test_a_signal_at_any_moment_of_a_json_run(tmp_path: Path, signum: int) -> No
             assert "Traceback" not in stderr, (delay, stderr)
             summary = one_object(stdout)
             assert summary["ok"] is (proc.returncode == 0), (delay, summary)
+
+
+SWALLOWED = """
+import os, signal, time
+from genwire.cli import exits
+
+exits._Signals.owned = True
+exits.raise_on_signals()
+
+
+class Finalized:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(100_000):  # the handler runs here, where an exception can only be printed
+            pass
+
+
+try:
+    Finalized()
+    time.sleep(30)
+    print("not interrupted")
+except exits.Terminated:
+    print("interrupted")
+"""
+
+
+def test_a_signal_that_lands_inside_a_finalizer_is_raised_after_it_not_lost() -> None:
+    """A fresh-clone CI run under load saw a SIGTERM land in a pydantic finalizer: it was
+    printed as "Exception ignored ... Traceback" and the run went on as if never signalled."""
+    proc = subprocess.run([sys.executable, "-c", SWALLOWED], capture_output=True, text=True, timeout=120)
+    assert proc.stdout == "interrupted\n", (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr and "ignored" not in proc.stderr, proc.stderr

@@ -155,10 +155,14 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
+REDELIVER_AFTER_S = 0.05  # a swallowed signal is sent again this much later
+
+
 class _Signals:
     # Only a process started as the command line has its signals changed: click's test
     # runner invokes commands inside a test process, whose handlers stay its own.
     owned = False
+    unraisable: Any = sys.unraisablehook  # where genwire's own hook hands other errors on
 
 
 def take_signals() -> None:
@@ -209,6 +213,27 @@ def raise_on_signals() -> None:
     if _Signals.owned:
         signal.signal(signal.SIGINT, _raise_interrupt)
         signal.signal(signal.SIGTERM, _raise_interrupt)
+        if sys.unraisablehook is not _redeliver_swallowed:
+            _Signals.unraisable = sys.unraisablehook
+            sys.unraisablehook = _redeliver_swallowed
+
+
+def _redeliver_swallowed(unraisable: Any) -> None:
+    """A signal whose handler ran inside a finalizer or a C callback raised where Python
+    can only print the exception ("Exception ignored in ...") and go on: the interrupt would
+    be lost and a traceback shown. Send the signal again instead, from a moment later (sent
+    from here, its handler would run inside this hook): it is raised where the command can
+    see it (should it land in a finalizer again, this hook sends it once more)."""
+    error = unraisable.exc_value
+    if isinstance(error, KeyboardInterrupt) and signal.getsignal(signal.SIGINT) is _raise_interrupt:
+        import threading
+
+        signum = signal.SIGTERM if isinstance(error, Terminated) else signal.SIGINT
+        again = threading.Timer(REDELIVER_AFTER_S, os.kill, (os.getpid(), signum))
+        again.daemon = True
+        again.start()
+        return
+    _Signals.unraisable(unraisable)
 
 
 class _Gc:
