@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +92,18 @@ def story_and_review(writer: str = "writer", critic: str = "critic") -> list[dic
             "params": {"prompt": "Critique {{ story }}"},
         },
     ]
+
+
+def wait_gone(pid: int, timeout: float = 30.0) -> bool:
+    """Whether process ``pid`` ended (or is a zombie) within ``timeout`` seconds."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.1)
+    return False

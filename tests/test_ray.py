@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from support import wait_gone
 
 import genwire
 from genwire.generators import Generator, GeneratorMetadata, ResourceKind
@@ -785,20 +786,6 @@ def server_pids(pids: Path) -> list[int]:
     return [int(line) for line in pids.read_text().split()] if pids.exists() else []
 
 
-def gone(pid: int, timeout: float = 60.0) -> bool:
-    import psutil
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.1)
-    return False
-
-
 async def test_a_tools_pipeline_runs_on_ray_one_server_per_worker_and_none_outlives_the_run(
     ray_workers: Any, tmp_path: Path
 ) -> None:
@@ -817,7 +804,7 @@ async def test_a_tools_pipeline_runs_on_ray_one_server_per_worker_and_none_outli
     assert started[0] not in answered  # the driver's answered the pre-flight only
     # The declared variables only (LC_CTYPE: Python sets it itself under the C locale, PEP 538).
     assert {frozenset(json.loads(r["tool"]["env"])) - {"LC_CTYPE"} for r in rows} == {frozenset({"DECLARED", "PATH"})}
-    assert [pid for pid in started if not gone(pid)] == []
+    assert [pid for pid in started if not wait_gone(pid, timeout=60)] == []
 
 
 def test_no_tool_server_outlives_a_killed_ray_driver(ray_workers: Any, tmp_path: Path) -> None:
@@ -852,7 +839,7 @@ asyncio.run(main())
         driver.wait(timeout=60)
         assert driver.stderr is not None
         driver.stderr.close()
-    assert [pid for pid in server_pids(pids) if not gone(pid)] == []
+    assert [pid for pid in server_pids(pids) if not wait_gone(pid, timeout=60)] == []
 
 
 async def test_a_pool_on_ray_starts_from_the_drivers_preflight_verdicts(ray_workers: Any, tmp_path: Path) -> None:

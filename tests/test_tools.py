@@ -22,7 +22,7 @@ import genwire
 from genwire.errors import ErrorClass, ModelError, UndeclaredToolError
 from genwire.generators import Generator, GeneratorMetadata, ResourceKind
 from genwire.testing import FakeOpenAIServer
-from tests.support import cli, start_cli, write
+from tests.support import cli, start_cli, wait_gone, write
 from tests.test_isolation import deep_reachable
 
 SERVER = [sys.executable, "-m", "genwire.testing.mcp_server"]
@@ -452,18 +452,6 @@ async def test_model_turns_are_cached_and_tool_calls_are_not(
 
 
 # --- lifecycle: kill -9, secrets ------------------------------------------------------------------------
-
-
-def wait_gone(pid: int, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def stop_genwire_during_a_tool_call(fake: FakeOpenAIServer, tmp_path: Path, signum: int) -> tuple[int, int]:
