@@ -43,6 +43,7 @@ from genwire.providers.routes import Route, TokenHandle, open_route, resolve_rou
 from genwire.providers.tool_calls import assistant_message, is_assistant_message
 from genwire.providers.tracing import answered, request_span, trace_cache_hit, tracer
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
+from genwire.providers.wire import BodyTooLarge, WireClient, WireError, serves
 from genwire.scrub import scrub
 
 if TYPE_CHECKING:  # aiohttp with the first request (a rerun the cache serves sends none); batch mode when on
@@ -108,9 +109,12 @@ class OpenAIProvider:
         self._retry_on = frozenset(config.retry_on)
         self._max_body = int(config.max_response_mb * _MIB)  # bytes of an answer, at most
         self._session: aiohttp.ClientSession | None = None
+        # The model requests of an http:// endpoint go over this lean client (issue 44: a
+        # fast endpoint's speed is the client's CPU); opened and closed with the session.
+        self._wire: WireClient | None = None
         # aiohttp's errors, known once it is imported (with the first session).
         self._invalid_url: type[BaseException] = _NeverRaised
-        self._client_errors: tuple[type[BaseException], ...] = (OSError,)
+        self._client_errors: tuple[type[BaseException], ...] = (OSError, WireError)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._routes: list[Route[OpenAIProvider]] = []  # keeps the handles' routes alive
         # The response cache's endpoint identity: kind, URL and a hash of the headers that
@@ -160,7 +164,7 @@ class OpenAIProvider:
         import aiohttp  # here, not at the top: a run the response cache serves whole never needs it
         from multidict import CIMultiDict
 
-        self._invalid_url, self._client_errors = aiohttp.InvalidURL, (aiohttp.ClientError, OSError)
+        self._invalid_url, self._client_errors = aiohttp.InvalidURL, (aiohttp.ClientError, OSError, WireError)
         cfg = self.config
         headers: CIMultiDict[str] = CIMultiDict({"Content-Type": "application/json", "Accept": "application/json"})
         if cfg.api_key is not None:
@@ -174,12 +178,18 @@ class OpenAIProvider:
             timeout=aiohttp.ClientTimeout(total=cfg.timeout_s),
             raise_for_status=False,
         )
+        # The same headers as aiohttp sends (its User-Agent unless one is configured).
+        wire_headers = {"User-Agent": aiohttp.http.SERVER_SOFTWARE, **headers}
+        if serves(self.base_url, wire_headers):
+            self._wire = WireClient(self.base_url, wire_headers, timeout_s=cfg.timeout_s, max_body=self._max_body)
         self._session, self._loop = session, loop
         return session
 
     async def _discard_session(self) -> None:
-        session = self._session
-        self._session, self._loop = None, None
+        session, wire = self._session, self._wire
+        self._session, self._loop, self._wire = None, None, None
+        if wire is not None:
+            wire.close()
         if session is not None and not session.closed:
             try:
                 await session.close()
@@ -370,17 +380,17 @@ class OpenAIProvider:
         count_attempt()
         usage.requests += 1
         # No slot is taken here: the caller holds the gate, which bounds what is in flight.
+        wire = self._wire
+        headers: Mapping[str, str]
         try:
-            async with session.post(url, data=body) as resp:
-                status = resp.status
-                declared = resp.content_length
-                if declared is not None and declared <= self._max_body and CONTENT_ENCODING not in resp.headers:
-                    # The common answer: a plain body of a declared length within the limit.
-                    # aiohttp's parser reads exactly that many bytes: read whole at once.
-                    raw = await resp.read()
-                else:
-                    raw = await self._read_body(resp, url)
-                headers = resp.headers
+            if wire is not None:
+                status, headers, raw = await wire.post(url, body)
+                if 300 <= status < 400 and "Location" in headers:  # aiohttp follows redirects
+                    status, headers, raw = await self._exchange(session, url, body)
+            else:
+                status, headers, raw = await self._exchange(session, url, body)
+        except BodyTooLarge as exc:
+            raise self._too_large(exc.status, url) from None
         except TimeoutError:  # aiohttp's timeouts subclass TimeoutError
             raise AttemptFailure(
                 ErrorClass.TIMEOUT,
@@ -418,6 +428,17 @@ class OpenAIProvider:
             usage.rate_limited += 1
         self._raise_for_status(url, status, raw, headers)
 
+    async def _exchange(
+        self, session: aiohttp.ClientSession, url: str, body: bytes
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """One POST over aiohttp: status, headers, the body read whole (``_read_body``)."""
+        async with session.post(url, data=body) as resp:
+            declared = resp.content_length
+            if declared is not None and declared <= self._max_body and CONTENT_ENCODING not in resp.headers:
+                # A plain body of a declared length within the limit: read whole at once.
+                return resp.status, resp.headers, await resp.read()
+            return resp.status, resp.headers, await self._read_body(resp, url)
+
     async def _read_body(self, resp: aiohttp.ClientResponse, url: str) -> bytes:
         """The body, read in chunks up to ``max_response_mb``: past it (or with a larger
         Content-Length) the request fails and the connection is dropped unread, so what a
@@ -435,9 +456,12 @@ class OpenAIProvider:
             else:
                 return bytes(body)
         resp.close()  # not released to the pool: the rest of the body is never read
-        raise AttemptFailure(
+        raise self._too_large(resp.status, url)
+
+    def _too_large(self, status: int, url: str) -> AttemptFailure:
+        return AttemptFailure(
             ErrorClass.BAD_RESPONSE,
-            f"HTTP {resp.status} from POST {self._where(url)} with a body larger than "
+            f"HTTP {status} from POST {self._where(url)} with a body larger than "
             f"{self.config.max_response_mb:g} MB (max_response_mb); raise the provider's max_response_mb "
             "if such an answer is legitimate",
             retry=False,
