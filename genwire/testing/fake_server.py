@@ -53,6 +53,8 @@ Symbol = Literal[
     "echo_auth",
     "not_json",
     "endless_body",
+    "chunked",
+    "truncated",
 ]
 SYMBOLS: frozenset[str] = frozenset(get_args(Symbol))
 
@@ -217,6 +219,13 @@ class FakeOpenAIServer:
                     f"in flight after {timeout:g} s; a client of the test was not closed"
                 )
             time.sleep(0.01)
+
+    def open_connections(self) -> int:
+        """Client connections open now (kept-alive ones included)."""
+        loop = self._loop
+        if loop is None:
+            return 0
+        return asyncio.run_coroutine_threadsafe(self._open_connections(), loop).result(10)
 
     async def _open_connections(self) -> int:
         runner = self._runner
@@ -613,6 +622,27 @@ class FakeOpenAIServer:
             pass
         return response
 
+    async def _streamed(self, request: web.Request, answer: web.Response, cut: bool) -> web.StreamResponse:
+        """``answer`` in small chunks (chunked transfer encoding), or (``cut``) its declared
+        length with only half the body sent before the connection is dropped."""
+        assert isinstance(answer.body, bytes)
+        data = answer.body
+        response = web.StreamResponse(status=answer.status, headers={"Content-Type": "application/json"})
+        if cut:
+            response.content_length = len(data)
+        else:
+            response.enable_chunked_encoding()
+        await response.prepare(request)
+        if cut:
+            await response.write(data[: len(data) // 2])
+            if request.transport is not None:
+                request.transport.abort()
+            raise asyncio.CancelledError
+        for start in range(0, len(data), 7):
+            await response.write(data[start : start + 7])
+        await response.write_eof()
+        return response
+
     async def _answer_line(
         self, endpoint: str, model: str, body: dict[str, Any], headers: Mapping[str, str]
     ) -> tuple[int, bytes]:
@@ -753,6 +783,8 @@ class FakeOpenAIServer:
             return web.Response(status=200, body=b"<html>upstream proxy error", content_type="text/html")
         if item == "endless_body":
             return await self._padded(request, _raw(200, b"{}"), math.inf)
+        if item in ("chunked", "truncated"):
+            return await self._streamed(request, self._normal(endpoint, model, body, texts), item == "truncated")
         if item == "echo_auth":
             echoed = request.headers.get("Authorization", "")
             message = f"invalid credentials in request header Authorization: {echoed}"

@@ -1,0 +1,254 @@
+"""The lean HTTP/1.1 client of an http:// endpoint's model requests (providers/wire.py),
+through the provider, against real servers: the fake OpenAI server, and for the framings
+it cannot send (1xx, a body to the end of the connection, headers in pieces) a raw TCP
+server in the test. Whatever the framing, the answer is what aiohttp would have read."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from genwire.config.schema import ModelConfig, OpenAIProviderConfig
+from genwire.errors import ErrorClass, ModelError
+from genwire.providers.openai import OpenAIChatModel, OpenAIProvider
+from genwire.providers.wire import serves
+from genwire.testing.fake_server import FakeOpenAIServer, FakeResponse
+
+MODEL = "writer"
+
+
+def make_provider(base_url: str, **overrides: Any) -> OpenAIProvider:
+    settings = {"kind": "openai", "base_url": base_url, "timeout_s": 5.0, "retries": 2, "backoff_s": 0.01}
+    return OpenAIProvider("srv", OpenAIProviderConfig.model_validate({**settings, **overrides}))
+
+
+def chat_of(p: OpenAIProvider) -> OpenAIChatModel:
+    return p.chat_model("writer", ModelConfig(provider="srv", model=MODEL, kind="chat"))
+
+
+@pytest.fixture
+async def provider(fake_openai_server: FakeOpenAIServer) -> AsyncIterator[OpenAIProvider]:
+    p = make_provider(fake_openai_server.url)
+    try:
+        yield p
+    finally:
+        await p.aclose()
+
+
+def answer(text: str) -> bytes:
+    return json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
+
+
+def test_which_endpoints_it_serves() -> None:
+    assert serves("http://127.0.0.1:8000/v1", {})
+    assert not serves("https://api.openai.com/v1", {})  # TLS: aiohttp
+    assert not serves("http://user:secret@127.0.0.1:8000/v1", {})  # credentials in the URL: aiohttp
+    assert not serves("http://127.0.0.1:8000/v1", {"X-Bad": "a\r\nInjected: yes"})
+
+
+async def test_requests_reuse_kept_alive_connections(
+    fake_openai_server: FakeOpenAIServer, provider: OpenAIProvider
+) -> None:
+    chat = chat_of(provider)
+    for i in range(5):
+        assert await chat.complete(f"q{i}") == f"answer to: q{i}"
+    assert fake_openai_server.open_connections() == 1
+
+
+async def test_the_headers_sent_are_aiohttps(fake_openai_server: FakeOpenAIServer) -> None:
+    import aiohttp
+
+    p = make_provider(fake_openai_server.url, api_key="sk-test-0123456789", headers={"X-Tenant": "blue"})
+    try:
+        await chat_of(p).complete("hi")
+    finally:
+        await p.aclose()
+    sent = {k.lower(): v for k, v in fake_openai_server.last_headers[MODEL].items()}
+    assert sent["authorization"] == "Bearer sk-test-0123456789"
+    assert sent["x-tenant"] == "blue"
+    assert sent["content-type"] == "application/json"
+    assert sent["accept"] == "application/json"
+    assert sent["user-agent"] == aiohttp.http.SERVER_SOFTWARE
+    assert sent["accept-encoding"] == "gzip, deflate"
+    assert fake_openai_server.last_body[MODEL]["messages"] == [{"role": "user", "content": "hi"}]
+
+
+async def test_a_chunked_answer_is_read_whole(fake_openai_server: FakeOpenAIServer, provider: OpenAIProvider) -> None:
+    fake_openai_server.script(MODEL, ["chunked", "chunked"])
+    chat = chat_of(provider)
+    assert await chat.complete("one") == "answer to: one"
+    assert await chat.complete("two") == "answer to: two"  # the connection stays usable
+    assert fake_openai_server.requests[MODEL] == 2
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+async def test_a_compressed_answer_is_inflated(
+    fake_openai_server: FakeOpenAIServer, provider: OpenAIProvider, encoding: str
+) -> None:
+    body = gzip.compress(answer("packed")) if encoding == "gzip" else zlib.compress(answer("packed"))
+    headers = {"Content-Type": "application/json", "Content-Encoding": encoding}
+    fake_openai_server.script(MODEL, [FakeResponse(body=body, headers=headers)])
+    assert await chat_of(provider).complete("hi") == "packed"
+
+
+async def test_a_body_cut_short_is_unreachable_and_retried(
+    fake_openai_server: FakeOpenAIServer, provider: OpenAIProvider
+) -> None:
+    fake_openai_server.script(MODEL, ["truncated"])
+    assert await chat_of(provider).complete("hi") == "answer to: hi"
+    assert fake_openai_server.requests[MODEL] == 2
+    fake_openai_server.script(MODEL, ["truncated"] * 3)
+    with pytest.raises(ModelError) as caught:
+        await chat_of(provider).complete("again")
+    assert caught.value.error_class is ErrorClass.UNREACHABLE
+    assert caught.value.attempts == 3
+    assert "Server disconnected" in caught.value.message
+
+
+async def test_a_redirect_is_followed(fake_openai_server: FakeOpenAIServer, provider: OpenAIProvider) -> None:
+    target = fake_openai_server.url + "/chat/completions"
+    fake_openai_server.script(MODEL, [FakeResponse(307, body=b"", headers={"Location": target})])
+    assert await chat_of(provider).complete("hi") == "answer to: hi"
+    assert fake_openai_server.requests[MODEL] == 2
+
+
+async def test_a_request_cancelled_mid_answer_drops_its_connection(
+    fake_openai_server: FakeOpenAIServer, provider: OpenAIProvider
+) -> None:
+    fake_openai_server.script(MODEL, ["hang"])
+    chat = chat_of(provider)
+    task = asyncio.create_task(chat.complete("stuck"))
+    while fake_openai_server.in_flight == 0:
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await chat.complete("next") == "answer to: next"
+    for _ in range(200):  # the server saw the client hang up: its handler ended
+        if fake_openai_server.in_flight == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert fake_openai_server.in_flight == 0
+
+
+# --- framings the fake server cannot send: a raw server ----------------------------------
+
+Reply = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+    )
+    return await reader.readexactly(length)
+
+
+class RawServer:
+    """A TCP server on 127.0.0.1 answering each request with ``reply``; counts connections."""
+
+    def __init__(self, reply: Reply) -> None:
+        self.reply = reply
+        self.connections = 0
+        self.requests = 0
+        self.server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> str:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.connections += 1
+            try:
+                while True:
+                    await read_request(reader)
+                    self.requests += 1
+                    await self.reply(reader, writer)
+                    if writer.is_closing():
+                        return
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass
+            finally:
+                writer.close()
+
+        self.server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}/v1"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+
+async def test_a_1xx_answer_before_the_real_one_is_skipped() -> None:
+    async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        body = answer("after continue")
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    async with RawServer(reply) as url:
+        p = make_provider(url)
+        try:
+            assert await chat_of(p).complete("hi") == "after continue"
+        finally:
+            await p.aclose()
+
+
+async def test_a_body_to_the_end_of_the_connection_is_read_and_the_connection_not_reused() -> None:
+    async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n")
+        writer.write(answer("until eof"))
+        await writer.drain()
+        writer.close()
+
+    server = RawServer(reply)
+    async with server as url:
+        p = make_provider(url)
+        try:
+            assert await chat_of(p).complete("a") == "until eof"
+            assert await chat_of(p).complete("b") == "until eof"
+        finally:
+            await p.aclose()
+    assert server.connections == 2
+
+
+async def test_headers_and_body_in_pieces_and_a_connection_the_server_closed_while_idle() -> None:
+    async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        body = answer("in pieces")
+        data = b"HTTP/1.1 200 OK\r\nX-Ratelimit-Limit-Requests: 10\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        for start in range(0, len(data), 5):
+            writer.write(data[start : start + 5])
+            await writer.drain()
+            await asyncio.sleep(0)
+        writer.close()  # keep-alive by the headers, but the server hangs up once idle
+
+    server = RawServer(reply)
+    async with server as url:
+        p = make_provider(url)
+        try:
+            assert await chat_of(p).complete("a") == "in pieces"
+            await asyncio.sleep(0.2)  # the server's close reaches the client
+            assert await chat_of(p).complete("b") == "in pieces"
+        finally:
+            await p.aclose()
+    assert server.connections == 2
+    assert p.requests == {"writer": 2}  # no attempt failed on the closed connection
+
+
+async def test_an_answer_that_is_not_http_is_unreachable() -> None:
+    async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+        await writer.drain()
+
+    async with RawServer(reply) as url:
+        p = make_provider(url, retries=0)
+        try:
+            with pytest.raises(ModelError) as caught:
+                await chat_of(p).complete("hi")
+        finally:
+            await p.aclose()
+    assert caught.value.error_class is ErrorClass.UNREACHABLE
+    assert "not an HTTP/1.x answer" in caught.value.message
