@@ -143,11 +143,13 @@ Reply = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 async def read_request(reader: asyncio.StreamReader) -> bytes:
+    """A request's head (its body read and dropped)."""
     head = await reader.readuntil(b"\r\n\r\n")
     length = next(
         int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
     )
-    return await reader.readexactly(length)
+    await reader.readexactly(length)
+    return head
 
 
 class RawServer:
@@ -156,7 +158,7 @@ class RawServer:
     def __init__(self, reply: Reply) -> None:
         self.reply = reply
         self.connections = 0
-        self.requests = 0
+        self.heads: list[bytes] = []  # of the requests, lower-cased
         self.server: asyncio.Server | None = None
 
     async def __aenter__(self) -> str:
@@ -164,8 +166,7 @@ class RawServer:
             self.connections += 1
             try:
                 while True:
-                    await read_request(reader)
-                    self.requests += 1
+                    self.heads.append((await read_request(reader)).lower())
                     await self.reply(reader, writer)
                     if writer.is_closing():
                         return
@@ -252,3 +253,40 @@ async def test_an_answer_that_is_not_http_is_unreachable() -> None:
             await p.aclose()
     assert caught.value.error_class is ErrorClass.UNREACHABLE
     assert "not an HTTP/1.x answer" in caught.value.message
+
+
+async def test_a_cookie_the_server_sets_is_sent_back_as_aiohttp_would() -> None:
+    async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        body = answer("with cookie")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nSet-Cookie: lb=node-7; Path=/\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+
+    server = RawServer(reply)
+    async with server as url:
+        # A host name: a jar refuses the cookies of an IP address, as aiohttp's does.
+        p = make_provider(url.replace("127.0.0.1", "localhost"))
+        try:
+            assert await chat_of(p).complete("a") == "with cookie"
+            assert await chat_of(p).complete("b") == "with cookie"
+        finally:
+            await p.aclose()
+    assert b"cookie: lb=node-7" not in server.heads[0]
+    assert b"cookie: lb=node-7" in server.heads[1]
+
+
+async def test_an_ip_address_s_cookie_is_dropped_and_the_connection_kept() -> None:
+    async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        body = answer("ok")
+        writer.write(b"HTTP/1.1 200 OK\r\nSet-Cookie: lb=1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    server = RawServer(reply)
+    async with server as url:
+        p = make_provider(url)
+        try:
+            assert await chat_of(p).complete("a") == "ok"
+            assert await chat_of(p).complete("b") == "ok"
+        finally:
+            await p.aclose()
+    assert server.connections == 1
+    assert b"cookie:" not in server.heads[1]

@@ -10,6 +10,7 @@ only the model that got them (``genwire.providers.pacing``). Failures are raised
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import re
@@ -48,6 +49,7 @@ from genwire.scrub import scrub
 
 if TYPE_CHECKING:  # aiohttp with the first request (a rerun the cache serves sends none); batch mode when on
     import aiohttp
+    from multidict import CIMultiDictProxy
 
     from genwire.config.schema import BatchConfig
     from genwire.providers.batch.collector import BatchCollector, RoundSignal
@@ -384,7 +386,10 @@ class OpenAIProvider:
         headers: Mapping[str, str]
         try:
             if wire is not None:
-                status, headers, raw = await wire.post(url, body)
+                status, answered_headers, raw = await wire.post(url, body)
+                if "Set-Cookie" in answered_headers:
+                    self._keep_cookies(session, url, answered_headers)
+                headers = answered_headers
                 if 300 <= status < 400 and "Location" in headers:  # aiohttp follows redirects
                     status, headers, raw = await self._exchange(session, url, body)
             else:
@@ -427,6 +432,21 @@ class OpenAIProvider:
         if status == 429:
             usage.rate_limited += 1
         self._raise_for_status(url, status, raw, headers)
+
+    def _keep_cookies(self, session: aiohttp.ClientSession, url: str, headers: CIMultiDictProxy[str]) -> None:
+        """An answer that sets cookies: into aiohttp's jar, as aiohttp would have kept them.
+        If the jar keeps any (it refuses those of an IP address), later requests go over
+        aiohttp, which sends them back (a load balancer's sticky session)."""
+        from http.cookies import CookieError, SimpleCookie
+
+        cookies: SimpleCookie = SimpleCookie()
+        for header in headers.getall("Set-Cookie"):
+            with contextlib.suppress(CookieError):
+                cookies.load(header)
+        session.cookie_jar.update_cookies(cookies, URL(url))
+        if len(session.cookie_jar) and self._wire is not None:
+            self._wire.close_idle()
+            self._wire = None
 
     async def _exchange(
         self, session: aiohttp.ClientSession, url: str, body: bytes

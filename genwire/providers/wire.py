@@ -368,6 +368,13 @@ class WireClient:
         conn.abort()
         self._open.discard(conn)
 
+    def close_idle(self) -> None:
+        """Close the idle connections; the requests in flight finish (then theirs close)."""
+        self.closed = True
+        for conn in self._idle:
+            self._drop(conn)
+        self._idle.clear()
+
     def close(self) -> None:
         """Close every connection (idempotent)."""
         self.closed = True
