@@ -93,7 +93,9 @@ def pipeline(url: str, rows: int, concurrency: int, out: Path, *, models: bool, 
         return {"name": name, "generator": "template", "params": {"template": prompt}}
 
     return {
-        "providers": {"srv": {"kind": "openai", "base_url": url, "max_concurrency": concurrency}},
+        # retries 10: the raw client retries a 503 until it is answered; with the default 3, one
+        # request in ~6 million meets four 503s in a row (2 %**4) and fails its row.
+        "providers": {"srv": {"kind": "openai", "base_url": url, "max_concurrency": concurrency, "retries": 10}},
         "models": {
             "writer": {"provider": "srv", "model": "writer", "kind": "chat"},
             "editor": {"provider": "srv", "model": "editor", "kind": "chat"},
@@ -156,7 +158,9 @@ async def genwire_run(spec: dict[str, Any], profiler: cProfile.Profile | None = 
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
         if profiler is not None:
             profiler.disable()
-    assert result.rows_written == spec["rows"], result
+    if result.rows_written != spec["rows"]:
+        errors = Path(result.errors_file).read_text()[:2000] if result.errors_file else ""
+        raise AssertionError(f"{result}\nthe errors file begins:\n{errors}")
     if spec["models"] and spec.get("expect_cached"):
         cached = sum(u.cached for u in result.usage.values())
         assert cached == 2 * spec["rows"], f"only {cached} answers from the cache"

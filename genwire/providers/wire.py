@@ -98,7 +98,10 @@ class _Connection(asyncio.Protocol):
             self._fail(exc if not isinstance(exc, zlib.error | ValueError) else WireError(f"bad answer: {exc}"))
 
     def eof_received(self) -> bool:
-        return False  # close the transport: connection_lost follows
+        # The server is done with this connection (an idle one is never taken again);
+        # a body that runs to the end ends with connection_lost, which follows.
+        self.closed = True
+        return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
