@@ -290,3 +290,30 @@ async def test_an_ip_address_s_cookie_is_dropped_and_the_connection_kept() -> No
             await p.aclose()
     assert server.connections == 1
     assert b"cookie:" not in server.heads[1]
+
+
+async def test_after_a_redirect_aiohttp_sends_the_requests_and_follows_them() -> None:
+    """An endpoint that moved: the lean client's one request is redirected, and from then
+    on aiohttp sends each request once to the old place, as it did before the lean client."""
+    server: RawServer
+
+    async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if server.heads[-1].startswith(b"post /v1/"):
+            writer.write(
+                b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /v2/chat/completions\r\nContent-Length: 0\r\n\r\n"
+            )
+            return
+        body = answer("moved")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    server = RawServer(reply)
+    async with server as url:
+        p = make_provider(url)
+        try:
+            for prompt in ("a", "b", "c"):
+                assert await chat_of(p).complete(prompt) == "moved"
+        finally:
+            await p.aclose()
+    old = [head for head in server.heads if head.startswith(b"post /v1/")]
+    assert len(old) == 4  # the lean client's, then aiohttp's three (not two a request)
+    assert p.requests == {"writer": 3}

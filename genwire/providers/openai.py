@@ -390,7 +390,9 @@ class OpenAIProvider:
                 if "Set-Cookie" in answered_headers:
                     self._keep_cookies(session, url, answered_headers)
                 headers = answered_headers
-                if 300 <= status < 400 and "Location" in headers:  # aiohttp follows redirects
+                if 300 <= status < 400 and "Location" in headers:
+                    # aiohttp follows redirects: from now on it sends this provider's requests.
+                    self._leave_wire()
                     status, headers, raw = await self._exchange(session, url, body)
             else:
                 status, headers, raw = await self._exchange(session, url, body)
@@ -444,7 +446,12 @@ class OpenAIProvider:
             with contextlib.suppress(CookieError):
                 cookies.load(header)
         session.cookie_jar.update_cookies(cookies, URL(url))
-        if len(session.cookie_jar) and self._wire is not None:
+        if len(session.cookie_jar):
+            self._leave_wire()
+
+    def _leave_wire(self) -> None:
+        """aiohttp sends the provider's requests from now on (the lean client's in flight finish)."""
+        if self._wire is not None:
             self._wire.close_idle()
             self._wire = None
 
