@@ -234,16 +234,6 @@ async def test_a_gate_that_fails_fails_the_row_not_rejects_it(tmp_path: Path) ->
     assert all(r["reason"] == "surplus" for r in rejected)  # failures are not rejections
 
 
-async def test_ray_refuses_a_gated_pipeline_before_anything_is_paid(tmp_path: Path) -> None:
-    cfg = local(tmp_path, "keep-if")
-    cfg["pipeline"]["columns"][1]["params"] = {"expression": "n > 1"}
-    container = genwire.boot(cfg)
-    async with container:
-        with pytest.raises(genwire.RunError, match="local engine"):
-            await container.run(engine="ray")
-    assert not (tmp_path / "o.jsonl.checkpoint").exists()
-
-
 # --- the schedule (engine-independent) -------------------------------------------------------
 
 
