@@ -1076,3 +1076,54 @@ async def test_a_gated_ray_run_stopped_by_its_budget_then_its_candidates_cap_res
     asked = [body["messages"][-1]["content"] for model, body in fake_openai_server.bodies if model == "writer"]
     per_candidate = [a for a in asked if a.startswith("Say ")]
     assert len(per_candidate) == len(set(per_candidate))
+
+
+async def test_the_keeper_judges_the_clusters_batches_in_key_order_and_a_rerun_batch_gets_its_first_verdicts(
+    tmp_path: Path,
+) -> None:
+    """The keeper in-process (as Ray runs it in its actor): batches judged in key order
+    whatever order the workers ask in, a re-run batch not judged against itself, a batch
+    that left before the driver's word holding nothing up, a worker's call that comes
+    before the driver's word waiting for it."""
+    from genwire.engine.ray_engine import WorkerSpec
+    from genwire.engine.ray_gates import Answer, GateKeeper
+
+    cfg = {
+        "pipeline": {
+            "num_records": 4,
+            "output": str(tmp_path / "out.jsonl"),
+            "columns": [
+                {"name": "w", "generator": "sampler", "params": {"kind": "category", "values": ["x"]}},
+                {"name": "u", "generator": "keep-unique", "params": {"column": "w"}},
+            ],
+        }
+    }
+    container = genwire.boot(cfg)
+    spec = WorkerSpec(container.loaded, {c.generator_name: c.generator_cls for c in container.columns})
+    keeper = GateKeeper(spec, ["u"], {"u": ([{"w": "old"}], [0])})  # an earlier session kept "old"
+
+    async def judge(key: int, words: list[str]) -> list[Any]:
+        answer = await keeper.judge("u", key, [{"w": w} for w in words], list(range(key, key + len(words))))
+        assert isinstance(answer, Answer), answer
+        return [v.keep for v in answer.values]
+
+    async def waits(task: asyncio.Task[Any]) -> bool:
+        for _ in range(20):
+            await asyncio.sleep(0)
+        return not task.done()
+
+    try:
+        await keeper.enter([4, 8])
+        later = asyncio.create_task(judge(8, ["x", "y"]))
+        assert await waits(later)  # batch 4 first
+        assert await judge(4, ["x", "old", "z"]) == [True, False, True]
+        assert await asyncio.wait_for(later, 60) == [False, True]
+        assert await judge(4, ["x", "old", "z"]) == [True, False, True]  # re-run: the same verdicts
+        await keeper.leave(12)  # a batch with no row left for the gate, before the driver's word
+        early = asyncio.create_task(judge(16, ["y", "q"]))
+        assert await waits(early)  # the driver has not entered it yet
+        await keeper.enter([12, 16])
+        assert await asyncio.wait_for(early, 60) == [False, True]
+    finally:
+        await keeper.close()
+        await container.aclose()
