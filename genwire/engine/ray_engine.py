@@ -46,6 +46,10 @@ in row order, so the ``OutputSink`` writes exactly what the local engine writes.
   starting from the driver's verdicts (the pre-flight's); a member a worker takes out
   (auth, not_found) is out on every worker (it tells the others, as a brake); the
   per-endpoint figures come back in the receipts and add up.
+* **Quality gates** (SPEC §21): a gated run's ``CandidatePlan`` feeds the driver
+  (``batches(feed=...)``): it counts the kept rows as blocks come back and stops
+  scheduling at N. Stateless gates run on the workers; stateful ones (``in_order``) are
+  judged for the whole cluster by one keeper actor, in index order (``engine.ray_gates``).
 * **Fault tolerance.** Actors have ``max_restarts`` and their tasks
   ``max_task_retries``: a worker process that dies mid-block is restarted and the block
   re-run. A block's result is returned only when the whole block is done, so a retried
@@ -447,7 +451,8 @@ async def store_worker_answers(cache: ResponseCache, results: list[BatchResult])
 class GateKeeping(Protocol):
     """A gated run's in-order gates on the cluster (``engine.ray_gates.RayGates``)."""
 
-    def start(self, ray: ModuleType, spec: WorkerSpec) -> Any: ...  # the handle a worker's spec carries
+    def start(self, ray: ModuleType, spec: WorkerSpec) -> Any:
+        """The keeper, booted from ``spec``: what a worker's spec carries (``.actor``: its handle)."""
 
     def enter(self, keys: list[int]) -> None: ...  # a block's batch keys, as it is submitted
 
@@ -577,16 +582,17 @@ class RayBatches:
                     budget_caps=budget.caps if budget is not None else (False, False),
                     endpoint_verdicts=container.endpoint_verdicts(),
                 )
-                if gates is not None and keeper is None:  # the keeper: booted as a worker, on the whole config
-                    keeper = gates.start(ray, dataclasses.replace(spec, loaded=container.loaded, worker=workers))
+                if gates is not None and keeper is None:  # the keeper: booted as a worker, on the first one's share
+                    keeper = gates.start(ray, dataclasses.replace(spec, worker=workers))
                 spec = dataclasses.replace(spec, gates=keeper)
                 try:
                     actors.append(actor_cls.remote(spec))
                 except Exception as exc:  # the spec must pickle: config data and importable classes
                     raise RunError(f"cannot send the pipeline to the Ray workers: {exception_text(exc)}") from exc
-            if workers > 1:  # before any block (an actor runs one caller's calls in order)
-                for actor in actors:
-                    actor.meet.remote(actors)
+            peers = actors + ([keeper.actor] if keeper is not None else [])  # the gates' keeper brakes as a worker
+            if len(peers) > 1:  # before any block (an actor runs one caller's calls in order)
+                for actor in peers:
+                    actor.meet.remote(peers)
             submit()
             while pending:
                 rows, worker, ref = pending[0]

@@ -35,8 +35,9 @@ keys (a batch's first row index):
   output.
 
 The keeper's requests are one batch at a time per in-order gate (keep-novel: one
-embedding request per batch), on the providers' full configuration: at most one request
-per in-order gate on top of the workers' shares of ``max_concurrency``.
+embedding request per batch), paced and bounded as the first worker's share of each
+provider's ``max_concurrency`` and ``rate_limit``: on top of the workers' shares, at most
+one request in flight per in-order gate that calls a model once per batch.
 """
 
 from __future__ import annotations
