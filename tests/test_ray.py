@@ -1041,8 +1041,10 @@ async def test_a_gated_pipeline_gives_the_local_output_on_ray_with_a_worker_kill
     assert rejected == rejected_up_to_last_kept(tmp_path / "local.jsonl")
     assert {r["gate"] for r in rejected} == {"most", "new_a", "new_b"}  # every gate rejected some
     assert on_ray.funnel is not None and on_ray.funnel.kept >= GATED_N
-    # The keeper's embedding requests were paid for and counted as the workers' are.
+    # The keeper's embedding requests were paid for and counted as the workers' are, and
+    # the answers they kept came back with the verdicts: the driver stored them.
     assert on_ray.requests["embedder"] > 1 and on_ray.cost is not None
+    assert cache_table(tmp_path / "cache", "SELECT COUNT(*) FROM answers WHERE col = 'new_b'")[0][0] > 0
 
 
 async def test_a_gated_ray_run_stopped_by_its_budget_then_its_candidates_cap_resumes_to_the_local_output(
