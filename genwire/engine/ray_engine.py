@@ -502,7 +502,7 @@ class RayBatches:
         ``indices``, as the kept rows come in (the blocks are sized from its first window)."""
         container = self._container
         todo = BlockRows(indices, feed)  # the rows a resumed run still needs, or the plan's candidates
-        n = todo.left
+        n = todo.window
         if n == 0:
             return
         ray = import_ray()
@@ -555,7 +555,9 @@ class RayBatches:
             while len(pending) < workers * BLOCKS_PER_WORKER and not held() and todo.more():
                 # Blocks shrink towards the end (never below a batch): the last ones end
                 # together instead of one worker finishing a long block while the others' slots idle.
-                share = math.ceil(todo.left / (workers * BLOCKS_PER_WORKER) / batch_size) * batch_size
+                # (A plan's end is unknown: its blocks keep the size of its first window's.)
+                ahead = todo.left if feed is None else n
+                share = math.ceil(ahead / (workers * BLOCKS_PER_WORKER) / batch_size) * batch_size
                 if budget is not None and rows_done == 0:  # under a cap the first block, alone, shows what a row costs
                     share = batch_size
                 rows = todo.take(max(batch_size, min(block_rows, share)))
