@@ -118,6 +118,30 @@ class DieFrom(Generator[DieFromParams]):
         return list(indices)
 
 
+class KeeperDiesParams(BaseModel):
+    marker_dir: str
+    at_or_after: int
+
+
+class KeeperDies(Generator[KeeperDiesParams]):
+    """An in-order gate keeping every row that kills its process (on Ray, the gates'
+    keeper) the first time it judges a row at or after ``at_or_after``."""
+
+    metadata = GeneratorMetadata(name="keeper-dies", description="crash test", required_resources={}, gate=True)
+    params_model = KeeperDiesParams
+    in_order = True
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        return await self.generate_batch(rows, range(len(rows)))
+
+    async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any]:
+        if any(index >= self.params.at_or_after for index in indices):
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(Path(self.params.marker_dir) / "keeper-died", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                os._exit(1)
+        return [True for _ in rows]
+
+
 class Pid(Generator[Any]):
     metadata = GeneratorMetadata(name="pid", description="the worker's process id", required_resources={})
 
@@ -1129,3 +1153,22 @@ async def test_the_keeper_judges_the_clusters_batches_in_key_order_and_a_rerun_b
     finally:
         await keeper.close()
         await container.aclose()
+
+
+async def test_a_keeper_that_dies_stops_the_run_and_the_rerun_resumes_to_the_local_output(
+    ray_workers: Any, fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    cfg = gated_pipeline(fake_openai_server, tmp_path)
+    dies = {"name": "judged", "generator": "keeper-dies", "params": {"marker_dir": str(tmp_path), "at_or_after": 16}}
+    cfg["pipeline"]["columns"].append(dies)
+    with pytest.raises(genwire.RunError, match=r"in-order gates died.*rerun the same command"):
+        await run(cfg, "ray", (KeeperDies,), skip_preflight=True)
+    assert (tmp_path / "keeper-died").exists()
+    done = await run(cfg, "ray", (KeeperDies,), skip_preflight=True)
+    assert done.rows_written == GATED_N
+    local = await run(
+        cfg, "local", (KeeperDies,), output=tmp_path / "local.jsonl", skip_preflight=True, response_cache=False
+    )
+    assert local.rows_written == GATED_N
+    assert (tmp_path / "out.jsonl").read_bytes() == (tmp_path / "local.jsonl").read_bytes()
+    assert rejected_up_to_last_kept(tmp_path / "out.jsonl") == rejected_up_to_last_kept(tmp_path / "local.jsonl")
