@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -1139,16 +1140,18 @@ async def test_the_keeper_judges_the_clusters_batches_in_key_order_and_a_rerun_b
         return not task.done()
 
     try:
-        await keeper.enter([4, 8])
+        await keeper.enter(1, [8])  # Ray delivered the driver's second block first
         later = asyncio.create_task(judge(8, ["x", "y"]))
-        assert await waits(later)  # batch 4 first
+        assert await waits(later)  # block 0 was submitted before it: its batches go first
+        await keeper.enter(0, [4])
+        assert await waits(later)
         assert await judge(4, ["x", "old", "z"]) == [True, False, True]
         assert await asyncio.wait_for(later, 60) == [False, True]
         assert await judge(4, ["x", "old", "z"]) == [True, False, True]  # re-run: the same verdicts
         await keeper.leave(12)  # a batch with no row left for the gate, before the driver's word
         early = asyncio.create_task(judge(16, ["y", "q"]))
         assert await waits(early)  # the driver has not entered it yet
-        await keeper.enter([12, 16])
+        await keeper.enter(2, [12, 16])
         assert await asyncio.wait_for(early, 60) == [False, True]
     finally:
         await keeper.close()
@@ -1172,3 +1175,64 @@ async def test_a_keeper_that_dies_stops_the_run_and_the_rerun_resumes_to_the_loc
     assert local.rows_written == GATED_N
     assert (tmp_path / "out.jsonl").read_bytes() == (tmp_path / "local.jsonl").read_bytes()
     assert rejected_up_to_last_kept(tmp_path / "out.jsonl") == rejected_up_to_last_kept(tmp_path / "local.jsonl")
+
+
+class InProcess:
+    """An object's async methods called as a Ray actor handle's are (``handle.m.remote(...)``)."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._target, name)
+
+        class Remote:
+            @staticmethod
+            def remote(*args: Any) -> Any:
+                return asyncio.ensure_future(method(*args))
+
+        return Remote
+
+
+async def test_a_worker_runs_a_later_block_first_and_its_batches_waiting_at_the_keeper_give_up_their_slots(
+    tmp_path: Path,
+) -> None:
+    """Ray runs an async actor's calls in no guaranteed order: a worker may start a later
+    block before an earlier one. That block's batches, waiting at the keeper for the earlier
+    block's, must not hold every slot the earlier block's batches need (a deadlock)."""
+    from genwire.engine.ray_engine import BATCHES_IN_FLIGHT, BlockWorker, WorkerSpec
+    from genwire.engine.ray_gates import GateKeeper, KeeperClient
+
+    cfg = {
+        "pipeline": {
+            "num_records": 8,
+            "seed": 2,
+            "output": str(tmp_path / "out.jsonl"),
+            "columns": [
+                {"name": "w", "generator": "sampler", "params": {"kind": "category", "values": ["x", "y", "z"]}},
+                {"name": "u", "generator": "keep-unique", "params": {"column": "w"}},
+            ],
+        }
+    }
+    container = genwire.boot(cfg)
+    spec = WorkerSpec(container.loaded, {c.generator_name: c.generator_cls for c in container.columns})
+    keeper = GateKeeper(spec, ["u"], {})
+    worker = BlockWorker(dataclasses.replace(spec, gates=KeeperClient(InProcess(keeper))))
+    try:
+        size = BATCHES_IN_FLIGHT  # a block of one-row batches fills every slot
+        first, second = list(range(size)), list(range(size, 2 * size))
+        await keeper.enter(0, first)
+        await keeper.enter(1, second)
+        later = asyncio.create_task(worker.run_block(second, 1))  # started first
+        for _ in range(50):
+            await asyncio.sleep(0)
+        earlier = asyncio.create_task(worker.run_block(first, 1))
+        done = await asyncio.wait_for(asyncio.gather(earlier, later), 60)
+        results = [result for block in done for result in block]
+        kept = sorted(i for r in results for i in r.indices)
+        rejected = sorted(r["candidate"] for result in results for r in result.rejected)
+        assert sorted(kept + rejected) == list(range(2 * size)) and 0 < len(kept) <= 3
+    finally:
+        await worker.close()
+        await keeper.close()
+        await container.aclose()

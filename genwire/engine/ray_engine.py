@@ -114,6 +114,7 @@ from genwire.config.loader import LoadedConfig
 from genwire.container.core import WiredPipeline
 from genwire.container.graph import build_graph
 from genwire.container.wiring import wire_columns
+from genwire.engine.batch_slots import BatchSlot, held_slot
 from genwire.engine.batches import BatchResult, BatchRunner, batched
 from genwire.engine.block_rows import BlockRows
 from genwire.engine.cluster import ClusterBudget, Coordinator, worker_meter
@@ -252,8 +253,13 @@ class BlockWorker:
             runner, slots = await self._ready()
 
             async def batch(rows: list[int]) -> BatchResult:
-                async with slots:  # FIFO: earlier blocks' batches go first
+                slot = BatchSlot(slots)
+                await slot.take()  # FIFO: earlier blocks' batches go first
+                held_slot.set(slot)  # in this batch's task (given up while it waits at the gates' keeper)
+                try:
                     return await runner.run(rows)
+                finally:
+                    slot.give()
 
             tasks = [asyncio.create_task(batch(rows)) for rows in batched(indices, batch_size)]
             try:

@@ -49,6 +49,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from genwire.engine.batch_slots import held_slot
 from genwire.engine.batches import BatchRunner, Earlier
 from genwire.engine.gate_turns import GateTurns
 from genwire.engine.ray_engine import CLOSE_TIMEOUT_S, BlockWorker, RemoteError, WorkerSpec, first_line
@@ -113,17 +114,24 @@ class GateKeeper(BlockWorker):
         self._turns = GateTurns(gates)
         self._entered: set[int] = set()
         self._left: set[int] = set()
+        self._blocks = 0  # the next block's number: its keys are entered after every earlier block's
+        self._early: dict[int, list[int]] = {}  # blocks' keys that came before an earlier block's
         self._entry: asyncio.Event | None = None  # set (and replaced) when keys are entered
         self._judged: dict[tuple[str, int], asyncio.Task[Judged]] = {}
         self._locks = {gate: asyncio.Lock() for gate in gates}  # one call at a time per gate
         self._remembered: list[Judged] = []  # what a gate's remember() kept: sent with the next verdicts
 
-    async def enter(self, keys: list[int]) -> None:
-        """The driver submitted these batches (keys in index order, after every lower one)."""
-        for key in keys:
-            if key not in self._left:  # a batch with no row left for the gates may leave first
-                self._turns.enter(key)
-            self._entered.add(key)
+    async def enter(self, block: int, keys: list[int]) -> None:
+        """The driver submitted block number ``block``, these batches (keys in index order,
+        above every earlier block's). Ray runs an async actor's calls in no guaranteed
+        order: a block's keys wait here for every earlier block's."""
+        self._early[block] = keys
+        while self._blocks in self._early:
+            for key in self._early.pop(self._blocks):
+                if key not in self._left:  # a batch with no row left for the gates may leave first
+                    self._turns.enter(key)
+                self._entered.add(key)
+            self._blocks += 1
         if self._entry is not None:
             self._entry.set()
             self._entry = None
@@ -232,10 +240,16 @@ class KeeperClient:
     actor: Any  # the keeper's Ray actor handle
 
     async def judge(self, column: str, key: int, rows: list[dict[str, Any]], indices: list[int]) -> list[Any]:
+        slot = held_slot.get()
+        if slot is not None:  # waiting for its turn, the batch holds none of the worker's slots
+            slot.give()
         try:
             answer = await self.actor.judge.remote(column, key, rows, indices)
         except Exception as exc:  # a Ray error: the keeper is gone (a gate's own errors come back as values)
             raise keeper_gone(exc) from exc
+        finally:
+            if slot is not None:
+                await slot.take()
         if isinstance(answer, RemoteError):
             raise answer.rebuild()
         kept_elsewhere(answer.answers, answer.hits)  # the driver stores them with the batch's own
@@ -260,6 +274,7 @@ class RayGates:
         self.gates = gates
         self._earlier = earlier
         self._actor: Any = None
+        self._blocks = 0  # blocks submitted
 
     def start(self, ray: Any, spec: WorkerSpec) -> KeeperClient:
         """The keeper, booted from ``spec`` (not restarted if it dies: its state is the run's order)."""
@@ -269,8 +284,9 @@ class RayGates:
         return KeeperClient(self._actor)
 
     def enter(self, keys: list[int]) -> None:
-        """A block's batch keys, before the block is submitted (so, in index order)."""
-        self._actor.enter.remote(keys)
+        """A block's batch keys, before the block is submitted (numbered: in index order)."""
+        self._actor.enter.remote(self._blocks, keys)
+        self._blocks += 1
 
     async def settled(self, keys: list[int]) -> Receipt:
         try:
