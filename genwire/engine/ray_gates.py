@@ -9,13 +9,16 @@ leases of the cluster's budget; it reads the response cache, never writes it). I
 the in-order gates' generator instances and one ``GateTurns`` over the cluster's batch
 keys (a batch's first row index):
 
-* **Order.** The driver enters each block's batch keys, in index order, when it submits
-  the block (a message, not awaited). A worker's ``BatchRunner`` hands the batch's live
-  rows at an in-order gate to the keeper (``KeeperClient.judge``), which waits for the
-  key's entry (a worker's call may arrive before the driver's message), then for its
-  turn (every lower key passed that gate or left), judges, and lets the next one by. The
-  other columns of every batch still run on the workers, concurrently; a batch waits
-  only at the in-order gate, as locally. A batch that ends (done, failed, cancelled)
+* **Order.** The driver enters each block's batch keys when it submits the block (a
+  message, not awaited), numbered: Ray runs an async actor's calls in no guaranteed
+  order, so the keeper applies the blocks by number. A worker's ``BatchRunner`` hands the
+  batch's live rows at an in-order gate to the keeper (``KeeperClient.judge``), which
+  waits for the key's entry (a worker's call may arrive before the driver's message),
+  then for its turn (every lower key passed that gate or left), judges, and lets the
+  next one by. The other columns of every batch still run on the workers, concurrently;
+  a batch waits only at the in-order gate, as locally, and gives up its worker slot
+  meanwhile (``engine.batch_slots``: a worker may start a later block before an earlier
+  one, whose batches then need the slots). A batch that ends (done, failed, cancelled)
   leaves (``KeeperClient.leave``), so it never holds a gate up.
 * **A worker killed mid-run.** Ray restarts it and re-runs its block. The keeper judges
   each batch key once per gate, in a task of its own (a caller gone does not cancel it),
