@@ -66,9 +66,10 @@ class DieFrom(Generator[DieFromParams]):
 
 
 def config(url: str, args: argparse.Namespace, out: Path, *, in_order: bool, die: Path | None) -> dict[str, Any]:
+    values = [f"a{i}" for i in range(4 * args.rows)]  # and as many echoes: a few repeats each
     columns: list[dict[str, Any]] = [
         {"name": "n", "generator": "sampler", "params": {"kind": "uniform", "low": 0, "high": 10**9, "integer": True}},
-        {"name": "a", "generator": "sampler", "params": {"kind": "category", "values": [f"a{i}" for i in range(4000)]}},
+        {"name": "a", "generator": "sampler", "params": {"kind": "category", "values": values}},
         {"name": "most", "generator": "keep-if", "params": {"expression": "n % 3 != 0"}},
     ]
     if in_order:
@@ -82,7 +83,7 @@ def config(url: str, args: argparse.Namespace, out: Path, *, in_order: bool, die
             "name": "echo",
             "generator": "llm-text",
             "resources": {"model": "writer"},
-            "params": {"prompt": "Say {{ n % 997 }}"},
+            "params": {"prompt": "Say {{ n % " + str(4 * args.rows) + " }}"},
         },
         {"name": "fifths", "generator": "keep-if", "params": {"expression": "n % 5 != 0"}},
     ]
