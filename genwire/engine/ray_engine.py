@@ -590,11 +590,10 @@ class RayBatches:
                     budget_caps=budget.caps if budget is not None else (False, False),
                     endpoint_verdicts=container.endpoint_verdicts(),
                 )
-                if gates is not None and keeper is None:  # the keeper: booted as a worker, on the first one's share
-                    keeper = gates.start(ray, dataclasses.replace(spec, worker=workers))
-                spec = dataclasses.replace(spec, gates=keeper)
                 try:
-                    actors.append(actor_cls.remote(spec))
+                    if gates is not None and keeper is None:  # the keeper: booted as a worker, on the first one's share
+                        keeper = gates.start(ray, dataclasses.replace(spec, worker=workers))
+                    actors.append(actor_cls.remote(dataclasses.replace(spec, gates=keeper)))
                 except Exception as exc:  # the spec must pickle: config data and importable classes
                     raise RunError(f"cannot send the pipeline to the Ray workers: {exception_text(exc)}") from exc
             peers = actors + ([keeper.actor] if keeper is not None else [])  # the gates' keeper brakes as a worker
