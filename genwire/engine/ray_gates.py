@@ -118,6 +118,7 @@ class GateKeeper(BlockWorker):
         self._entered: set[int] = set()
         self._left: set[int] = set()
         self._blocks = 0  # the next block's number: its keys are entered after every earlier block's
+        self._settled = -1  # the highest key whose block's rows the driver has
         self._early: dict[int, list[int]] = {}  # blocks' keys that came before an earlier block's
         self._entry: asyncio.Event | None = None  # set (and replaced) when keys are entered
         self._judged: dict[tuple[str, int], asyncio.Task[Judged]] = {}
@@ -140,13 +141,16 @@ class GateKeeper(BlockWorker):
             self._entry = None
 
     async def leave(self, key: int) -> None:
+        if key <= self._settled:  # its block's rows are with the driver (its leave came late)
+            return
         self._left.add(key)
         self._turns.leave(key)
 
     async def settled(self, keys: list[int]) -> Receipt:
         """The driver has these batches' rows: no re-run can ask about them again. Returns
         what the keeper paid for since its last receipt."""
-        for key in keys:
+        for key in keys:  # the driver settles blocks in row order
+            self._settled = max(self._settled, key)
             self._left.discard(key)
             self._entered.discard(key)
             for gate in self._gates:
