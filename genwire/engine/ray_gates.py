@@ -55,7 +55,7 @@ from typing import Any
 from genwire.engine.batch_slots import held_slot
 from genwire.engine.batches import BatchRunner, Earlier
 from genwire.engine.gate_turns import GateTurns
-from genwire.engine.ray_engine import CLOSE_TIMEOUT_S, BlockWorker, RemoteError, WorkerSpec, first_line
+from genwire.engine.ray_engine import CLOSE_TIMEOUT_S, BlockWorker, RemoteError, WorkerSpec, first_line, last_line
 from genwire.engine.receipt import Receipt
 from genwire.errors import RunError
 from genwire.generators.base import Generator
@@ -268,6 +268,11 @@ class KeeperClient:
 
 
 def keeper_gone(exc: BaseException) -> RunError:
+    if getattr(exc, "actor_init_failed", False):
+        return RunError(
+            f"the Ray actor judging the in-order gates could not start ({last_line(exc)}); the pipeline's "
+            "generator classes and their modules must be importable on every Ray node (install the plugins there too)"
+        )
     return RunError(
         f"the Ray actor judging the in-order gates died ({first_line(exc)}); the rows made so far are in the "
         "checkpoint: rerun the same command to go on"
