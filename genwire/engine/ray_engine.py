@@ -48,7 +48,9 @@ local engine writes.
   (the ``Roster`` gives each the others' handles), which brakes that model of that
   endpoint too (``engine.cluster``).
 * **The budget** (``--max-cost``, ``pipeline.budget``) is held cluster-wide by a
-  coordinator actor (``engine.cluster``): each worker's meter spends leases of the cap,
+  coordinator actor (``engine.cluster``), made with the workers (its process boots
+  beside theirs) and told what the pre-flight's probes spent (``Coordinator.begin``)
+  before the first block: each worker's meter spends leases of the cap,
   the driver reads the coordinator after every block and takes no new rows once it is
   exhausted (or, as locally, while what is left would not finish them), and the run
   stops with exit 3.
@@ -263,8 +265,11 @@ class BlockWorker:
 
     async def warm(self) -> None:
         """Boot the container ahead of the first block (while the driver's pre-flight
-        runs): clients and pools are made, nothing is sent (tool servers start on first use)."""
-        await self._ready()
+        runs): clients and pools are made, nothing is sent (tool servers start on first use).
+        A boot that fails shows with the first block, raised as the driver raises it (an
+        error of this call would only be printed by Ray)."""
+        with contextlib.suppress(Exception):
+            await self._ready()
 
     def _join(self, roster: Roster) -> None:
         """The roster, once per process (before the first request: nothing awaits in between)."""
@@ -523,6 +528,7 @@ class RayBatches:
         self._output_limits = output_limits or {}  # the models' output limits (a worst case without max_tokens)
         self._starting: asyncio.Task[None] | None = None
         self._actors: list[Any] = []
+        self._coordinator: Any = None  # a capped run's (engine.cluster), made with the workers
 
     def live_rows(self) -> int:
         return 0  # batch mode, which counts them, runs on the local engine only
@@ -563,6 +569,9 @@ class RayBatches:
             max_task_retries=MAX_TASK_RETRIES,
             num_cpus=min(1.0, cpus / workers),  # one CPU each, shared when asked for more workers than CPUs
         )
+        budget = self._budget
+        if budget is not None and budget.capped:  # its process boots beside the workers'
+            self._coordinator = ray.remote(Coordinator).options(num_cpus=0).remote(**budget.coordinator_args(workers))
         for i in range(workers):
             spec = WorkerSpec(
                 split_config(container.loaded, caps, workers, i),
@@ -589,6 +598,10 @@ class RayBatches:
         actors, self._actors = self._actors, []
         if actors:
             await close_workers(import_ray(), actors, self._feed)
+        coordinator, self._coordinator = self._coordinator, None
+        if coordinator is not None:
+            with contextlib.suppress(Exception):
+                import_ray().kill(coordinator)
 
     async def batches(self, indices: Iterator[int], batch_size: int) -> AsyncGenerator[BatchResult, None]:
         container = self._container
@@ -597,17 +610,17 @@ class RayBatches:
         if n == 0:
             return
         self.start(n, batch_size)  # the session started them before its pre-flight; a direct caller, now
-        coordinator = None
         pending: deque[Block] = deque()  # sent, not yet yielded, in row order
         try:
             assert self._starting is not None
             await self._starting  # its error (Ray, overrides) is the run's
-            ray, actors = import_ray(), self._actors
+            ray, actors, coordinator = import_ray(), self._actors, self._coordinator
             workers = len(actors)
             block_rows = per_block(n, batch_size, workers) * batch_size
-            budget = self._budget if self._budget is not None and self._budget.capped else None
-            if budget is not None:  # the cap is the cluster's (engine.cluster); the probes are paid by now
-                coordinator = ray.remote(Coordinator).options(num_cpus=0).remote(**budget.coordinator_args(workers))
+            budget = self._budget if coordinator is not None else None
+            if budget is not None:  # the cap is the cluster's (engine.cluster): less what the probes paid
+                before = budget.coordinator_args(workers)
+                await coordinator.begin.remote(spent_usd=before["spent_usd"], spent_tokens=before["spent_tokens"])
             roster = Roster(
                 list(actors),
                 container.endpoint_verdicts(),  # the pre-flight's
@@ -624,15 +637,22 @@ class RayBatches:
                 with contextlib.suppress(Exception):
                     import_ray().cancel(block.ref)
             await asyncio.gather(*(block.result for block in pending), return_exceptions=True)
-            await self.aclose()
-            if coordinator is not None:
-                with contextlib.suppress(Exception):
-                    status = await coordinator.status.remote()
-                    if self._budget is not None:
-                        self._budget.note(status)
-                    log.debug("the coordinator answered %d lease call(s)", status.leases)
-                with contextlib.suppress(Exception):
-                    import_ray().kill(coordinator)
+            await self._close_run()
+
+    async def _close_run(self) -> None:
+        """The workers closed (what they paid since their last block fed), then the
+        coordinator's last word noted, then everything killed."""
+        coordinator, self._coordinator = self._coordinator, None
+        await self.aclose()
+        if coordinator is not None:
+            with contextlib.suppress(Exception):
+                status = await coordinator.status.remote()
+                if self._budget is not None:
+                    self._budget.note(status)
+                log.debug("the coordinator answered %d lease call(s)", status.leases)
+        if coordinator is not None:
+            with contextlib.suppress(Exception):
+                import_ray().kill(coordinator)
 
     async def _dispatch(
         self,
