@@ -63,6 +63,11 @@ local engine writes.
   starting from the driver's verdicts (the pre-flight's); a member a worker takes out
   (auth, not_found) is out on every worker (it tells the others, as a brake); the
   per-endpoint figures come back in the receipts and add up.
+* **Quality gates** (SPEC §21): a gated run's ``CandidatePlan`` feeds the driver
+  (``batches(feed=...)``): it counts the kept rows as blocks come back and stops
+  scheduling at N. Stateless gates run on the workers; stateful ones (``in_order``) are
+  judged for the whole cluster by one keeper actor, in index order (``engine.ray_gates``),
+  made with the workers; it gets the roster (``BlockWorker.join``) before the first block.
 * **Fault tolerance.** Actors have ``max_restarts`` and their tasks
   ``max_task_retries``: a worker process that dies mid-block is restarted (a new
   ``BlockWorker`` from the same ``WorkerSpec``, the roster from the re-run block) and the
@@ -122,13 +127,15 @@ from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 from genwire.config.loader import LoadedConfig
 from genwire.container.core import WiredPipeline
 from genwire.container.graph import build_graph
 from genwire.container.wiring import wire_columns
+from genwire.engine.batch_slots import BatchSlot, held_slot
 from genwire.engine.batches import BatchResult, BatchRunner, batched
+from genwire.engine.block_rows import BlockRows
 from genwire.engine.cluster import ClusterBudget, Coordinator, worker_meter
 from genwire.engine.costs import attach_meter, priced_models
 from genwire.engine.receipt import Receipt, ReceiptBook
@@ -164,6 +171,7 @@ class WorkerSpec:
     prices: dict[str, Price | None] = dataclasses.field(default_factory=dict)  # the driver's, resolved once
     output_limits: dict[str, int] = dataclasses.field(default_factory=dict)  # the driver's: the same worst cases
     worker: int = 0  # this worker's index
+    gates: Any = None  # the run's in-order gates' keeper (engine.ray_gates.KeeperClient), when it has any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,7 +180,7 @@ class Roster:
     worker Ray restarts (its process died: a new ``BlockWorker`` from the same
     ``WorkerSpec``) gets it again with the block it re-runs, before any request."""
 
-    peers: list[Any] = dataclasses.field(default_factory=list)  # every worker's actor handle, by index
+    peers: list[Any] = dataclasses.field(default_factory=list)  # every worker's handle by index, the keeper's last
     verdicts: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # the driver's, on pools
     coordinator: Any = None  # the run's coordinator actor (engine.cluster), when the budget is capped
     budget_caps: tuple[bool, bool] = (False, False)  # a cost cap, a token cap: spent in leases of the coordinator's
@@ -245,7 +253,7 @@ class BlockWorker:
                 self._container = boot_worker_container(self._spec)
                 if self._spec.response_cache is not None:  # read only: the driver stores the answers
                     self._cache = ResponseCache(self._spec.response_cache, writer=False)
-                self._runner = BatchRunner(self._container, self._cache, store_answers=False)
+                self._runner = BatchRunner(self._container, self._cache, store_answers=False, keeper=self._spec.gates)
                 # Metered as on the driver: each paid answer goes to the driver's ledger.
                 meter = CostMeter(self._spec.prices, output_limits=self._spec.output_limits, record=self._book.paid)
                 self._book.meter, self._book.worker = meter, self._spec.worker  # its measurements go with its rows
@@ -271,6 +279,11 @@ class BlockWorker:
         with contextlib.suppress(Exception):
             await self._ready()
 
+    async def join(self, roster: Roster) -> None:
+        """The roster for an actor that runs no block (the gates' keeper: ``engine.ray_gates``)."""
+        await self._ready()
+        self._join(roster)
+
     def _join(self, roster: Roster) -> None:
         """The roster, once per process (before the first request: nothing awaits in between)."""
         if self._joined:
@@ -293,8 +306,13 @@ class BlockWorker:
             self._join(roster if roster is not None else Roster())
 
             async def batch(rows: list[int]) -> BatchResult:
-                async with slots:  # FIFO: earlier blocks' batches go first
+                slot = BatchSlot(slots)
+                await slot.take()  # FIFO: earlier blocks' batches go first
+                held_slot.set(slot)  # in this batch's task (given up while it waits at the gates' keeper)
+                try:
                     return await runner.run(rows)
+                finally:
+                    slot.give()
 
             tasks = [asyncio.create_task(batch(rows)) for rows in batched(indices, batch_size)]
             try:
@@ -471,6 +489,11 @@ async def close_workers(ray: ModuleType, actors: list[Any], feed: Callable[[Rece
                 ray.kill(actor)
 
 
+def batch_keys(rows: list[int], batch_size: int) -> list[int]:
+    """The keys of a block's batches (each one's first row), as its worker batches it."""
+    return [batch[0] for batch in batched(rows, batch_size)]
+
+
 async def store_worker_answers(cache: ResponseCache, results: list[BatchResult]) -> None:
     """Store the answers a block's workers paid for (one transaction, off the event loop)
     and count its hits as this process's: the workers only read the cache."""
@@ -480,6 +503,19 @@ async def store_worker_answers(cache: ResponseCache, results: list[BatchResult])
         cache.hits += result.cached
     if answers and cache.writable:
         await asyncio.to_thread(cache.put_many, answers)
+
+
+class GateKeeping(Protocol):
+    """A gated run's in-order gates on the cluster (``engine.ray_gates.RayGates``)."""
+
+    def start(self, ray: ModuleType, spec: WorkerSpec) -> Any:
+        """The keeper, booted from ``spec``: what a worker's spec carries (``.actor``: its handle)."""
+
+    def enter(self, keys: list[int]) -> None: ...  # a block's batch keys, as it is submitted
+
+    async def settled(self, keys: list[int]) -> Receipt: ...  # a block's rows are back: what the keeper paid
+
+    async def close(self, ray: ModuleType, feed: Callable[[Receipt], None]) -> None: ...
 
 
 @dataclasses.dataclass
@@ -513,11 +549,13 @@ class RayBatches:
         prices: dict[str, Price | None] | None = None,
         budget: ClusterBudget | None = None,
         output_limits: dict[str, int] | None = None,
+        gates: GateKeeping | None = None,
     ) -> None:
         """``response_cache``: the driver's cache, the one that stores the workers' answers;
         ``feed``: the run's accounting, which every worker's receipt goes to; ``prices``:
         the models' prices the workers' meters price their answers with; ``budget``: the
-        run's, held cluster-wide by a coordinator when capped."""
+        run's, held cluster-wide by a coordinator when capped; ``gates``: a gated run's
+        in-order gates, judged by one keeper for the cluster."""
         self._container = container
         self._cache = response_cache
         self._address = address
@@ -529,6 +567,8 @@ class RayBatches:
         self._starting: asyncio.Task[None] | None = None
         self._actors: list[Any] = []
         self._coordinator: Any = None  # a capped run's (engine.cluster), made with the workers
+        self._gates = gates
+        self._keeper: Any = None  # the gates' keeper's client (engine.ray_gates), made with the workers
 
     def live_rows(self) -> int:
         return 0  # batch mode, which counts them, runs on the local engine only
@@ -582,7 +622,9 @@ class RayBatches:
                 worker=i,
             )
             try:
-                actor = actor_cls.remote(spec)
+                if self._gates is not None and self._keeper is None:  # booted as a worker, on the first one's share
+                    self._keeper = self._gates.start(ray, dataclasses.replace(spec, worker=workers))
+                actor = actor_cls.remote(dataclasses.replace(spec, gates=self._keeper))
             except Exception as exc:  # the spec must pickle: config data and importable classes
                 raise RunError(f"cannot send the pipeline to the Ray workers: {exception_text(exc)}") from exc
             self._actors.append(actor)
@@ -598,15 +640,22 @@ class RayBatches:
         actors, self._actors = self._actors, []
         if actors:
             await close_workers(import_ray(), actors, self._feed)
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None and self._gates is not None:
+            await self._gates.close(import_ray(), self._feed)
         coordinator, self._coordinator = self._coordinator, None
         if coordinator is not None:
             with contextlib.suppress(Exception):
                 import_ray().kill(coordinator)
 
-    async def batches(self, indices: Iterator[int], batch_size: int) -> AsyncGenerator[BatchResult, None]:
+    async def batches(
+        self, indices: Iterator[int], batch_size: int, *, feed: Iterator[list[int]] | None = None
+    ) -> AsyncGenerator[BatchResult, None]:
+        """``feed`` (a gated run's ``CandidatePlan``) says which rows to start, in place of
+        ``indices``, as the kept rows come in (the blocks are sized from its first window)."""
         container = self._container
-        todo = list(indices)  # the rows a resumed run still needs (ints: small beside rows)
-        n = len(todo)
+        todo = BlockRows(indices, feed)  # the rows a resumed run still needs, or the plan's candidates
+        n = todo.window
         if n == 0:
             return
         self.start(n, batch_size)  # the session started them before its pre-flight; a direct caller, now
@@ -621,13 +670,16 @@ class RayBatches:
             if budget is not None:  # the cap is the cluster's (engine.cluster): less what the probes paid
                 before = budget.coordinator_args(workers)
                 await coordinator.begin.remote(spent_usd=before["spent_usd"], spent_tokens=before["spent_tokens"])
+            keeper = self._keeper
             roster = Roster(
-                list(actors),
+                actors + ([keeper.actor] if keeper is not None else []),  # the gates' keeper brakes as a worker
                 container.endpoint_verdicts(),  # the pre-flight's
                 coordinator,
                 budget.caps if budget is not None else (False, False),
             )
-            dispatch = self._dispatch(ray, roster, todo, batch_size, block_rows, budget, pending)
+            if keeper is not None:  # it runs no block: its roster now, before any worker's batch asks it
+                await keeper.actor.join.remote(roster)
+            dispatch = self._dispatch(ray, roster, todo, feed is not None, batch_size, block_rows, budget, pending)
             async with contextlib.aclosing(dispatch):
                 async for result in dispatch:
                     yield result
@@ -658,7 +710,8 @@ class RayBatches:
         self,
         ray: ModuleType,
         roster: Roster,
-        todo: list[int],
+        todo: BlockRows,
+        planned: bool,
         batch_size: int,
         block_rows: int,
         budget: ClusterBudget | None,
@@ -668,11 +721,10 @@ class RayBatches:
         soon as one of its blocks finishes, whatever the order (it never idles waiting for
         an earlier block of another worker), up to ``BLOCKS_PER_WORKER`` running and
         ``ahead`` blocks not yet yielded (bounded memory)."""
-        actors, coordinator = roster.peers, roster.coordinator
-        workers, n, cache = len(actors), len(todo), self._cache
+        actors, coordinator, gates = self._actors, roster.coordinator, self._gates
+        workers, n, cache = len(actors), todo.window, self._cache
         running = [0] * workers
         ahead = workers * (BLOCKS_PER_WORKER + 1)
-        cursor = 0  # the next row of ``todo`` to hand out
         rows_done = 0  # rows returned in this session (what a row costs, for the budget's hold)
 
         def held() -> bool:
@@ -685,18 +737,20 @@ class RayBatches:
             return bool(pending) and budget.hold_rows(rows_done, live, block_rows)
 
         def submit() -> None:
-            nonlocal cursor
-            while len(pending) < ahead and cursor < n and not held():
+            while len(pending) < ahead and not held():
                 worker = min(range(workers), key=running.__getitem__)
-                if running[worker] >= BLOCKS_PER_WORKER:
+                if running[worker] >= BLOCKS_PER_WORKER or not todo.more():
                     return
                 # Blocks shrink towards the end (never below a batch): the last ones end
                 # together instead of one worker finishing a long block while the others' slots idle.
-                share = math.ceil((n - cursor) / (workers * BLOCKS_PER_WORKER) / batch_size) * batch_size
+                # (A plan's end is unknown: its blocks keep the size of its first window's.)
+                left = n if planned else todo.left
+                share = math.ceil(left / (workers * BLOCKS_PER_WORKER) / batch_size) * batch_size
                 if budget is not None and rows_done == 0:  # under a cap the first block, alone, shows what a row costs
                     share = batch_size
-                rows = todo[cursor : cursor + max(batch_size, min(block_rows, share))]
-                cursor += len(rows)
+                rows = todo.take(max(batch_size, min(block_rows, share)))
+                if gates is not None:  # before the block: the keeper takes the batches in index order
+                    gates.enter(batch_keys(rows, batch_size))
                 running[worker] += 1
                 ref = actors[worker].run_block.remote(rows, batch_size, roster)
                 pending.append(Block(rows, worker, ref, asyncio.ensure_future(ref)))
@@ -723,6 +777,8 @@ class RayBatches:
             if budget is not None and coordinator is not None:
                 budget.note(await coordinator.status.remote())
             submit()  # before yielding: the next block runs while the sink writes this one
+            if gates is not None:  # what the keeper paid for these rows: before they are checkpointed
+                self._feed(await gates.settled(batch_keys(block.rows, batch_size)))
             if cache is not None:
                 await store_worker_answers(cache, out)
             for result in out:  # paid for before its rows are checkpointed, as locally
@@ -731,3 +787,4 @@ class RayBatches:
                     self._feed(receipt)
             for result in out:
                 yield result
+            submit()  # a gated run's plan has recorded these rows: it may take more now
