@@ -7,8 +7,12 @@ Two pipelines: ``io`` (sampler + llm-text: bound by max_concurrency / latency, w
 Ray engine holds cluster-wide, so more workers cannot beat the cap) and ``io+cpu`` (the
 same plus a plugin column burning ``--cpu-ms`` of pure-Python CPU per row: that part is
 what extra worker processes parallelise). Every timing is a whole run, so the Ray rows
-include booting the worker actors, about a second or two per run (Ray itself is started
-once, before the table); the larger row count shows how that amortises.
+include starting the worker processes (Ray itself is started once, before the table): the
+``1st request`` column is the time from the run's start to the server's first request,
+which on Ray is mostly Ray starting a fresh worker process per actor (about a second on
+a loaded 2-core machine; the actors of the first Ray run take the processes ``ray.init``
+started ahead). The larger row count shows how that amortises. The cells of a row count
+take turns, ``--repeat`` times, and the medians are shown.
 
 Then the guarantees the cluster keeps (SPEC §22), on the ``io`` pipeline at the largest
 row count, each against the local engine on the same work:
@@ -93,16 +97,25 @@ COORDINATOR = CoordinatorLine()
 
 
 async def measure(
-    cfg: dict[str, Any], engine: str, workers: int | None, max_cost_usd: float | None = None
-) -> tuple[float, int]:
-    """(rows/s, HTTP requests) of one whole run."""
+    cfg: dict[str, Any],
+    engine: str,
+    workers: int | None,
+    max_cost_usd: float | None = None,
+    server: FakeOpenAIServer | None = None,
+) -> tuple[float, int, float]:
+    """(rows/s, HTTP requests, seconds from the run's start to its first request at
+    ``server``) of one whole run."""
     container = genwire.boot(cfg, generators=[Busy])
+    if server is not None:
+        server.reset_stats()
     async with container:
+        started = time.monotonic()
         result = await container.run(
             skip_preflight=True, engine=engine, ray_workers=workers, max_cost_usd=max_cost_usd, resume=False
         )
     assert result.rows_written == cfg["pipeline"]["num_records"], result
-    return result.rows_per_s, sum(result.requests.values())
+    first = min((when for when, _, _ in server.log), default=started) - started if server is not None else 0.0
+    return result.rows_per_s, sum(result.requests.values()), first
 
 
 def priced(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -113,8 +126,6 @@ def priced(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def lease_calls(line: str) -> int:
     return int(line.split("answered ")[1].split(" ")[0]) if "answered " in line else 0
-
-
 
 
 async def main() -> None:
@@ -132,14 +143,15 @@ async def main() -> None:
     import ray
 
     started = time.perf_counter()
-    # Workers import Busy from this file by reference: put its directory on their path.
-    pythonpath = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
+    # Workers import Busy from this file by reference: its directory goes on their path
+    # through the environment the local Ray inherits (as a plugin installed on every node),
+    # not a job runtime_env, whose agent would add most of a second to every worker's start.
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
     ray.init(
         num_cpus=os.cpu_count() or 2,
         include_dashboard=False,
         log_to_driver=False,
         logging_level=logging.WARNING,
-        runtime_env={"env_vars": {"PYTHONPATH": pythonpath, "BENCH_CPU_MS": str(args.cpu_ms)}},
     )
     print(f"ray.init: {time.perf_counter() - started:.1f} s ({ray.cluster_resources().get('CPU', 0):.0f} CPUs)")
     limit = args.concurrency / args.latency
@@ -148,19 +160,39 @@ async def main() -> None:
         f"(I/O limit {limit:.0f} rows/s), busy column {args.cpu_ms:g} ms CPU/row, "
         f"median of {args.repeat}"
     )
-    print(f"{'pipeline':>9} {'rows':>6} {'engine':>14} {'rows/s':>8} {'of I/O limit':>13}")
+    print(f"load average {load()} (2 CPUs shared with whatever else runs)")
+    print(
+        f"{'pipeline':>9} {'rows':>6} {'engine':>14} {'rows/s':>8} {'of I/O limit':>13} {'vs local':>9} "
+        f"{'1st request':>12}"
+    )
     cells: list[tuple[str, str, int | None]] = [("local", "local", None), ("ray", "ray 1 worker", 1)]
     cells.append(("ray", "ray 2 workers", 2))
     with FakeOpenAIServer(latency=args.latency) as server, tempfile.TemporaryDirectory() as tmp:
         for cpu in (False, True):
             name = "io+cpu" if cpu else "io"
             for rows in args.rows:
-                for engine, label, workers in cells:
-                    cfg = config(server.url, args.concurrency, rows, Path(tmp) / "out.jsonl", cpu)
-                    rate = statistics.median([(await measure(cfg, engine, workers))[0] for _ in range(args.repeat)])
-                    print(f"{name:>9} {rows:>6} {label:>14} {rate:>8.1f} {rate / limit:>12.0%}", flush=True)
+                cfg = config(server.url, args.concurrency, rows, Path(tmp) / "out.jsonl", cpu)
+                runs: dict[str, list[tuple[float, int, float]]] = {label: [] for _, label, _ in cells}
+                for _ in range(args.repeat):  # the cells take turns: a change of load hits them all
+                    for engine, label, workers in cells:
+                        runs[label].append(await measure(cfg, engine, workers, server=server))
+                local = statistics.median(rate for rate, _, _ in runs["local"])
+                for _, label, _ in cells:
+                    rate = statistics.median(rate for rate, _, _ in runs[label])
+                    first = statistics.median(first for _, _, first in runs[label])
+                    share = f"{rate / local:.0%}" if label != "local" else ""
+                    print(
+                        f"{name:>9} {rows:>6} {label:>14} {rate:>8.1f} {rate / limit:>12.0%} {share:>9} "
+                        f"{first:>10.2f} s",
+                        flush=True,
+                    )
         await guarantees(server, args, Path(tmp), limit)
+    print(f"load average {load()}")
     ray.shutdown()
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 async def guarantees(server: FakeOpenAIServer, args: argparse.Namespace, tmp: Path, limit: float) -> None:
@@ -175,17 +207,22 @@ async def guarantees(server: FakeOpenAIServer, args: argparse.Namespace, tmp: Pa
         ("--max-cost (not hit)", 1e6, None),
         (f"429 beyond {args.admit:g} req/s", None, args.admit),
     ]
+    engines: list[tuple[str, str, int | None]] = [("local", "local", None), ("ray", "ray 2 workers", 2)]
     for case, cap, admit in cases:
         server.rate_limit(admit, retry_after=1.0, model="writer")
-        local = 0.0
-        for engine, label, workers in (("local", "local", None), ("ray", "ray 2 workers", 2)):
-            cfg = priced(config(server.url, args.concurrency, rows, tmp / "out.jsonl", False))
-            COORDINATOR.last = ""
-            server.reset_stats()
-            runs = [await measure(cfg, engine, workers, cap) for _ in range(args.repeat)]
-            rate = statistics.median(r for r, _ in runs)
-            requests = runs[-1][1]
-            local = rate if engine == "local" else local
+        cfg = priced(config(server.url, args.concurrency, rows, tmp / "out.jsonl", False))
+        runs: dict[str, list[tuple[float, int, float]]] = {label: [] for _, label, _ in engines}
+        limited: dict[str, float] = {}
+        for _ in range(args.repeat):  # taking turns, as above
+            for engine, label, workers in engines:
+                COORDINATOR.last = ""
+                server.reset_stats()
+                runs[label].append(await measure(cfg, engine, workers, cap))
+                limited[label] = server.rate_limited / max(1, server.total_requests)
+        local = statistics.median(r for r, _, _ in runs["local"])
+        for engine, label, _ in engines:
+            rate = statistics.median(r for r, _, _ in runs[label])
+            requests = runs[label][-1][1]
             calls = ""
             if engine == "ray":
                 line = COORDINATOR.last
@@ -193,8 +230,7 @@ async def guarantees(server: FakeOpenAIServer, args: argparse.Namespace, tmp: Pa
                 if admit is not None:
                     calls = "0 (brakes go worker to worker)"
             share = f"{rate / local:.0%}" if engine == "ray" else ""
-            limited = server.rate_limited / max(1, server.total_requests)
-            of_what = f" ({rate / admit:.0%} of {admit:g}/s, 429s {limited:.1%} of requests)" if admit else ""
+            of_what = f" ({rate / admit:.0%} of {admit:g}/s, 429s {limited[label]:.1%} of requests)" if admit else ""
             print(f"{case:>22} {label:>14} {rate:>8.1f} {share:>9} {calls:>26}{of_what}", flush=True)
     server.rate_limit(None, model="writer")
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -168,6 +170,50 @@ class Snoop(Generator[Any]):
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
         slot = "embedder"  # a name known at run time only: the static check warns, the runtime guard stops it
         return [await self.resources[slot].embed([str(r)]) for r in rows]
+
+
+class KillMeParams(BaseModel):
+    marker_dir: str
+    at: int  # the row whose batch holds its worker process until the test kills it
+
+
+class KillMe(Generator[KillMeParams]):
+    """The first worker process to meet row ``at`` writes its PID to ``worker-pid`` and
+    waits there for the test to kill it by that PID; returns the row's index."""
+
+    metadata = GeneratorMetadata(name="kill-me", description="kill test", required_resources={})
+    params_model = KillMeParams
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        return await self.generate_batch(rows, range(len(rows)))
+
+    async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any]:
+        if self.params.at in indices:
+            with contextlib.suppress(FileExistsError):
+                fd = os.open(Path(self.params.marker_dir) / "worker-pid", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                os.write(fd, str(os.getpid()).encode())
+                os.close(fd)
+                await asyncio.sleep(600)  # killed meanwhile
+        return list(indices)
+
+
+class Known(Generator[Any]):
+    """What the worker process making the row knows of its run: its PID, how many other
+    workers it tells its brakes and endpoints out, and its pools' endpoints out ("local"
+    off Ray)."""
+
+    metadata = GeneratorMetadata(name="known", description="the worker's roster", required_resources={})
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        from genwire.engine.ray_engine import BlockWorker
+
+        # The actor's instance (Ray's class objects for it are BlockWorker subclasses too).
+        workers = (o for o in gc.get_objects() if isinstance(o, BlockWorker) and "_container" in vars(o))
+        worker = next(workers, None)
+        if worker is None or worker._container is None:
+            return ["local" for _ in rows]
+        known = {"pid": os.getpid(), "peers": len(worker._peers), "out": worker._container.endpoint_verdicts()}
+        return [known for _ in rows]
 
 
 class TagParams(BaseModel):
@@ -906,6 +952,71 @@ async def test_a_pool_on_ray_starts_from_the_drivers_preflight_verdicts(ray_work
         assert result.rows_written == 40 and result.rows_failed == 0
     assert sent["ray"] == sent["local"]
     assert sent["ray"][1] >= 1  # the probe
+
+
+def kill_written_pid(marker: Path, timeout: float) -> int | None:
+    """kill -9 of the process whose PID appears in ``marker``; None if none did in time."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            pid = int(marker.read_text())
+            os.kill(pid, signal.SIGKILL)
+            return pid
+        time.sleep(0.05)
+    return None
+
+
+async def test_a_worker_killed_by_pid_comes_back_with_its_peers_and_the_drivers_verdicts(
+    ray_workers: Any, tmp_path: Path
+) -> None:
+    """kill -9 of a worker process mid-block: Ray restarts it and the block runs again; the
+    new process gets the run's roster with that block, so it tells its peer its brakes and
+    endpoints out, and keeps out the endpoint the pre-flight found refusing the key. Every
+    row is made once, the rows are the local engine's, and the refusing endpoint got the
+    probe only, as locally."""
+    n = 48  # blocks of 12 rows: row 20 holds the second block on its worker until the kill
+    marker = tmp_path / "worker-pid"
+    rows: dict[str, list[dict[str, Any]]] = {}
+    sent: dict[str, tuple[int, int]] = {}
+    killed = None
+    for engine in ("ray", "local"):  # the marker is there for the local run: nothing waits
+        with FakeOpenAIServer() as good, FakeOpenAIServer() as refusing:
+            refusing.require_api_key("another-key")
+            cfg = pool_pipeline([good.url, refusing.url], tmp_path / engine, n=n)
+            cfg["pipeline"]["columns"][1:1] = [
+                {"name": "held", "generator": "kill-me", "params": {"marker_dir": str(tmp_path), "at": 20}},
+                {"name": "known", "generator": "known"},
+            ]
+            killing = asyncio.create_task(asyncio.to_thread(kill_written_pid, marker, 120 if engine == "ray" else 0))
+            result = await run(cfg, engine, (KillMe, Known))
+            killed = await killing if engine == "ray" else killed
+            assert result.rows_written == n and result.rows_failed == 0
+            rows[engine] = read_rows(tmp_path / engine / "out.jsonl")
+            sent[engine] = (good.requests["writer"], refusing.requests["writer"])
+        if engine == "ray":
+            assert killed is not None and wait_gone(killed, timeout=60)
+    known = [row.pop("known") for row in rows["ray"]]
+    assert rows["ray"] == [{k: v for k, v in row.items() if k != "known"} for row in rows["local"]]
+    assert sent["ray"][1] == sent["local"][1] >= 1  # the refusing endpoint: the probe, nothing else
+    # Every row's worker knew its peer and the pre-flight's verdict, the restarted one too.
+    assert {(k["peers"], json.dumps(k["out"])) for k in known} == {(1, json.dumps({"writer": {"r1": "auth"}}))}
+    assert len({k["pid"] for k in known} - {killed}) == 2  # the other worker and the restarted one
+
+
+async def test_the_workers_boot_during_the_preflight_and_a_failed_one_ends_them(
+    ray_workers: Any, tmp_path: Path
+) -> None:
+    """The workers start while the pre-flight runs (the server holds its probe until both
+    hold their CPU), send nothing, and the pre-flight's failure ends them: no actor outlives
+    the run (the ``ray_workers`` fixture)."""
+    with FakeOpenAIServer() as server:
+        server.require_api_key("another-key")  # the probe is refused: the pre-flight fails
+        server.hold(lambda: ray_workers.available_resources().get("CPU", 0) == 0, timeout_s=60)
+        with pytest.raises(genwire.PreflightError):
+            await run(pipeline(server, tmp_path, n=64), "ray")
+        probes = server.requests["writer"]
+        assert probes >= 1 and server.released == probes  # the workers were up during every probe
+    assert not (tmp_path / "out.jsonl").exists()
 
 
 async def test_an_endpoint_one_worker_takes_out_is_out_on_every_worker(ray_workers: Any, tmp_path: Path) -> None:

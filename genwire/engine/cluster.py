@@ -32,8 +32,8 @@ One brake per model for the cluster
 -----------------------------------
 A worker's gate brakes a model on its own evidence (SPEC §10: 429s that persist); the
 first 429 of an overload (``ProviderGate.on_brake``) is sent straight to every other
-worker (``BlockWorker.brake``; the driver gives each worker the others' handles before
-any block, ``BlockWorker.meet``): their gate for that model of that endpoint pauses for
+worker (``BlockWorker.brake``; every block carries the others' handles, the
+``ray_engine.Roster``): their gate for that model of that endpoint pauses for
 the same ``Retry-After``, halves its concurrency and learns its rate from its own
 successes, exactly as if the 429s had been its own; no other model and no other
 endpoint is touched. A stray 429 sends nothing. What it costs: one message to each other
@@ -47,8 +47,9 @@ from what the driver knows (the pre-flight's verdicts, ``WiredPipeline.endpoint_
 a member one worker takes out for the run (``auth``, ``not_found``: ``EndpointPool.on_out``)
 is passed, the same way as a brake, to every other worker, whose pool marks it out.
 
-A worker Ray restarts (its process died) keeps its peers' handles only until then: it
-still hears their brakes, but its own go unsaid; the budget's lease is asked again.
+A worker Ray restarts (its process died) gets the roster again with the block it re-runs
+(its peers' handles, the driver's verdicts, the coordinator) before any request: its brakes
+and endpoints out still reach the others, and its budget's lease is asked again.
 """
 
 from __future__ import annotations

@@ -36,6 +36,11 @@ class Coordinator:
         self.exhausted = False
         self.leases = 0
 
+    def begin(self, *, spent_usd: float, spent_tokens: int) -> None:
+        """What was spent before the workers' first request, now that it is known (the
+        coordinator is made while the pre-flight's probes are still being paid for)."""
+        self._before = (spent_usd, float(spent_tokens))
+
     def _free(self, dim: int) -> float:
         cap = self._caps[dim]
         if cap is None:

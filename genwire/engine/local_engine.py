@@ -55,6 +55,12 @@ class LocalBatches:
         """Rows in the batches running now, not yet failed (batch mode's rounds count them)."""
         return self._runner.live if self._runner is not None else 0
 
+    def start(self, rows: int, batch_size: int) -> None:
+        """Nothing to start ahead: the batches run in this process."""
+
+    async def aclose(self) -> None:
+        """Nothing to end: the batches' tasks end with ``batches``."""
+
     def _idle_slots(self) -> bool:
         """Some provider will soon have idle slots: less than one round of requests is
         queued for them (a braked or paced model's queue is long, so it never grows)."""

@@ -2,10 +2,24 @@
 
 How it works
 ------------
-The driver has already validated, wired and pre-flighted the container
-(``run_pipeline``). Here it starts (or joins) Ray, creates W worker actors and hands
-them blocks of rows ``[start, stop)``; it yields the blocks' ``BatchResult``s strictly
-in row order, so the ``OutputSink`` writes exactly what the local engine writes.
+The driver has already validated and wired the container (``run_pipeline``). While
+its pre-flight runs, ``start`` joins (or starts, off the event loop) Ray, creates W worker
+actors and has them boot their containers (``warm``): the seconds a worker process takes
+to start overlap the probes instead of following them. Nothing is generated until the
+pre-flight passed (``batches``); a run that ends before (a failed pre-flight) ends them
+(``aclose``). Then it hands them blocks of rows ``[start, stop)`` and yields the blocks'
+``BatchResult``s strictly in row order, so the ``OutputSink`` writes exactly what the
+local engine writes.
+
+* **Dispatch.** A worker gets its next block as soon as one of its blocks finishes,
+  whatever the order (it never idles while an earlier block of another worker is still
+  out); finished blocks wait for the earlier ones on the driver, at most
+  ``BLOCKS_PER_WORKER + 1`` per worker. Blocks shrink towards the end (down to one batch)
+  and go to the least loaded worker, so the workers finish together.
+* **The roster.** What a worker learns only once the pre-flight passed (the other
+  workers' handles, the pre-flight's endpoint verdicts, the budget's coordinator) is a
+  ``Roster`` sent with every block, applied before the block's first request: a worker
+  Ray restarts gets it again with the block it re-runs.
 
 * **Workers boot their own container.** Each actor gets a pickled ``LoadedConfig``
   (never a client or a resource) plus the generator classes the driver wired, and builds
@@ -13,8 +27,9 @@ in row order, so the ``OutputSink`` writes exactly what the local engine writes.
   classes travel as references (importable modules), so a worker wires exactly what
   the driver wired — including classes given to ``genwire.boot(generators=...)`` —
   without re-scanning entry points. The container is booted lazily inside the actor's
-  event loop (clients belong to a loop) and closed by ``close()``, which the driver
-  calls at the end, on failure and on cancellation, before killing the actor.
+  event loop (clients belong to a loop: ``warm``, called as soon as the actor is made)
+  and closed by ``close()``, which the driver calls at the end, on failure and on
+  cancellation, before killing the actor.
 * **Same rows as the local engine.** A block runs ``BatchRunner.run(indices)`` on
   global row indices (a resumed run sends only the rows its checkpoint lacks), so
   every seeded generator (sampler, seed-dataset shuffle) draws the same values
@@ -30,10 +45,12 @@ in row order, so the ``OutputSink`` writes exactly what the local engine writes.
 * **Rate limits.** ``rate_limit`` is split the same way (each worker paces at 1/W of the
   requests and tokens per minute: the shares sum to the cluster's rate). A brake is the
   cluster's: when 429s persist on one worker, its gate tells every other worker
-  (``BlockWorker.meet`` gives each the others' handles), which brakes that model of that
+  (the ``Roster`` gives each the others' handles), which brakes that model of that
   endpoint too (``engine.cluster``).
 * **The budget** (``--max-cost``, ``pipeline.budget``) is held cluster-wide by a
-  coordinator actor (``engine.cluster``): each worker's meter spends leases of the cap,
+  coordinator actor (``engine.cluster``), made with the workers (its process boots
+  beside theirs) and told what the pre-flight's probes spent (``Coordinator.begin``)
+  before the first block: each worker's meter spends leases of the cap,
   the driver reads the coordinator after every block and takes no new rows once it is
   exhausted (or, as locally, while what is left would not finish them), and the run
   stops with exit 3.
@@ -49,17 +66,19 @@ in row order, so the ``OutputSink`` writes exactly what the local engine writes.
 * **Quality gates** (SPEC §21): a gated run's ``CandidatePlan`` feeds the driver
   (``batches(feed=...)``): it counts the kept rows as blocks come back and stops
   scheduling at N. Stateless gates run on the workers; stateful ones (``in_order``) are
-  judged for the whole cluster by one keeper actor, in index order (``engine.ray_gates``).
+  judged for the whole cluster by one keeper actor, in index order (``engine.ray_gates``),
+  made with the workers; it gets the roster (``BlockWorker.join``) before the first block.
 * **Fault tolerance.** Actors have ``max_restarts`` and their tasks
-  ``max_task_retries``: a worker process that dies mid-block is restarted and the block
-  re-run. A block's result is returned only when the whole block is done, so a retried
+  ``max_task_retries``: a worker process that dies mid-block is restarted (a new
+  ``BlockWorker`` from the same ``WorkerSpec``, the roster from the re-run block) and the
+  block re-run. A block's result is returned only when the whole block is done, so a retried
   block neither loses nor duplicates rows. Genuine errors (``PluginError``,
   ``UndeclaredResourceError``, ``RunError``...) are *returned* as a picklable record and
   re-raised on the driver as the same type, message and attributes: genwire's errors
   take other constructor arguments than they store, so Ray's own exception pickling
   would garble or fail to rebuild them, and application errors are never retried.
-* **Bounded memory.** At most ``BLOCKS_PER_WORKER`` blocks per worker are submitted and
-  not yet yielded; a block is a few batches.
+* **Bounded memory.** At most ``BLOCKS_PER_WORKER + 1`` blocks per worker are submitted
+  and not yet yielded; a block is a few batches.
 * **What workers need.** Plugins installed (their classes are imported, not copied)
   and dataset files at the same absolute paths on every node; each worker loads its own
   copy of any embedded (``local``) model. Container overrides live in the driver's
@@ -129,7 +148,7 @@ from genwire.providers.response_cache import ResponseCache
 
 INSTALL_HINT = "the ray engine needs Ray: pip install 'genwire[ray]'"
 BATCHES_PER_BLOCK = 4  # a retried block re-runs at most this many batches
-BLOCKS_PER_WORKER = 2  # submitted, not yet yielded: one running, one queued behind it
+BLOCKS_PER_WORKER = 2  # running on a worker: one, and one queued behind it
 BATCHES_IN_FLIGHT = 4  # per worker, across its blocks: keeps its provider slots busy
 MAX_RESTARTS = 3  # a worker process that dies is restarted this many times
 MAX_TASK_RETRIES = 3  # a block whose worker died is re-run this many times
@@ -152,10 +171,19 @@ class WorkerSpec:
     prices: dict[str, Price | None] = dataclasses.field(default_factory=dict)  # the driver's, resolved once
     output_limits: dict[str, int] = dataclasses.field(default_factory=dict)  # the driver's: the same worst cases
     worker: int = 0  # this worker's index
-    coordinator: Any = None  # the run's coordinator actor (engine.cluster), when the run shares state
-    budget_caps: tuple[bool, bool] = (False, False)  # a cost cap, a token cap: spent in leases of the coordinator's
-    endpoint_verdicts: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # the driver's, on pools
     gates: Any = None  # the run's in-order gates' keeper (engine.ray_gates.KeeperClient), when it has any
+
+
+@dataclasses.dataclass(frozen=True)
+class Roster:
+    """What a worker learns once the driver's pre-flight passed, sent with every block: a
+    worker Ray restarts (its process died: a new ``BlockWorker`` from the same
+    ``WorkerSpec``) gets it again with the block it re-runs, before any request."""
+
+    peers: list[Any] = dataclasses.field(default_factory=list)  # every worker's handle by index, the keeper's last
+    verdicts: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # the driver's, on pools
+    coordinator: Any = None  # the run's coordinator actor (engine.cluster), when the budget is capped
+    budget_caps: tuple[bool, bool] = (False, False)  # a cost cap, a token cap: spent in leases of the coordinator's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,7 +239,8 @@ class BlockWorker:
         self._metered: list[Any] = []  # the clients this worker's meter is attached to
         self._book = ReceiptBook()  # what this worker paid for, sent with its rows
         self._verdicts: dict[str, dict[str, str]] = {}  # endpoints other workers took out
-        self._peers: list[Any] = []  # the other workers' actor handles (``meet``)
+        self._peers: list[Any] = []  # the other workers' actor handles (the ``Roster``)
+        self._joined = False  # the roster applied: peers, verdicts, the budget's leases
         # Created on first use: asyncio primitives belong to the actor's event loop.
         self._boot_lock: asyncio.Lock | None = None
         self._slots: asyncio.Semaphore | None = None
@@ -228,12 +257,9 @@ class BlockWorker:
                 # Metered as on the driver: each paid answer goes to the driver's ledger.
                 meter = CostMeter(self._spec.prices, output_limits=self._spec.output_limits, record=self._book.paid)
                 self._book.meter, self._book.worker = meter, self._spec.worker  # its measurements go with its rows
-                if any(self._spec.budget_caps):  # the cap is the cluster's: spend leases of it
-                    worker_meter(meter, self._spec.budget_caps, self._spec.coordinator, self._spec.worker)
                 self._metered = attach_meter(self._container, self._spec.prices, meter)
-                self._container.endpoint_pools()  # built now: they start from the driver's verdicts
-                self._container.mark_endpoints(self._spec.endpoint_verdicts)
-                self._container.mark_endpoints(self._verdicts)  # and from the other workers' so far
+                self._container.endpoint_pools()  # built now: they start from the verdicts known so far
+                self._container.mark_endpoints(self._verdicts)
                 # One brake per model, one verdict per endpoint: passed on to the other workers.
                 for name in provider_caps(self._container):
                     gate = getattr(self._container.client(name), "gate", None)
@@ -245,12 +271,39 @@ class BlockWorker:
         assert self._slots is not None
         return self._runner, self._slots
 
-    async def run_block(self, indices: list[int], batch_size: int) -> list[BatchResult] | RemoteError:
+    async def warm(self) -> None:
+        """Boot the container ahead of the first block (while the driver's pre-flight
+        runs): clients and pools are made, nothing is sent (tool servers start on first use).
+        A boot that fails shows with the first block, raised as the driver raises it (an
+        error of this call would only be printed by Ray)."""
+        with contextlib.suppress(Exception):
+            await self._ready()
+
+    async def join(self, roster: Roster) -> None:
+        """The roster for an actor that runs no block (the gates' keeper: ``engine.ray_gates``)."""
+        await self._ready()
+        self._join(roster)
+
+    def _join(self, roster: Roster) -> None:
+        """The roster, once per process (before the first request: nothing awaits in between)."""
+        if self._joined:
+            return
+        self._joined = True
+        self._peers = [actor for index, actor in enumerate(roster.peers) if index != self._spec.worker]
+        self._mark(roster.verdicts)
+        meter = self._book.meter
+        if any(roster.budget_caps) and meter is not None:  # the cap is the cluster's: spend leases of it
+            worker_meter(meter, roster.budget_caps, roster.coordinator, self._spec.worker)
+
+    async def run_block(
+        self, indices: list[int], batch_size: int, roster: Roster | None = None
+    ) -> list[BatchResult] | RemoteError:
         """The block's batches in order, or the first error in row order (as the local
         engine would raise it)."""
         recording = start_recording(self._book.recorder)  # the block's tasks inherit it
         try:
             runner, slots = await self._ready()
+            self._join(roster if roster is not None else Roster())
 
             async def batch(rows: list[int]) -> BatchResult:
                 slot = BatchSlot(slots)
@@ -280,17 +333,15 @@ class BlockWorker:
         for peer in self._peers:  # not awaited: a worker that is gone misses it
             peer.brake.remote(provider, model, wait)
 
-    async def meet(self, workers: list[Any]) -> None:
-        """Every worker of the run, by index (this one included): brakes and endpoints out
-        go to the others straight (no coordinator in between: nothing per request)."""
-        self._peers = [actor for index, actor in enumerate(workers) if index != self._spec.worker]
-
     def _out(self, alias: str, endpoint: str, error_class: str) -> None:
         for peer in self._peers:  # not awaited: a worker that is gone misses it
             peer.mark_endpoints.remote({alias: {endpoint: error_class}})
 
     async def mark_endpoints(self, verdicts: dict[str, dict[str, str]]) -> None:
         """Another worker took an endpoint out (``{alias: {endpoint: error class}}``): so does this one."""
+        self._mark(verdicts)
+
+    def _mark(self, verdicts: dict[str, dict[str, str]]) -> None:
         for alias, found in verdicts.items():  # kept: a worker that has not booted yet starts from them
             self._verdicts.setdefault(alias, {}).update(found)
         if self._container is not None:
@@ -467,6 +518,23 @@ class GateKeeping(Protocol):
     async def close(self, ray: ModuleType, feed: Callable[[Receipt], None]) -> None: ...
 
 
+@dataclasses.dataclass
+class Block:
+    """Rows sent to one worker; ``result`` resolves when the whole block is done."""
+
+    rows: list[int]
+    worker: int
+    ref: Any  # the Ray ObjectRef of ``BlockWorker.run_block``
+    result: asyncio.Future[Any]
+    running: bool = True  # counted in its worker's load until it finishes
+
+
+def per_block(n: int, batch_size: int, workers: int) -> int:
+    """Batches per block: small enough that every worker gets blocks, large enough to
+    amortise a round trip."""
+    return max(1, min(BATCHES_PER_BLOCK, math.ceil(math.ceil(n / batch_size) / (workers * BLOCKS_PER_WORKER))))
+
+
 class RayBatches:
     """The run's batches, in row order, computed by Ray actors."""
 
@@ -496,10 +564,89 @@ class RayBatches:
         self._prices = prices  # the run's, resolved once (None: resolved here)
         self._budget = budget
         self._output_limits = output_limits or {}  # the models' output limits (a worst case without max_tokens)
+        self._starting: asyncio.Task[None] | None = None
+        self._actors: list[Any] = []
+        self._coordinator: Any = None  # a capped run's (engine.cluster), made with the workers
         self._gates = gates
+        self._keeper: Any = None  # the gates' keeper's client (engine.ray_gates), made with the workers
 
     def live_rows(self) -> int:
         return 0  # batch mode, which counts them, runs on the local engine only
+
+    def start(self, rows: int, batch_size: int) -> None:
+        """Start the workers in the background for about ``rows`` rows: Ray joined (or
+        started: seconds), the actors made and their containers booted, while the driver's
+        pre-flight runs. They generate nothing until ``batches``, which comes only once
+        the pre-flight passed; ``aclose`` ends them if it did not."""
+        if self._starting is None and rows > 0:
+            self._starting = asyncio.create_task(self._start(rows, batch_size))
+
+    async def _start(self, rows: int, batch_size: int) -> None:
+        container = self._container
+        ray = import_ray()
+        # An override is a live object in the driver's process; workers boot from the config.
+        overridden = container.overridden_names()
+        if overridden:
+            raise RunError(
+                f"the ray engine cannot carry container overrides to its workers (overridden: "
+                f"{', '.join(overridden)}); run with engine='local', or point the config at the resource"
+            )
+        if not ray.is_initialized():  # starting Ray takes seconds: off the loop, beside the pre-flight
+            await asyncio.to_thread(ensure_ray, ray, self._address)
+        caps = provider_caps(container)
+        # At most the smallest cap: every worker needs one slot of each provider it calls.
+        workers = min([requested_workers(ray, self._workers), *caps.values()])
+        workers = min(workers, math.ceil(rows / (per_block(rows, batch_size, workers) * batch_size)))
+        generators = {c.generator_name: c.generator_cls for c in container.columns}
+        prices = priced_models(container) if self._prices is None else self._prices  # read here, not on every node
+        cache = self._cache
+        if cache is not None:
+            # Made before the workers start, so that they find it and only ever read it.
+            await asyncio.to_thread(cache.prepare)
+        cpus = float(ray.cluster_resources().get("CPU", 1.0))
+        actor_cls = ray.remote(BlockWorker).options(
+            max_restarts=MAX_RESTARTS,
+            max_task_retries=MAX_TASK_RETRIES,
+            num_cpus=min(1.0, cpus / workers),  # one CPU each, shared when asked for more workers than CPUs
+        )
+        budget = self._budget
+        if budget is not None and budget.capped:  # its process boots beside the workers'
+            self._coordinator = ray.remote(Coordinator).options(num_cpus=0).remote(**budget.coordinator_args(workers))
+        for i in range(workers):
+            spec = WorkerSpec(
+                split_config(container.loaded, caps, workers, i),
+                generators,
+                None if cache is None else cache.directory,
+                prices,
+                output_limits=self._output_limits,
+                worker=i,
+            )
+            try:
+                if self._gates is not None and self._keeper is None:  # booted as a worker, on the first one's share
+                    self._keeper = self._gates.start(ray, dataclasses.replace(spec, worker=workers))
+                actor = actor_cls.remote(dataclasses.replace(spec, gates=self._keeper))
+            except Exception as exc:  # the spec must pickle: config data and importable classes
+                raise RunError(f"cannot send the pipeline to the Ray workers: {exception_text(exc)}") from exc
+            self._actors.append(actor)
+            actor.warm.remote()  # its container boots now; a failure shows with its first block
+
+    async def aclose(self) -> None:
+        """End the workers (again: a no-op): after the rows, or a run that ends before them
+        (a failed pre-flight). Waits for a start under way, so no actor is left behind."""
+        starting, self._starting = self._starting, None
+        if starting is not None:
+            starting.cancel()  # a no-op once started; else no (more) actors are made
+            await asyncio.gather(starting, return_exceptions=True)
+        actors, self._actors = self._actors, []
+        if actors:
+            await close_workers(import_ray(), actors, self._feed)
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None and self._gates is not None:
+            await self._gates.close(import_ray(), self._feed)
+        coordinator, self._coordinator = self._coordinator, None
+        if coordinator is not None:
+            with contextlib.suppress(Exception):
+                import_ray().kill(coordinator)
 
     async def batches(
         self, indices: Iterator[int], batch_size: int, *, feed: Iterator[list[int]] | None = None
@@ -511,41 +658,73 @@ class RayBatches:
         n = todo.window
         if n == 0:
             return
-        ray = import_ray()
-        # An override is a live object in the driver's process; workers boot from the config.
-        overridden = container.overridden_names()
-        if overridden:
-            raise RunError(
-                f"the ray engine cannot carry container overrides to its workers (overridden: "
-                f"{', '.join(overridden)}); run with engine='local', or point the config at the resource"
+        self.start(n, batch_size)  # the session started them before its pre-flight; a direct caller, now
+        pending: deque[Block] = deque()  # sent, not yet yielded, in row order
+        try:
+            assert self._starting is not None
+            await self._starting  # its error (Ray, overrides) is the run's
+            ray, actors, coordinator = import_ray(), self._actors, self._coordinator
+            workers = len(actors)
+            block_rows = per_block(n, batch_size, workers) * batch_size
+            budget = self._budget if coordinator is not None else None
+            if budget is not None:  # the cap is the cluster's (engine.cluster): less what the probes paid
+                before = budget.coordinator_args(workers)
+                await coordinator.begin.remote(spent_usd=before["spent_usd"], spent_tokens=before["spent_tokens"])
+            keeper = self._keeper
+            roster = Roster(
+                actors + ([keeper.actor] if keeper is not None else []),  # the gates' keeper brakes as a worker
+                container.endpoint_verdicts(),  # the pre-flight's
+                coordinator,
+                budget.caps if budget is not None else (False, False),
             )
-        ensure_ray(ray, self._address)
-        caps = provider_caps(container)
-        # At most the smallest cap: every worker needs one slot of each provider it calls.
-        workers = min([requested_workers(ray, self._workers), *caps.values()])
-        batches = math.ceil(n / batch_size)
-        # Small enough that every worker gets blocks, large enough to amortise a round trip.
-        per_block = max(1, min(BATCHES_PER_BLOCK, math.ceil(batches / (workers * BLOCKS_PER_WORKER))))
-        block_rows = per_block * batch_size
-        workers = min(workers, math.ceil(n / block_rows))
+            if keeper is not None:  # it runs no block: its roster now, before any worker's batch asks it
+                await keeper.actor.join.remote(roster)
+            dispatch = self._dispatch(ray, roster, todo, feed is not None, batch_size, block_rows, budget, pending)
+            async with contextlib.aclosing(dispatch):
+                async for result in dispatch:
+                    yield result
+        finally:
+            for block in pending:
+                block.result.cancel()
+                with contextlib.suppress(Exception):
+                    import_ray().cancel(block.ref)
+            await asyncio.gather(*(block.result for block in pending), return_exceptions=True)
+            await self._close_run()
 
-        generators = {c.generator_name: c.generator_cls for c in container.columns}
-        prices = priced_models(container) if self._prices is None else self._prices  # read here, not on every node
-        cache = self._cache
-        cache_at = None if cache is None else cache.directory
-        if cache is not None:
-            # Made before the workers start, so that they find it and only ever read it.
-            await asyncio.to_thread(cache.prepare)
-        cpus = float(ray.cluster_resources().get("CPU", 1.0))
-        actor_cls = ray.remote(BlockWorker).options(
-            max_restarts=MAX_RESTARTS,
-            max_task_retries=MAX_TASK_RETRIES,
-            num_cpus=min(1.0, cpus / workers),  # one CPU each, shared when asked for more workers than CPUs
-        )
-        actors: list[Any] = []
-        pending: deque[tuple[list[int], int, Any]] = deque()  # (rows, worker, ref), in row order
-        load = [0] * workers
-        budget = self._budget if self._budget is not None and self._budget.capped else None
+    async def _close_run(self) -> None:
+        """The workers closed (what they paid since their last block fed), then the
+        coordinator's last word noted, then everything killed."""
+        coordinator, self._coordinator = self._coordinator, None
+        await self.aclose()
+        if coordinator is not None:
+            with contextlib.suppress(Exception):
+                status = await coordinator.status.remote()
+                if self._budget is not None:
+                    self._budget.note(status)
+                log.debug("the coordinator answered %d lease call(s)", status.leases)
+        if coordinator is not None:
+            with contextlib.suppress(Exception):
+                import_ray().kill(coordinator)
+
+    async def _dispatch(
+        self,
+        ray: ModuleType,
+        roster: Roster,
+        todo: BlockRows,
+        planned: bool,
+        batch_size: int,
+        block_rows: int,
+        budget: ClusterBudget | None,
+        pending: deque[Block],
+    ) -> AsyncGenerator[BatchResult, None]:
+        """Blocks to the workers, results in row order. A worker gets its next block as
+        soon as one of its blocks finishes, whatever the order (it never idles waiting for
+        an earlier block of another worker), up to ``BLOCKS_PER_WORKER`` running and
+        ``ahead`` blocks not yet yielded (bounded memory)."""
+        actors, coordinator, gates = self._actors, roster.coordinator, self._gates
+        workers, n, cache = len(actors), todo.window, self._cache
+        running = [0] * workers
+        ahead = workers * (BLOCKS_PER_WORKER + 1)
         rows_done = 0  # rows returned in this session (what a row costs, for the budget's hold)
 
         def held() -> bool:
@@ -554,90 +733,58 @@ class RayBatches:
                 return False
             if budget.exhausted():
                 return True
-            live = sum(len(rows) for rows, _, _ in pending)
+            live = sum(len(block.rows) for block in pending)
             return bool(pending) and budget.hold_rows(rows_done, live, block_rows)
 
         def submit() -> None:
-            while len(pending) < workers * BLOCKS_PER_WORKER and not held() and todo.more():
+            while len(pending) < ahead and not held():
+                worker = min(range(workers), key=running.__getitem__)
+                if running[worker] >= BLOCKS_PER_WORKER or not todo.more():
+                    return
                 # Blocks shrink towards the end (never below a batch): the last ones end
                 # together instead of one worker finishing a long block while the others' slots idle.
                 # (A plan's end is unknown: its blocks keep the size of its first window's.)
-                ahead = todo.left if feed is None else n
-                share = math.ceil(ahead / (workers * BLOCKS_PER_WORKER) / batch_size) * batch_size
+                left = n if planned else todo.left
+                share = math.ceil(left / (workers * BLOCKS_PER_WORKER) / batch_size) * batch_size
                 if budget is not None and rows_done == 0:  # under a cap the first block, alone, shows what a row costs
                     share = batch_size
                 rows = todo.take(max(batch_size, min(block_rows, share)))
                 if gates is not None:  # before the block: the keeper takes the batches in index order
                     gates.enter(batch_keys(rows, batch_size))
-                worker = min(range(workers), key=load.__getitem__)
-                load[worker] += 1
-                pending.append((rows, worker, actors[worker].run_block.remote(rows, batch_size)))
+                running[worker] += 1
+                ref = actors[worker].run_block.remote(rows, batch_size, roster)
+                pending.append(Block(rows, worker, ref, asyncio.ensure_future(ref)))
 
-        coordinator = None
-        gates, keeper = self._gates, None
-        try:
-            if budget is not None:  # the cap is the cluster's: engine.cluster
-                coordinator = ray.remote(Coordinator).options(num_cpus=0).remote(**budget.coordinator_args(workers))
-            for i in range(workers):
-                spec = WorkerSpec(
-                    split_config(container.loaded, caps, workers, i),
-                    generators,
-                    cache_at,
-                    prices,
-                    output_limits=self._output_limits,
-                    worker=i,
-                    coordinator=coordinator,
-                    budget_caps=budget.caps if budget is not None else (False, False),
-                    endpoint_verdicts=container.endpoint_verdicts(),
-                )
-                try:
-                    if gates is not None and keeper is None:  # the keeper: booted as a worker, on the first one's share
-                        keeper = gates.start(ray, dataclasses.replace(spec, worker=workers))
-                    actors.append(actor_cls.remote(dataclasses.replace(spec, gates=keeper)))
-                except Exception as exc:  # the spec must pickle: config data and importable classes
-                    raise RunError(f"cannot send the pipeline to the Ray workers: {exception_text(exc)}") from exc
-            peers = actors + ([keeper.actor] if keeper is not None else [])  # the gates' keeper brakes as a worker
-            if len(peers) > 1:  # before any block (an actor runs one caller's calls in order)
-                for actor in peers:
-                    actor.meet.remote(peers)
-            submit()
-            while pending:
-                rows, worker, ref = pending[0]
-                try:
-                    out = await ref
-                except ray.exceptions.RayError as exc:
-                    raise driver_error(ray, exc, rows[0], rows[-1] + 1) from exc
-                pending.popleft()
-                load[worker] -= 1
-                if isinstance(out, RemoteError):
-                    raise out.rebuild()
-                rows_done += sum(len(result.indices) for result in out)
-                if budget is not None and coordinator is not None:
-                    budget.note(await coordinator.status.remote())
-                submit()  # before yielding: the next block runs while the sink writes this one
-                if gates is not None:  # what the keeper paid for these rows: before they are checkpointed
-                    self._feed(await gates.settled(batch_keys(rows, batch_size)))
-                if cache is not None:
-                    await store_worker_answers(cache, out)
-                for result in out:  # paid for before its rows are checkpointed, as locally
-                    receipt, result.receipt = result.receipt, None
-                    if receipt is not None:
-                        self._feed(receipt)
-                for result in out:
-                    yield result
-                submit()  # a gated run's plan has recorded these rows: it may take more now
-        finally:
-            for _, _, ref in pending:
-                with contextlib.suppress(Exception):
-                    ray.cancel(ref)
-            await close_workers(ray, actors, self._feed)
-            if gates is not None:
-                await gates.close(ray, self._feed)
-            if coordinator is not None:
-                with contextlib.suppress(Exception):
-                    status = await coordinator.status.remote()
-                    if budget is not None:
-                        budget.note(status)
-                    log.debug("the coordinator answered %d lease call(s)", status.leases)
-                with contextlib.suppress(Exception):
-                    ray.kill(coordinator)
+        submit()
+        while pending:
+            if not pending[0].result.done():
+                await asyncio.wait([b.result for b in pending if b.running], return_when=asyncio.FIRST_COMPLETED)
+            for block in pending:
+                if block.running and block.result.done():
+                    block.running = False
+                    running[block.worker] -= 1
+            submit()  # the worker that finished gets its next block now
+            if not pending[0].result.done():
+                continue
+            block = pending.popleft()
+            try:
+                out = block.result.result()
+            except ray.exceptions.RayError as exc:
+                raise driver_error(ray, exc, block.rows[0], block.rows[-1] + 1) from exc
+            if isinstance(out, RemoteError):
+                raise out.rebuild()
+            rows_done += sum(len(result.indices) for result in out)
+            if budget is not None and coordinator is not None:
+                budget.note(await coordinator.status.remote())
+            submit()  # before yielding: the next block runs while the sink writes this one
+            if gates is not None:  # what the keeper paid for these rows: before they are checkpointed
+                self._feed(await gates.settled(batch_keys(block.rows, batch_size)))
+            if cache is not None:
+                await store_worker_answers(cache, out)
+            for result in out:  # paid for before its rows are checkpointed, as locally
+                receipt, result.receipt = result.receipt, None
+                if receipt is not None:
+                    self._feed(receipt)
+            for result in out:
+                yield result
+            submit()  # a gated run's plan has recorded these rows: it may take more now

@@ -53,6 +53,10 @@ class BatchSource(Protocol):
 
     def live_rows(self) -> int: ...
 
+    def start(self, rows: int, batch_size: int) -> None: ...
+
+    async def aclose(self) -> None: ...
+
 
 def response_cache_dir(container: WiredPipeline, enabled: bool = True) -> Path | None:
     """The run's response cache directory; None when it is off (``cache.enabled: false``,
@@ -138,11 +142,18 @@ class RunSession:
             earlier=self.plan.gated.earlier(self.checkpoint) if self.plan.gated is not None else None,
         )
 
+    def _rows_left(self) -> int:
+        """About how many rows this session makes (what the engine sizes its workers for)."""
+        left = max(0, self.plan.num_records - self.checkpoint.kept)
+        return left if self.options.sample_rows is None else min(left, self.options.sample_rows)
+
     def _rows(self) -> tuple[int, int]:
         return (self.sink.written, self.sink.failed) if self.sink is not None else (0, 0)
 
     async def preflight(self, on_preflight: Callable[[PreflightReport], None] | None) -> None:
-        """The one gate (SPEC §7): nothing is generated unless every check passed."""
+        """The one gate (SPEC §7): nothing is generated unless every check passed. The
+        engine starts meanwhile (Ray's workers boot: seconds) and generates nothing yet."""
+        self.source.start(self._rows_left(), self.container.config.pipeline.batch_size)
         if self.options.skip_preflight:
             return
         options = self.options
@@ -261,6 +272,7 @@ class RunSession:
         """The session ends unfinished: the checkpoint stays for a resume (unless nothing
         was made nor paid for), and the report says why."""
         checkpoint, batch_mode = self.checkpoint, self.batch_mode
+        await self.source.aclose()  # workers started for a pre-flight that failed: gone, with what they paid
         if batch_mode is not None:
             await batch_mode.stop()
         if self.sink is not None:
@@ -277,6 +289,7 @@ class RunSession:
     async def close(self) -> None:
         """Whatever happened: meters off, batch mode stopped, the response cache closed."""
         self.accounts.detach()
+        await self.source.aclose()  # idempotent
         if self.batch_mode is not None:
             await self.batch_mode.stop()  # idempotent
         if self.responses is not None:

@@ -137,6 +137,7 @@ class FakeOpenAIServer:
         self._fail_when: dict[str, list[tuple[str, Scripted]]] = defaultdict(list)
         self._fail_rate: dict[str, tuple[float, tuple[Scripted, ...], random.Random]] = {}
         self._api_key: str | None = None
+        self._hold: tuple[Callable[[], bool], float] | None = None  # ``hold``
         self._buckets: dict[str | None, _TokenBucket] = {}  # per model; None: every other model
         self._no_response_format: set[str] = set()
         self._rejected_tools: dict[str, set[str]] = {}  # model -> tool names whose schema it refuses
@@ -405,6 +406,27 @@ class FakeOpenAIServer:
             else:
                 self._advertised.pop(model, None)
 
+    def hold(self, until: Callable[[], bool] | None, timeout_s: float = 60.0) -> None:
+        """Every request waits, before its latency, until ``until()`` is true (asked every
+        20 ms in the server's thread) or ``timeout_s`` passed; ``released`` counts the
+        requests ``until`` let go. None: no hold."""
+        with self._lock:
+            self._hold = None if until is None else (until, timeout_s)
+
+    async def _held(self) -> None:
+        with self._lock:
+            hold = self._hold
+        if hold is None:
+            return
+        until, timeout_s = hold
+        deadline = time.monotonic() + timeout_s
+        while not until():
+            if time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(0.02)
+        with self._lock:
+            self.released += 1
+
     def require_api_key(self, key: str | None) -> None:
         """Requests without ``Authorization: Bearer <key>`` get 401 (None: no check)."""
         with self._lock:
@@ -498,6 +520,7 @@ class FakeOpenAIServer:
             self.last_headers: dict[str, dict[str, str]] = {}  # last request's headers, per model
             self.bodies: list[tuple[str, dict[str, Any]]] = []  # (model, body) of every request
             self.rate_limited = 0  # requests answered 429 by ``rate_limit``
+            self.released = 0  # requests ``hold`` let go on its condition (not its timeout)
             # (time.monotonic(), model, 429 or 200 = admitted) of every request, in arrival order.
             self.log: list[tuple[float, str, int]] = []
             # Tokens reported in the ``usage`` of answered requests, per model.
@@ -559,6 +582,7 @@ class FakeOpenAIServer:
             headers = {"Retry-After": f"{bucket.retry_after:g}"}
             return _raw(429, _error_body(429, "Rate limit reached for requests"), headers)
         try:
+            await self._held()
             if latency > 0:
                 await asyncio.sleep(latency)
             response = await self._answer(request, endpoint, model, body)
