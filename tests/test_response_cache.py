@@ -551,14 +551,20 @@ async def test_a_first_run_makes_one_key_per_request_and_a_rerun_hits_them_all(
     request and makes no key (it made one per request before, thrown away); the request
     makes its key once. The rerun's peeks key the requests exactly as they were sent."""
     keys = 0
-    make_key = response_cache.KeyTemplate.key
+    make_key, make_chat_keys = response_cache.KeyTemplate.key, response_cache.KeyTemplate.chat_keys
 
     def counted(self: response_cache.KeyTemplate, part: Any, rows: tuple[int, ...]) -> str:
         nonlocal keys
         keys += 1
         return make_key(self, part, rows)
 
+    def counted_chat(self: response_cache.KeyTemplate, prompts: Any, rows: Any) -> list[str | None]:
+        nonlocal keys
+        keys += sum(prompt is not None for prompt in prompts)  # a batch's peeks: one key each
+        return make_chat_keys(self, prompts, rows)
+
     monkeypatch.setattr(response_cache.KeyTemplate, "key", counted)
+    monkeypatch.setattr(response_cache.KeyTemplate, "chat_keys", counted_chat)
     cfg = pipeline(fake_openai_server, tmp_path, chat_columns())
     cfg["cache"] = {"dir": "cache"}
     async with genwire.boot(cfg, base_dir=tmp_path) as container:

@@ -31,11 +31,13 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii as _escape  # what _KEY_ENCODER escapes strings with
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+
+from genwire.providers.base import chat_messages
 
 if TYPE_CHECKING:  # the loader (yaml) is not needed to use a cache
     from genwire.config.loader import LoadedConfig
@@ -202,6 +204,27 @@ class KeyTemplate:
         text = f"{head}{_part_json(part)}{middle}[{rows_json}]{tail}"
         return hashlib.sha256(text.encode("ascii")).hexdigest()
 
+    def chat_keys(self, prompts: Sequence[tuple[str, str | None] | None], rows: Sequence[int]) -> list[str | None]:
+        """``key(chat_messages(*prompts[i]), (rows[i],))`` for each chat request made for one
+        row (None for a prompt None): the messages' JSON written straight from the texts
+        (the same bytes, held equal by a test), a batch's keys in one loop."""
+        if self._parts is None:
+            return [
+                None if p is None else self.key(chat_messages(*p), (row,)) for p, row in zip(prompts, rows, strict=True)
+            ]
+        head, middle, tail = self._parts
+        sha256, escape = hashlib.sha256, _escape
+        keys: list[str | None] = []
+        for prompt, row in zip(prompts, rows, strict=True):
+            if prompt is None:
+                keys.append(None)
+                continue
+            text, system = prompt
+            user = f'{{"content":{escape(text)},"role":"user"}}'
+            messages = user if system is None else f'{{"content":{escape(system)},"role":"system"}},{user}'
+            keys.append(sha256(f"{head}[{messages}]{middle}[{row}]{tail}".encode("ascii")).hexdigest())
+        return keys
+
 
 def _part_json(part: Any) -> str:
     """``_KEY_ENCODER.encode(part)``; for the usual parts (a list of texts, a list of
@@ -213,6 +236,12 @@ def _part_json(part: Any) -> str:
     for item in part:
         if type(item) is str:
             items.append(_escape(item))
+        elif type(item) is dict and len(item) == 2 and type(content := item.get("content")) is str:
+            # A chat message ({"role", "content"}, texts): its sorted keys written directly.
+            role = item.get("role")
+            if type(role) is not str:
+                return _KEY_ENCODER.encode(part)
+            items.append(f'{{"content":{_escape(content)},"role":{_escape(role)}}}')
         elif type(item) is dict:
             fields = []
             for name in sorted(item):
@@ -239,6 +268,17 @@ class CachedAnswer(NamedTuple):  # a tuple: built once per hit, on the hot path
     answer: Any
     prompt_tokens: int
     completion_tokens: int
+
+
+class Hits(NamedTuple):
+    """A batch's lookups: the usable answers (None: a miss), how many, what they were paid
+    with, and whether an entry failed the checks of a fresh answer."""
+
+    answers: list[Any | None]
+    hits: int
+    prompt_tokens: int
+    completion_tokens: int
+    unusable: bool
 
 
 class Entry(NamedTuple):  # a tuple: one per answer received
@@ -272,8 +312,9 @@ class CacheInfo:
         }
 
 
-# (answer JSON text, prompt tokens, completion tokens), by key, as read in bulk: decoded on a hit only.
-Stored = tuple[str, int, int]
+# (key, answer JSON text, prompt tokens, completion tokens), by key, as read in bulk (the
+# row as SQLite gives it, not repacked): decoded on a hit only.
+Stored = tuple[str, str, int, int]
 
 
 class ResponseCache:
@@ -448,7 +489,7 @@ class ResponseCache:
             except sqlite3.Error as exc:
                 self._lookup_failed(exc)
                 return None
-        return None if found is None else self.decode(found[1:])
+        return None if found is None else self.decode(found)
 
     def get_many(self, column: str, rows: Iterable[int]) -> dict[str, Stored]:
         """Every entry stored for ``column`` whose first row is one of ``rows``, by key: one
@@ -463,27 +504,59 @@ class ResponseCache:
             self.lookups += 1
             try:
                 if wanted[-1] - wanted[0] < 2 * len(wanted):  # dense: one range (extras are harmless)
-                    cursor = conn.execute(_BY_RANGE, (column, wanted[0], wanted[-1]))
-                    return {key: (answer, p, c) for key, answer, p, c in cursor}
+                    return {stored[0]: stored for stored in conn.execute(_BY_RANGE, (column, wanted[0], wanted[-1]))}
                 found: dict[str, Stored] = {}
                 for start in range(0, len(wanted), LOOKUP_CHUNK):
                     chunk = wanted[start : start + LOOKUP_CHUNK]
                     marks = ",".join("?" * len(chunk))
                     sql = f"{_BY_ROWS} ({marks})"
-                    found.update((key, (answer, p, c)) for key, answer, p, c in conn.execute(sql, (column, *chunk)))
+                    found.update((stored[0], stored) for stored in conn.execute(sql, (column, *chunk)))
                 return found
             except sqlite3.Error as exc:
                 self._lookup_failed(exc)
                 return {}
 
+    def served(self, found: dict[str, Stored], keys: Sequence[str | None], usable: Callable[[Any], bool]) -> Hits:
+        """The answers stored under ``keys`` in ``found`` (a bulk lookup's entries) that pass
+        ``usable``, None for the others (no key, not found, unreadable, unusable), with what
+        the hits were paid with: a batch's hits in one loop (a cached rerun's hot path). A
+        plain text with integer tokens (most entries) is taken as it is."""
+        plain, get = _PLAIN_STRING.fullmatch, found.get
+        answers: list[Any | None] = []
+        count = prompt_tokens = completion_tokens = 0
+        unusable = False
+        for key in keys:
+            stored = None if key is None else get(key)
+            if stored is None:
+                answers.append(None)
+                continue
+            text, prompt, completion = stored[1], stored[2], stored[3]
+            if type(prompt) is int and type(completion) is int and plain(text):
+                answer: Any = text[1:-1]
+            else:
+                decoded = self.decode(stored)
+                if decoded is None:
+                    answers.append(None)
+                    continue
+                answer, prompt, completion = decoded
+            if not usable(answer):
+                unusable = True
+                answers.append(None)
+                continue
+            count += 1
+            prompt_tokens += prompt
+            completion_tokens += completion
+            answers.append(answer)
+        return Hits(answers, count, prompt_tokens, completion_tokens, unusable)
+
     def decode(self, stored: Stored) -> CachedAnswer | None:
         """A stored entry as an answer; None (a warning, once) when it does not decode."""
-        text = stored[0]
+        text = stored[1]
         try:
             # Most answers are texts with nothing to unescape: taken as they are (json.loads
             # would give the same string, at several times the cost of a whole hit's lookup).
             answer = text[1:-1] if _PLAIN_STRING.fullmatch(text) else json.loads(text)
-            return CachedAnswer(answer, int(stored[1]), int(stored[2]))
+            return CachedAnswer(answer, int(stored[2]), int(stored[3]))
         except (ValueError, TypeError) as exc:
             self.warn_once("entry", f"ignoring an unreadable response cache entry in {self.path} ({exc})")
             return None
