@@ -387,7 +387,9 @@ def test_chat_keys_are_the_keys_of_the_chat_messages_byte_for_byte() -> None:
         template = KeyTemplate("endpoint" + text(), body, "c", i)
         prompts = [rng.choice([None, (text(), None), (text(), text())]) for _ in range(rng.randint(1, 6))]
         rows = [rng.randint(0, 10**6) for _ in prompts]
-        expected = [None if p is None else template.key(chat_messages(*p), (row,)) for p, row in zip(prompts, rows)]
+        expected = [
+            None if p is None else template.key(chat_messages(*p), (row,)) for p, row in zip(prompts, rows, strict=True)
+        ]
         assert template.chat_keys(prompts, rows) == expected
     twice = KeyTemplate("e", {"a": HOLE, "b": HOLE}, "c", 0)  # encoded whole: the same keys still
     assert twice.chat_keys([("x", "s")], [3]) == [twice.key(chat_messages("x", "s"), (3,))]
