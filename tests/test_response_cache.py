@@ -515,13 +515,13 @@ def test_two_runs_at_once_share_one_cache_safely(tmp_path: Path) -> None:
         assert server.total_requests == 0
 
 
-@pytest.mark.parametrize("sqlite_has_json", [True, False])
+@pytest.mark.parametrize("rows_a_statement", [128, 3])
 def test_stored_answers_come_back_exactly_whatever_they_hold(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_has_json: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows_a_statement: int
 ) -> None:
     """Plain texts are read without the JSON decoder; anything with an escape goes through
-    it. Written in one statement, or row by row where SQLite has no JSON functions."""
-    monkeypatch.setattr(response_cache, "_has_json", lambda conn: sqlite_has_json)
+    it. Written in one statement, or in several (of ``INSERT_ROWS`` rows) in one transaction."""
+    monkeypatch.setattr(response_cache, "INSERT_ROWS", rows_a_statement)
     answers: list[Any] = [
         "plain",
         "",

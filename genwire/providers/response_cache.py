@@ -23,6 +23,7 @@ miss (the next answer replaces it). Files get the user's umask (SQLite's default
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -33,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring as _text_json  # what _ANSWER_ENCODER writes for a str
 from json.encoder import encode_basestring_ascii as _escape  # what _KEY_ENCODER escapes strings with
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -84,23 +86,18 @@ _SELECT = "SELECT key, answer, prompt_tokens, completion_tokens FROM answers WHE
 _BY_RANGE = f"{_SELECT} BETWEEN ? AND ?"
 _BY_ROWS = f"{_SELECT} IN"
 _BY_KEY = f"{_SELECT} = ? AND key = ?"
-_INSERT_EACH = f"INSERT OR REPLACE INTO answers ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
-# A batch's entries in one statement, from one JSON array of rows: SQLite lets go of the
-# GIL once per statement, and a worker thread taking it back once per row (executemany)
-# waited on the busy event loop each time (a first run 5 % slower with the cache on).
-_INSERT_ALL = (
-    f"INSERT OR REPLACE INTO answers ({_COLUMNS}) SELECT "
-    + ", ".join(f"json_extract(value, '$[{i}]')" for i in range(7))
-    + " FROM json_each(?)"
-)
+# A batch's entries in one statement per chunk (``INSERT ... VALUES (...), (...)``): one
+# parse of the parameters, bound in C, and SQLite lets go of the GIL once per statement (a
+# worker thread taking it back once per row, executemany, waited on the busy event loop
+# each time). A chunk's 7 parameters a row stay under SQLite's oldest variable limit (999);
+# a JSON array read back by json_each cost 3x the CPU per entry.
+INSERT_ROWS = 128
+_PLACES = "(?, ?, ?, ?, ?, ?, ?)"
 
 
-def _has_json(conn: sqlite3.Connection) -> bool:
-    try:
-        conn.execute("SELECT json_extract('[1]', '$[0]') FROM json_each('[]')").fetchall()
-    except sqlite3.OperationalError:  # built without JSON: one row at a time
-        return False
-    return True
+@functools.lru_cache(maxsize=INSERT_ROWS)
+def _insert(rows: int) -> str:
+    return f"INSERT OR REPLACE INTO answers ({_COLUMNS}) VALUES " + ", ".join([_PLACES] * rows)
 
 
 def _ensure_layout(conn: sqlite3.Connection) -> None:
@@ -334,7 +331,6 @@ class ResponseCache:
         self._no_writes = False  # a write failed (warned once): the run goes on without writing
         self._locks: dict[Role, threading.Lock] = {"read": threading.Lock(), "write": threading.Lock()}
         self._closed = False
-        self._json_rows = True  # whether this SQLite has JSON functions (all since 3.38, most before)
         self._warned: set[str] = set()
         self.hits = 0  # served by this process since it opened the cache
         self.lookups = 0  # lookup queries sent by this process (one per batch and column)
@@ -387,8 +383,6 @@ class ResponseCache:
             else:
                 self._disable(f"the response cache {self.path} is unreadable ({exc}); running without it")
             return None
-        if role == "write":
-            self._json_rows = _has_json(conn)
         self._conns[role] = conn
         return conn
 
@@ -570,26 +564,28 @@ class ResponseCache:
         if not self.writable:
             return
         now = time.time()
-        rows = []
+        params: list[Any] = []
         for e in entries:
+            answer = e.answer
             try:
-                text = _ANSWER_ENCODER.encode(e.answer)
+                # A text's JSON is its escaped string (what the encoder writes for one, in C).
+                text = _text_json(answer) if type(answer) is str else _ANSWER_ENCODER.encode(answer)
                 text.encode("utf-8")
             except (ValueError, TypeError):
                 continue
-            rows.append((e.key, e.column, e.row, text, e.prompt_tokens, e.completion_tokens, now))
-        if not rows:
+            params += (e.key, e.column, e.row, text, e.prompt_tokens, e.completion_tokens, now)
+        if not params:
             return
+        step = 7 * INSERT_ROWS
         with self._locks["write"]:
             conn = self._connect("write")
             if conn is None:
                 return
             try:
                 with conn:
-                    if self._json_rows:
-                        conn.execute(_INSERT_ALL, (_ANSWER_ENCODER.encode(rows),))
-                    else:
-                        conn.executemany(_INSERT_EACH, rows)
+                    for start in range(0, len(params), step):
+                        chunk = params[start : start + step]
+                        conn.execute(_insert(len(chunk) // 7), chunk)
             except sqlite3.Error as exc:
                 self._stop_writing(exc)
             finally:

@@ -76,10 +76,8 @@ def peek_completions(
     ``_cached_completions`` when it has one, else its ``_cached_completion`` row by row."""
     bulk = getattr(type(model), "_cached_completions", None)
     if bulk is not None:
-        found = bulk(model, indices, prompts, params)
-        if found is None:  # nothing can be stored for these rows (a first run)
-            return [None] * len(prompts)
-        return [text if isinstance(text, str) else None for text in found]
+        found: list[str | None] | None = bulk(model, indices, prompts, params)  # texts that passed is_text
+        return [None] * len(prompts) if found is None else found  # None: nothing stored for these rows
     return [
         None if prompt is None else peek_completion(model, index, prompt[0], prompt[1], params)
         for index, prompt in zip(indices, prompts, strict=True)
@@ -113,6 +111,8 @@ async def gather_peeked(
         texts = peek_completions(model, indices, prompts, params)
     except Exception as exc:  # the handle cannot look (its provider closed): each row fails as its request would
         return [value if prompt is None else RowFailure(exc) for value, prompt in zip(out, prompts, strict=True)]
+    if hit is None and None not in texts:  # every row rendered and served (a cached rerun)
+        return texts
     positions: list[int] = []
     pending: list[Awaitable[Any]] = []
     for position, text in enumerate(texts):
