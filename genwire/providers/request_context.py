@@ -204,10 +204,9 @@ class CacheSlot:
 
     def keep(self, answer: Any, tokens: tuple[int, int]) -> None:
         """The answer passed the handle's checks: pending until the row block commits."""
-        from genwire.providers.response_cache import Entry  # per answer received: beside a request, free
-
         first = self.row.rows[0] if self.row.rows else -1
-        self.row.pending.append(Entry(self.key, self.column.name, first, answer, tokens[0], tokens[1]))
+        entry = self.batch.cache.entry  # the store's Entry: no import statement per answer
+        self.row.pending.append(entry(self.key, self.column.name, first, answer, tokens[0], tokens[1]))
 
 
 def cache_slot(endpoint: str, body: Any, part: Any) -> CacheSlot | None:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from json.encoder import encode_basestring as _text_json  # what _ANSWER_ENCODER writes for a str
 from json.encoder import encode_basestring_ascii as _escape  # what _KEY_ENCODER escapes strings with
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
 
 from genwire.providers.base import chat_messages
 
@@ -319,6 +319,8 @@ class ResponseCache:
     Lookups (on the event loop) and writes (in a worker thread) use two connections, each
     behind its own lock: in WAL mode a reader never waits for a writer, so a write waiting
     out another run's transaction never stalls the loop's lookups."""
+
+    entry: ClassVar[type[Entry]] = Entry  # what an answer to store is (request_context makes them)
 
     def __init__(self, directory: Path, *, writer: bool = True) -> None:
         """``writer=False``: this process only reads (a Ray worker: the driver is the
