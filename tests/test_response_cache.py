@@ -577,3 +577,39 @@ async def test_a_first_run_makes_one_key_per_request_and_a_rerun_hits_them_all(
         again = await container.run(skip_preflight=True, resume=False)
     assert fake_openai_server.total_requests == 0 and again.usage["writer"].cached == 3 * N
     assert keys == 3 * N  # one peek each, all hits
+
+
+async def test_a_row_whose_prompt_cannot_render_fails_alone_on_a_cached_rerun_too(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """The batch's prompts are rendered before its one bulk peek: a row whose template
+    fails fails alone, with the same error as on the first run, and the rows around it
+    in the same batch are served from the cache."""
+    columns = [
+        {"name": "topic", "generator": "sampler", "params": {"kind": "category", "values": ["cats", "rust", "nile"]}},
+        {
+            "name": "first",
+            "generator": "llm-text",
+            "params": {"prompt": "{{ 1 // (0 if topic == 'rust' else 1) }} about {{ topic }}", "system": "Be brief"},
+        },
+        {
+            "name": "second",
+            "generator": "llm-structured",
+            "params": {"prompt": "Facts on {{ first }}", "schema": {"type": "object"}},
+        },
+    ]
+    cfg = pipeline(fake_openai_server, tmp_path, columns)
+    cfg["cache"] = {"dir": "cache"}
+    async with genwire.boot(cfg, base_dir=tmp_path) as container:
+        first = await container.run(skip_preflight=True)
+    assert 0 < first.rows_failed < N and first.rows_written == N - first.rows_failed
+    assert first.errors_file is not None
+    errors, out = first.errors_file.read_bytes(), (tmp_path / "out.jsonl").read_bytes()
+    assert b"ZeroDivisionError" in errors or b"division" in errors
+    fake_openai_server.reset_stats()
+    async with genwire.boot(cfg, base_dir=tmp_path) as container:
+        again = await container.run(skip_preflight=True, resume=False)
+    assert fake_openai_server.total_requests == 0
+    assert again.usage["writer"].cached == 2 * first.rows_written
+    assert again.rows_failed == first.rows_failed and again.errors_file is not None
+    assert again.errors_file.read_bytes() == errors and (tmp_path / "out.jsonl").read_bytes() == out

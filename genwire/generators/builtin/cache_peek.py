@@ -88,25 +88,19 @@ async def gather_peeked(
     model: object,
     rows: Sequence[dict[str, Any]],
     indices: Sequence[int],
-    render: Callable[[dict[str, Any]], Prompt],
+    render: Callable[[Sequence[dict[str, Any]]], list[Prompt | Exception]],
     params: Mapping[str, Any],
     ask: Callable[[Prompt, int], Awaitable[Any]],
     hit: Callable[[str, Prompt, int], Step] | None = None,
 ) -> list[Any]:
-    """A chat column's batch: each row's prompt rendered (an exception fails that row
-    only), the cached answers of all of them peeked at once, ``hit(text, prompt, index)``
-    for each one found (without ``hit``: the text is the value), ``ask(prompt, index)``
-    for the rest (gathered concurrently). One value per row, in order (a ``RowFailure``
-    for a row that failed)."""
-    out: list[Any] = []
-    prompts: list[Prompt | None] = []
-    for row in rows:
-        try:
-            prompts.append(render(row))
-            out.append(None)
-        except Exception as exc:  # a template that cannot render fails its row only
-            prompts.append(None)
-            out.append(RowFailure(exc))
+    """A chat column's batch: each row's prompt rendered (``render(rows)``: a prompt, or
+    the exception that fails that row only), the cached answers of all of them peeked at
+    once, ``hit(text, prompt, index)`` for each one found (without ``hit``: the text is
+    the value), ``ask(prompt, index)`` for the rest (gathered concurrently). One value
+    per row, in order (a ``RowFailure`` for a row that failed)."""
+    rendered = render(rows)
+    prompts = [None if isinstance(p, Exception) else p for p in rendered]
+    out: list[Any] = [RowFailure(p) if isinstance(p, Exception) else None for p in rendered]  # fails that row only
     try:
         texts = peek_completions(model, indices, prompts, params)
     except Exception as exc:  # the handle cannot look (its provider closed): each row fails as its request would

@@ -126,7 +126,7 @@ class LLMStructured(Generator[LLMStructuredParams]):
             self.resources.model,
             rows,
             indices,
-            self._templates.render,
+            self._templates.render_many,
             self._params_with_format,
             self._ask_row,
             self._served,

@@ -59,7 +59,7 @@ class LLMText(Generator[LLMTextParams]):
         # Cached rows are served at once (one bulk peek); the rest are asked all together:
         # the provider, not the generator, enforces the concurrency cap.
         return await gather_peeked(
-            self.resources.model, rows, indices, self._templates.render, self._model_params, self._ask_row
+            self.resources.model, rows, indices, self._templates.render_many, self._model_params, self._ask_row
         )
 
     def _ask_row(self, prompt: Prompt, index: int) -> Awaitable[str]:
