@@ -269,8 +269,8 @@ def may_hold(rows: Sequence[int]) -> bool:
     if batch is None or column is None or not rows:
         return False
     covered = column.rows
-    if any(row in covered for row in rows) and not column.found_any(batch.cache):
-        return not all(row in covered for row in rows)
+    if not covered.isdisjoint(rows) and not column.found_any(batch.cache):
+        return not covered.issuperset(rows)
     return True
 
 
@@ -295,7 +295,7 @@ def peek_many(
     assert batch is not None and column is not None  # may_hold said so
     cache, covered = batch.cache, column.rows
     keys = column.template(endpoint, body, batch.seed).chat_keys(prompts, rows)
-    if all(row in covered for row in rows):  # the column's bulk lookup covers them: dict lookups
+    if covered.issuperset(rows):  # the column's bulk lookup covers them: dict lookups
         found = cache.served(column.found or {}, keys, usable)
         answers = found.answers
         if found.unusable:
