@@ -448,3 +448,33 @@ async def test_a_batch_partly_in_the_cache_is_served_and_accounted_exactly(
     with sqlite3.connect(tmp_path / "cache" / DB_NAME) as conn:
         assert conn.execute("SELECT COUNT(*) FROM answers").fetchone()[0] == N  # the asked ones stored again
     conn.close()
+
+
+def test_a_bulk_peek_for_rows_the_batch_lookup_did_not_cover_asks_the_store_per_row(tmp_path: Path) -> None:
+    """``peek_many`` for rows outside the column's batch (a plugin's own choice) looks each
+    one up by its key, counts its hits like the batch's, and makes no key for no prompt."""
+    from genwire.providers import request_context as rc
+    from genwire.providers.base import chat_messages
+    from genwire.providers.response_cache import Entry, ResponseCache
+    from genwire.providers.usage import ModelUsage
+
+    request = {"path": "/chat/completions", "body": {"model": "m", "messages": HOLE}}
+    template = KeyTemplate("e", request, "c", 3)
+    cache = ResponseCache(tmp_path)
+    try:
+        cache.put_many(
+            [
+                Entry(template.key(chat_messages("ten", None), (10,)), "c", 10, "x10", 4, 5),
+                Entry(template.key(chat_messages("two", "s"), (2,)), "c", 2, "x2", 1, 1),
+            ]
+        )
+        usage = ModelUsage()
+        with rc.batch_scope(cache, 3) as batch, rc.column_scope("c", [0, 1, 2, 3]):
+            found = rc.peek_many(
+                "e", request, [("ten", None), None, ("two", "s"), ("nine", None)], [10, 11, 2, 9], usage, rc.is_text
+            )
+        assert found == ["x10", None, "x2", None]
+        assert batch is not None and batch.hits == 2 and usage.cached == 2
+        assert (usage.saved_prompt_tokens, usage.saved_completion_tokens, usage.saved_tokens) == (5, 6, 11)
+    finally:
+        cache.close()

@@ -11,6 +11,10 @@ say them through context variables, so no signature changes and plugins are unaf
   by all of them). The built-in generators do; a plugin may, as documented in the README.
 * A request made with no row said is never cached: two rows must never share a key.
   The pre-flight's probes run outside any batch, so they never read or write the cache.
+* The built-in chat columns peek at a whole batch before asking (``peek_many``): one key
+  template, one bulk lookup and one update of the accounting per batch and column, so a
+  cached rerun's row costs its key and a dict lookup. Each hit counts exactly as a
+  request's hit does (``cached``, the tokens it saved).
 
 Only answers of a row block that ends without an exception are kept (``cached_row``
 commits on a clean exit); a generator that rejects an answer inside the block (a reply
