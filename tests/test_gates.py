@@ -234,16 +234,6 @@ async def test_a_gate_that_fails_fails_the_row_not_rejects_it(tmp_path: Path) ->
     assert all(r["reason"] == "surplus" for r in rejected)  # failures are not rejections
 
 
-async def test_ray_refuses_a_gated_pipeline_before_anything_is_paid(tmp_path: Path) -> None:
-    cfg = local(tmp_path, "keep-if")
-    cfg["pipeline"]["columns"][1]["params"] = {"expression": "n > 1"}
-    container = genwire.boot(cfg)
-    async with container:
-        with pytest.raises(genwire.RunError, match="local engine"):
-            await container.run(engine="ray")
-    assert not (tmp_path / "o.jsonl.checkpoint").exists()
-
-
 # --- the schedule (engine-independent) -------------------------------------------------------
 
 
@@ -264,6 +254,23 @@ def test_the_plan_schedules_from_the_measured_rate_and_stops_at_the_target() -> 
     assert 20 <= plan.in_flight <= 40  # about (10 - 2) / 0.25 in flight
     plan.funnel.kept = 10
     assert plan.take(8) is None and plan.met and not plan.capped
+
+
+def test_ray_blocks_take_the_plans_candidates_only_as_blocks_start_them() -> None:
+    """The Ray driver's rows (``BlockRows``) asks the plan for candidates as the local
+    engine does, batch by batch as blocks take them: none is started past the target."""
+    from genwire.engine.block_rows import BlockRows
+
+    plan = CandidatePlan(wanted=10, cap=1000, pending=iter(range(1000)), funnel=Funnel(wanted=10))
+    rows = BlockRows(iter(()), plan.feed(4))
+    assert rows.window == 10 and rows.take(8) == list(range(8)) and rows.take(8) == [8, 9]
+    assert not rows.more()  # the plan: enough in flight for now
+    plan.record(result_of(0, 2, 6))  # 25 % kept: about 30 more wanted in flight
+    assert rows.take(4) == [10, 11, 12, 13] and plan.scheduled == 14  # asked for one block's rows only
+    plan.record(result_of(8, 2, 0))
+    plan.record(result_of(10, 4, 0))
+    plan.funnel.kept = 10  # the target is met: nothing more starts
+    assert not rows.more() and rows.take(4) == [] and plan.scheduled == 14
 
 
 def test_the_plan_reports_the_cap() -> None:

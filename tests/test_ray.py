@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -89,6 +90,57 @@ class DieOnce(Generator[DieOnceParams]):
                 await asyncio.sleep(0.3)  # let the block's other batches finish first
                 os._exit(1)
         return list(indices)
+
+
+class DieFromParams(BaseModel):
+    marker_dir: str
+    at_or_after: int  # the first batch with a row index this high kills its worker, once in the run
+
+
+class DieFrom(Generator[DieFromParams]):
+    """Kills the worker process the first time it meets a row at or after ``at_or_after``
+    (one marker file for the run); otherwise returns the row's index."""
+
+    metadata = GeneratorMetadata(name="die-from", description="crash test", required_resources={})
+    params_model = DieFromParams
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        return await self.generate_batch(rows, range(len(rows)))
+
+    async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any]:
+        if any(index >= self.params.at_or_after for index in indices):
+            try:
+                fd = os.open(Path(self.params.marker_dir) / "died", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return list(indices)
+            os.close(fd)
+            await asyncio.sleep(0.3)  # let the block's other batches reach the keeper first
+            os._exit(1)
+        return list(indices)
+
+
+class KeeperDiesParams(BaseModel):
+    marker_dir: str
+    at_or_after: int
+
+
+class KeeperDies(Generator[KeeperDiesParams]):
+    """An in-order gate keeping every row that kills its process (on Ray, the gates'
+    keeper) the first time it judges a row at or after ``at_or_after``."""
+
+    metadata = GeneratorMetadata(name="keeper-dies", description="crash test", required_resources={}, gate=True)
+    params_model = KeeperDiesParams
+    in_order = True
+
+    async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
+        return await self.generate_batch(rows, range(len(rows)))
+
+    async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any]:
+        if any(index >= self.params.at_or_after for index in indices):
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(Path(self.params.marker_dir) / "keeper-died", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                os._exit(1)
+        return [True for _ in rows]
 
 
 class Pid(Generator[Any]):
@@ -920,3 +972,267 @@ def test_estimate_on_ray_measures_the_workers_requests_and_the_run_continues_aft
     assert {k: found["ray"]["models"]["writer"][k] for k in same} == {
         k: found["local"]["models"]["writer"][k] for k in same
     }
+
+
+# --- gates on Ray (SPEC §21, §22) ------------------------------------------------------------
+
+GATED_N = 20
+ANSWER_WORDS = 16  # the fake server counts a word a token
+
+
+def gated_pipeline(server: FakeOpenAIServer, root: Path) -> dict[str, Any]:
+    """``n → keep-if (n % 3 != 0) → keep-unique(a) → echo (the writer repeats b) →
+    keep-novel(echo)`` (by the fake server's embeddings: a repeated b is cosine 1): every
+    gate rejects some candidates, and both in-order gates run on the cluster's keeper."""
+    server.answer_with("writer", lambda prompt: " ".join([prompt.split()[1], *["and"] * (ANSWER_WORDS - 1)]))
+    # Paid per answer token only, answers of max_tokens: a request's worst case is its cost,
+    # so a budget of a few requests stops partway.
+    price = {"input_per_mtok": 0.0, "output_per_mtok": 1000.0}
+    words = {"a": [f"a{i}" for i in range(40)], "b": [f"b{i}" for i in range(40)]}
+    return {
+        "providers": {"srv": {"kind": "openai", "base_url": server.url, "max_concurrency": 8}},
+        "models": {
+            "writer": {
+                "provider": "srv",
+                "model": "writer",
+                "kind": "chat",
+                "params": {"max_tokens": 16},
+                "price": price,
+            },
+            "embedder": {"provider": "srv", "model": "embedder", "kind": "embedding", "price": price},
+        },
+        "cache": {"dir": str(root / "cache")},
+        "pipeline": {
+            "num_records": GATED_N,
+            "seed": 3,
+            "batch_size": 4,
+            "output": str(root / "out.jsonl"),
+            "columns": [
+                {
+                    "name": "n",
+                    "generator": "sampler",
+                    "params": {"kind": "uniform", "low": 0, "high": 10**9, "integer": True},
+                },
+                *(
+                    {"name": k, "generator": "sampler", "params": {"kind": "category", "values": v}}
+                    for k, v in words.items()
+                ),
+                {"name": "most", "generator": "keep-if", "params": {"expression": "n % 3 != 0"}},
+                {"name": "new_a", "generator": "keep-unique", "params": {"column": "a"}},
+                {
+                    "name": "echo",
+                    "generator": "llm-text",
+                    "resources": {"model": "writer"},
+                    "params": {"prompt": "Say {{ b }} for {{ n }}"},
+                },
+                {
+                    "name": "new_b",
+                    "generator": "keep-novel",
+                    "resources": {"model": "embedder"},
+                    "params": {"column": "echo"},
+                },
+            ],
+        },
+    }
+
+
+def rejected_up_to_last_kept(output: Path) -> list[dict[str, Any]]:
+    """The rejected file's records below the last candidate in the output (past it, the
+    surplus depends on what was in flight when the target was met)."""
+    rejected = read_rows(output.with_name(output.name + ".rejected.jsonl"))
+    taken = {r["candidate"] for r in rejected if r["gate"] is not None}
+    last, seen = -1, 0
+    while seen < GATED_N:
+        last += 1
+        seen += last not in taken
+    return [r for r in rejected if r["candidate"] < last]
+
+
+async def test_a_gated_pipeline_gives_the_local_output_on_ray_with_a_worker_killed_midway(
+    ray_workers: Any, fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    cfg = gated_pipeline(fake_openai_server, tmp_path)
+    columns = cfg["pipeline"]["columns"]
+    # Past the first in-order gate, before the second: the dead batch was judged by one
+    # (its re-run gets the same verdicts) and holds the other up until its re-run gets there.
+    die = {"name": "tag", "generator": "die-from", "params": {"marker_dir": str(tmp_path), "at_or_after": 12}}
+    columns.insert(columns.index(next(c for c in columns if c["name"] == "echo")), die)
+    on_ray = await run(cfg, "ray", (DieFrom,), output=tmp_path / "ray.jsonl")
+    assert (tmp_path / "died").exists()  # a worker died mid-run
+    local = await run(cfg, "local", (DieFrom,), output=tmp_path / "local.jsonl", response_cache=False)
+    assert on_ray.rows_written == local.rows_written == GATED_N
+    assert (tmp_path / "ray.jsonl").read_bytes() == (tmp_path / "local.jsonl").read_bytes()
+    rejected = rejected_up_to_last_kept(tmp_path / "ray.jsonl")
+    assert rejected == rejected_up_to_last_kept(tmp_path / "local.jsonl")
+    assert {r["gate"] for r in rejected} == {"most", "new_a", "new_b"}  # every gate rejected some
+    assert on_ray.funnel is not None and on_ray.funnel.kept >= GATED_N
+    # The keeper's embedding requests were paid for and counted as the workers' are, and
+    # the answers they kept came back with the verdicts: the driver stored them.
+    assert on_ray.requests["embedder"] > 1 and on_ray.cost is not None
+    assert cache_table(tmp_path / "cache", "SELECT COUNT(*) FROM answers WHERE col = 'new_b'")[0][0] > 0
+
+
+async def test_a_gated_ray_run_stopped_by_its_budget_then_its_candidates_cap_resumes_to_the_local_output(
+    ray_workers: Any, fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    from genwire.errors import BudgetStopped, CandidatesExhausted
+
+    cfg = gated_pipeline(fake_openai_server, tmp_path)
+    local = await run(cfg, "local", output=tmp_path / "local.jsonl", response_cache=False, skip_preflight=True)
+    assert local.cost is not None
+    reference = rejected_up_to_last_kept(tmp_path / "local.jsonl")
+    last_kept = len(reference) + GATED_N - 1  # the candidate of the last row in the output
+    fake_openai_server.reset_stats()
+
+    with pytest.raises(BudgetStopped) as budget:
+        await run(cfg, "ray", max_cost_usd=0.4 * local.cost["total_usd"], skip_preflight=True)
+    assert not isinstance(budget.value, CandidatesExhausted)
+    assert 0 < budget.value.funnel["kept"] < GATED_N
+
+    cfg["pipeline"]["max_candidates"] = last_kept  # one short of the last kept candidate
+    with pytest.raises(CandidatesExhausted) as capped:
+        await run(cfg, "ray", skip_preflight=True)
+    assert capped.value.funnel["candidates"] == last_kept and capped.value.funnel["kept"] == GATED_N - 1
+
+    del cfg["pipeline"]["max_candidates"]
+    done = await run(cfg, "ray", skip_preflight=True)
+    assert done.rows_written == GATED_N
+    assert (tmp_path / "out.jsonl").read_bytes() == (tmp_path / "local.jsonl").read_bytes()
+    assert rejected_up_to_last_kept(tmp_path / "out.jsonl") == reference
+    # Nothing paid twice across the three sessions (the driver stored every answer it was sent).
+    asked = [body["messages"][-1]["content"] for model, body in fake_openai_server.bodies if model == "writer"]
+    per_candidate = [a for a in asked if a.startswith("Say ")]
+    assert len(per_candidate) == len(set(per_candidate))
+
+
+async def test_the_keeper_judges_the_clusters_batches_in_key_order_and_a_rerun_batch_gets_its_first_verdicts(
+    tmp_path: Path,
+) -> None:
+    """The keeper in-process (as Ray runs it in its actor): batches judged in key order
+    whatever order the workers ask in, a re-run batch not judged against itself, a batch
+    that left before the driver's word holding nothing up, a worker's call that comes
+    before the driver's word waiting for it."""
+    from genwire.engine.ray_engine import WorkerSpec
+    from genwire.engine.ray_gates import Answer, GateKeeper
+
+    cfg = {
+        "pipeline": {
+            "num_records": 4,
+            "output": str(tmp_path / "out.jsonl"),
+            "columns": [
+                {"name": "w", "generator": "sampler", "params": {"kind": "category", "values": ["x"]}},
+                {"name": "u", "generator": "keep-unique", "params": {"column": "w"}},
+            ],
+        }
+    }
+    container = genwire.boot(cfg)
+    spec = WorkerSpec(container.loaded, {c.generator_name: c.generator_cls for c in container.columns})
+    keeper = GateKeeper(spec, ["u"], {"u": ([{"w": "old"}], [0])})  # an earlier session kept "old"
+
+    async def judge(key: int, words: list[str]) -> list[Any]:
+        answer = await keeper.judge("u", key, [{"w": w} for w in words], list(range(key, key + len(words))))
+        assert isinstance(answer, Answer), answer
+        return [v.keep for v in answer.values]
+
+    async def waits(task: asyncio.Task[Any]) -> bool:
+        for _ in range(20):
+            await asyncio.sleep(0)
+        return not task.done()
+
+    try:
+        await keeper.enter(1, [8])  # Ray delivered the driver's second block first
+        later = asyncio.create_task(judge(8, ["x", "y"]))
+        assert await waits(later)  # block 0 was submitted before it: its batches go first
+        await keeper.enter(0, [4])
+        assert await waits(later)
+        assert await judge(4, ["x", "old", "z"]) == [True, False, True]
+        assert await asyncio.wait_for(later, 60) == [False, True]
+        assert await judge(4, ["x", "old", "z"]) == [True, False, True]  # re-run: the same verdicts
+        await keeper.leave(12)  # a batch with no row left for the gate, before the driver's word
+        early = asyncio.create_task(judge(16, ["y", "q"]))
+        assert await waits(early)  # the driver has not entered it yet
+        await keeper.enter(2, [12, 16])
+        assert await asyncio.wait_for(early, 60) == [False, True]
+    finally:
+        await keeper.close()
+        await container.aclose()
+
+
+async def test_a_keeper_that_dies_stops_the_run_and_the_rerun_resumes_to_the_local_output(
+    ray_workers: Any, fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    cfg = gated_pipeline(fake_openai_server, tmp_path)
+    dies = {"name": "judged", "generator": "keeper-dies", "params": {"marker_dir": str(tmp_path), "at_or_after": 16}}
+    cfg["pipeline"]["columns"].append(dies)
+    with pytest.raises(genwire.RunError, match=r"in-order gates died.*rerun the same command"):
+        await run(cfg, "ray", (KeeperDies,), skip_preflight=True)
+    assert (tmp_path / "keeper-died").exists()
+    done = await run(cfg, "ray", (KeeperDies,), skip_preflight=True)
+    assert done.rows_written == GATED_N
+    local = await run(
+        cfg, "local", (KeeperDies,), output=tmp_path / "local.jsonl", skip_preflight=True, response_cache=False
+    )
+    assert local.rows_written == GATED_N
+    assert (tmp_path / "out.jsonl").read_bytes() == (tmp_path / "local.jsonl").read_bytes()
+    assert rejected_up_to_last_kept(tmp_path / "out.jsonl") == rejected_up_to_last_kept(tmp_path / "local.jsonl")
+
+
+class InProcess:
+    """An object's async methods called as a Ray actor handle's are (``handle.m.remote(...)``)."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._target, name)
+
+        class Remote:
+            @staticmethod
+            def remote(*args: Any) -> Any:
+                return asyncio.ensure_future(method(*args))
+
+        return Remote
+
+
+async def test_a_worker_runs_a_later_block_first_and_its_batches_waiting_at_the_keeper_give_up_their_slots(
+    tmp_path: Path,
+) -> None:
+    """Ray runs an async actor's calls in no guaranteed order: a worker may start a later
+    block before an earlier one. That block's batches, waiting at the keeper for the earlier
+    block's, must not hold every slot the earlier block's batches need (a deadlock)."""
+    from genwire.engine.ray_engine import BATCHES_IN_FLIGHT, BlockWorker, WorkerSpec
+    from genwire.engine.ray_gates import GateKeeper, KeeperClient
+
+    cfg = {
+        "pipeline": {
+            "num_records": 8,
+            "seed": 2,
+            "output": str(tmp_path / "out.jsonl"),
+            "columns": [
+                {"name": "w", "generator": "sampler", "params": {"kind": "category", "values": ["x", "y", "z"]}},
+                {"name": "u", "generator": "keep-unique", "params": {"column": "w"}},
+            ],
+        }
+    }
+    container = genwire.boot(cfg)
+    spec = WorkerSpec(container.loaded, {c.generator_name: c.generator_cls for c in container.columns})
+    keeper = GateKeeper(spec, ["u"], {})
+    worker = BlockWorker(dataclasses.replace(spec, gates=KeeperClient(InProcess(keeper))))
+    try:
+        size = BATCHES_IN_FLIGHT  # a block of one-row batches fills every slot
+        first, second = list(range(size)), list(range(size, 2 * size))
+        await keeper.enter(0, first)
+        await keeper.enter(1, second)
+        later = asyncio.create_task(worker.run_block(second, 1))  # started first
+        for _ in range(50):
+            await asyncio.sleep(0)
+        earlier = asyncio.create_task(worker.run_block(first, 1))
+        done = await asyncio.wait_for(asyncio.gather(earlier, later), 60)
+        results = [result for block in done for result in block]
+        kept = sorted(i for r in results for i in r.indices)
+        rejected = sorted(r["candidate"] for result in results for r in result.rejected)
+        assert sorted(kept + rejected) == list(range(2 * size)) and 0 < len(kept) <= 3
+    finally:
+        await worker.close()
+        await keeper.close()
+        await container.aclose()

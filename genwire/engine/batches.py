@@ -8,7 +8,7 @@ import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from genwire.container.core import WiredPipeline
 from genwire.engine.gate_turns import GateTurns
@@ -90,6 +90,17 @@ def failure_record(
 Earlier = Callable[[str], tuple[list[dict[str, Any]], list[int]]]
 
 
+class InOrderGates(Protocol):
+    """Where a runner's in-order gates are judged when that is not in this process (a Ray
+    worker: one keeper holds them for the cluster, ``engine.ray_gates``). ``key`` is the
+    batch's (its first row index): the keeper takes the cluster's batches in key order."""
+
+    async def judge(self, column: str, key: int, rows: list[dict[str, Any]], indices: list[int]) -> list[Any]: ...
+
+    def leave(self, key: int) -> None:
+        """The batch is done, failed or cancelled: it holds no gate up."""
+
+
 class BatchRunner:
     """Runs the container's column generators over batches of row indices."""
 
@@ -100,10 +111,12 @@ class BatchRunner:
         *,
         store_answers: bool = True,
         earlier: Earlier | None = None,
+        keeper: InOrderGates | None = None,
     ) -> None:
         """``store_answers=False``: the answers kept go back in ``BatchResult.answers``
         for the caller to store, and ``cache`` is only read. ``earlier(gate)``: the rows
-        an earlier session let through in-order gate ``gate`` (none without it)."""
+        an earlier session let through in-order gate ``gate`` (none without it).
+        ``keeper``: the in-order gates are judged there, not here (a Ray worker's)."""
         container.reset_generators()  # generators may keep per-run state (cursors, caches)
         self.generators: list[Generator[Any]] = [container.generator(c.name) for c in container.columns]
         self.columns = [c.name for c in container.columns]
@@ -112,6 +125,7 @@ class BatchRunner:
         self.live = 0  # rows of the running batches that have not failed nor finished
         self.seed = container.config.pipeline.seed  # in every cache key: a new seed asks again
         self.earlier = earlier
+        self.keeper = keeper
         self.turns = GateTurns([g.column for g in self.generators if g.metadata.gate and g.in_order])
 
     async def run(self, indices: list[int]) -> BatchResult:
@@ -144,6 +158,8 @@ class BatchRunner:
         finally:
             self.live -= len(live)
             self.turns.leave(key)
+            if self.keeper is not None:
+                self.keeper.leave(key)
 
     async def _columns(
         self, indices: list[int], live: list[dict[str, Any]], scope: BatchScope | None, key: int
@@ -157,12 +173,15 @@ class BatchRunner:
             if not live:
                 break
             in_order = gen.metadata.gate and gen.in_order
-            if in_order:
-                await self.turns.turn(gen.column, key, functools.partial(self._remember, gen))
-            with column_scope(gen.column, indices):  # the column's hits, looked up in one query
-                values = await self.call(gen, private_rows(live, mutable), indices)
-            if in_order:
-                self.turns.passed(gen.column, key)
+            if in_order and self.keeper is not None:  # judged where the cluster's order is kept
+                values = await self.keeper.judge(gen.column, key, private_rows(live, mutable), list(indices))
+            else:
+                if in_order:
+                    await self.turns.turn(gen.column, key, functools.partial(self.remember, gen))
+                with column_scope(gen.column, indices):  # the column's hits, looked up in one query
+                    values = await self.call(gen, private_rows(live, mutable), indices)
+                if in_order:
+                    self.turns.passed(gen.column, key)
             if scope is not None and scope.kept and self.store_answers:
                 kept_answers = scope.take_kept()
                 if scope.cache.writable:  # one transaction per column and batch, off the event loop
@@ -202,7 +221,7 @@ class BatchRunner:
         rejected.sort(key=lambda r: int(r["candidate"]))
         return BatchResult(indices, live, failures, rejected=rejected)
 
-    async def _remember(self, gen: Generator[Any]) -> None:
+    async def remember(self, gen: Generator[Any]) -> None:
         """An in-order gate's first turn: the rows an earlier session let through it."""
         if self.earlier is None:
             return

@@ -199,15 +199,11 @@ class GatedRun:
         return lambda gate: earlier_passed(checkpoint, self.columns, gate)
 
 
-def gated_run(container: WiredPipeline, wanted: int, *, engine: str, batch: bool) -> GatedRun | None:
+def gated_run(container: WiredPipeline, wanted: int, *, batch: bool) -> GatedRun | None:
     """The pipeline's gates, or None when it has none (``num_records`` counts rows then)."""
     gates = gate_columns(container.columns)
     if not gates:
         return None
-    if engine != "local":
-        raise RunError(
-            f"gate columns ({', '.join(gates)}) run on the local engine for now; drop --engine ray for this pipeline"
-        )
     if batch:
         raise RunError(
             f"gate columns ({', '.join(gates)}) decide which candidates come next from the ones done, "

@@ -46,6 +46,10 @@ in row order, so the ``OutputSink`` writes exactly what the local engine writes.
   starting from the driver's verdicts (the pre-flight's); a member a worker takes out
   (auth, not_found) is out on every worker (it tells the others, as a brake); the
   per-endpoint figures come back in the receipts and add up.
+* **Quality gates** (SPEC §21): a gated run's ``CandidatePlan`` feeds the driver
+  (``batches(feed=...)``): it counts the kept rows as blocks come back and stops
+  scheduling at N. Stateless gates run on the workers; stateful ones (``in_order``) are
+  judged for the whole cluster by one keeper actor, in index order (``engine.ray_gates``).
 * **Fault tolerance.** Actors have ``max_restarts`` and their tasks
   ``max_task_retries``: a worker process that dies mid-block is restarted and the block
   re-run. A block's result is returned only when the whole block is done, so a retried
@@ -104,13 +108,15 @@ from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 from genwire.config.loader import LoadedConfig
 from genwire.container.core import WiredPipeline
 from genwire.container.graph import build_graph
 from genwire.container.wiring import wire_columns
+from genwire.engine.batch_slots import BatchSlot, held_slot
 from genwire.engine.batches import BatchResult, BatchRunner, batched
+from genwire.engine.block_rows import BlockRows
 from genwire.engine.cluster import ClusterBudget, Coordinator, worker_meter
 from genwire.engine.costs import attach_meter, priced_models
 from genwire.engine.receipt import Receipt, ReceiptBook
@@ -149,6 +155,7 @@ class WorkerSpec:
     coordinator: Any = None  # the run's coordinator actor (engine.cluster), when the run shares state
     budget_caps: tuple[bool, bool] = (False, False)  # a cost cap, a token cap: spent in leases of the coordinator's
     endpoint_verdicts: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # the driver's, on pools
+    gates: Any = None  # the run's in-order gates' keeper (engine.ray_gates.KeeperClient), when it has any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,7 +224,7 @@ class BlockWorker:
                 self._container = boot_worker_container(self._spec)
                 if self._spec.response_cache is not None:  # read only: the driver stores the answers
                     self._cache = ResponseCache(self._spec.response_cache, writer=False)
-                self._runner = BatchRunner(self._container, self._cache, store_answers=False)
+                self._runner = BatchRunner(self._container, self._cache, store_answers=False, keeper=self._spec.gates)
                 # Metered as on the driver: each paid answer goes to the driver's ledger.
                 meter = CostMeter(self._spec.prices, output_limits=self._spec.output_limits, record=self._book.paid)
                 self._book.meter, self._book.worker = meter, self._spec.worker  # its measurements go with its rows
@@ -246,8 +253,13 @@ class BlockWorker:
             runner, slots = await self._ready()
 
             async def batch(rows: list[int]) -> BatchResult:
-                async with slots:  # FIFO: earlier blocks' batches go first
+                slot = BatchSlot(slots)
+                await slot.take()  # FIFO: earlier blocks' batches go first
+                held_slot.set(slot)  # in this batch's task (given up while it waits at the gates' keeper)
+                try:
                     return await runner.run(rows)
+                finally:
+                    slot.give()
 
             tasks = [asyncio.create_task(batch(rows)) for rows in batched(indices, batch_size)]
             try:
@@ -426,6 +438,11 @@ async def close_workers(ray: ModuleType, actors: list[Any], feed: Callable[[Rece
                 ray.kill(actor)
 
 
+def batch_keys(rows: list[int], batch_size: int) -> list[int]:
+    """The keys of a block's batches (each one's first row), as its worker batches it."""
+    return [batch[0] for batch in batched(rows, batch_size)]
+
+
 async def store_worker_answers(cache: ResponseCache, results: list[BatchResult]) -> None:
     """Store the answers a block's workers paid for (one transaction, off the event loop)
     and count its hits as this process's: the workers only read the cache."""
@@ -435,6 +452,19 @@ async def store_worker_answers(cache: ResponseCache, results: list[BatchResult])
         cache.hits += result.cached
     if answers and cache.writable:
         await asyncio.to_thread(cache.put_many, answers)
+
+
+class GateKeeping(Protocol):
+    """A gated run's in-order gates on the cluster (``engine.ray_gates.RayGates``)."""
+
+    def start(self, ray: ModuleType, spec: WorkerSpec) -> Any:
+        """The keeper, booted from ``spec``: what a worker's spec carries (``.actor``: its handle)."""
+
+    def enter(self, keys: list[int]) -> None: ...  # a block's batch keys, as it is submitted
+
+    async def settled(self, keys: list[int]) -> Receipt: ...  # a block's rows are back: what the keeper paid
+
+    async def close(self, ray: ModuleType, feed: Callable[[Receipt], None]) -> None: ...
 
 
 class RayBatches:
@@ -451,11 +481,13 @@ class RayBatches:
         prices: dict[str, Price | None] | None = None,
         budget: ClusterBudget | None = None,
         output_limits: dict[str, int] | None = None,
+        gates: GateKeeping | None = None,
     ) -> None:
         """``response_cache``: the driver's cache, the one that stores the workers' answers;
         ``feed``: the run's accounting, which every worker's receipt goes to; ``prices``:
         the models' prices the workers' meters price their answers with; ``budget``: the
-        run's, held cluster-wide by a coordinator when capped."""
+        run's, held cluster-wide by a coordinator when capped; ``gates``: a gated run's
+        in-order gates, judged by one keeper for the cluster."""
         self._container = container
         self._cache = response_cache
         self._address = address
@@ -464,14 +496,19 @@ class RayBatches:
         self._prices = prices  # the run's, resolved once (None: resolved here)
         self._budget = budget
         self._output_limits = output_limits or {}  # the models' output limits (a worst case without max_tokens)
+        self._gates = gates
 
     def live_rows(self) -> int:
         return 0  # batch mode, which counts them, runs on the local engine only
 
-    async def batches(self, indices: Iterator[int], batch_size: int) -> AsyncGenerator[BatchResult, None]:
+    async def batches(
+        self, indices: Iterator[int], batch_size: int, *, feed: Iterator[list[int]] | None = None
+    ) -> AsyncGenerator[BatchResult, None]:
+        """``feed`` (a gated run's ``CandidatePlan``) says which rows to start, in place of
+        ``indices``, as the kept rows come in (the blocks are sized from its first window)."""
         container = self._container
-        todo = list(indices)  # the rows a resumed run still needs (ints: small beside rows)
-        n = len(todo)
+        todo = BlockRows(indices, feed)  # the rows a resumed run still needs, or the plan's candidates
+        n = todo.window
         if n == 0:
             return
         ray = import_ray()
@@ -508,7 +545,6 @@ class RayBatches:
         actors: list[Any] = []
         pending: deque[tuple[list[int], int, Any]] = deque()  # (rows, worker, ref), in row order
         load = [0] * workers
-        cursor = 0  # the next row of ``todo`` to hand out
         budget = self._budget if self._budget is not None and self._budget.capped else None
         rows_done = 0  # rows returned in this session (what a row costs, for the budget's hold)
 
@@ -522,20 +558,23 @@ class RayBatches:
             return bool(pending) and budget.hold_rows(rows_done, live, block_rows)
 
         def submit() -> None:
-            nonlocal cursor
-            while len(pending) < workers * BLOCKS_PER_WORKER and not held() and cursor < n:
+            while len(pending) < workers * BLOCKS_PER_WORKER and not held() and todo.more():
                 # Blocks shrink towards the end (never below a batch): the last ones end
                 # together instead of one worker finishing a long block while the others' slots idle.
-                share = math.ceil((n - cursor) / (workers * BLOCKS_PER_WORKER) / batch_size) * batch_size
+                # (A plan's end is unknown: its blocks keep the size of its first window's.)
+                ahead = todo.left if feed is None else n
+                share = math.ceil(ahead / (workers * BLOCKS_PER_WORKER) / batch_size) * batch_size
                 if budget is not None and rows_done == 0:  # under a cap the first block, alone, shows what a row costs
                     share = batch_size
-                rows = todo[cursor : cursor + max(batch_size, min(block_rows, share))]
-                cursor += len(rows)
+                rows = todo.take(max(batch_size, min(block_rows, share)))
+                if gates is not None:  # before the block: the keeper takes the batches in index order
+                    gates.enter(batch_keys(rows, batch_size))
                 worker = min(range(workers), key=load.__getitem__)
                 load[worker] += 1
                 pending.append((rows, worker, actors[worker].run_block.remote(rows, batch_size)))
 
         coordinator = None
+        gates, keeper = self._gates, None
         try:
             if budget is not None:  # the cap is the cluster's: engine.cluster
                 coordinator = ray.remote(Coordinator).options(num_cpus=0).remote(**budget.coordinator_args(workers))
@@ -552,12 +591,15 @@ class RayBatches:
                     endpoint_verdicts=container.endpoint_verdicts(),
                 )
                 try:
-                    actors.append(actor_cls.remote(spec))
+                    if gates is not None and keeper is None:  # the keeper: booted as a worker, on the first one's share
+                        keeper = gates.start(ray, dataclasses.replace(spec, worker=workers))
+                    actors.append(actor_cls.remote(dataclasses.replace(spec, gates=keeper)))
                 except Exception as exc:  # the spec must pickle: config data and importable classes
                     raise RunError(f"cannot send the pipeline to the Ray workers: {exception_text(exc)}") from exc
-            if workers > 1:  # before any block (an actor runs one caller's calls in order)
-                for actor in actors:
-                    actor.meet.remote(actors)
+            peers = actors + ([keeper.actor] if keeper is not None else [])  # the gates' keeper brakes as a worker
+            if len(peers) > 1:  # before any block (an actor runs one caller's calls in order)
+                for actor in peers:
+                    actor.meet.remote(peers)
             submit()
             while pending:
                 rows, worker, ref = pending[0]
@@ -573,6 +615,8 @@ class RayBatches:
                 if budget is not None and coordinator is not None:
                     budget.note(await coordinator.status.remote())
                 submit()  # before yielding: the next block runs while the sink writes this one
+                if gates is not None:  # what the keeper paid for these rows: before they are checkpointed
+                    self._feed(await gates.settled(batch_keys(rows, batch_size)))
                 if cache is not None:
                     await store_worker_answers(cache, out)
                 for result in out:  # paid for before its rows are checkpointed, as locally
@@ -581,11 +625,14 @@ class RayBatches:
                         self._feed(receipt)
                 for result in out:
                     yield result
+                submit()  # a gated run's plan has recorded these rows: it may take more now
         finally:
             for _, _, ref in pending:
                 with contextlib.suppress(Exception):
                     ray.cancel(ref)
             await close_workers(ray, actors, self._feed)
+            if gates is not None:
+                await gates.close(ray, self._feed)
             if coordinator is not None:
                 with contextlib.suppress(Exception):
                     status = await coordinator.status.remote()

@@ -81,7 +81,7 @@ def plan_run(container: WiredPipeline, options: RunOptions) -> RunPlan:
     target = output_path(container, options.output)
     directory = checkpoint_dir(target)
     check_output(target, protected=dataset_files(container), extra=[errors_path(target), directory])
-    gated = gated_run(container, n, engine=engine, batch=bool(batching))  # SPEC §21; None without a gate
+    gated = gated_run(container, n, batch=bool(batching))  # SPEC §21; None without a gate
     return RunPlan(n, engine, batching, target, directory, gated)
 
 

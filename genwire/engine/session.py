@@ -47,7 +47,9 @@ class RunPlan:
 class BatchSource(Protocol):
     """An engine: batches of the given rows, yielded in row order."""
 
-    def batches(self, indices: Iterator[int], batch_size: int) -> AsyncGenerator[BatchResult, None]: ...
+    def batches(
+        self, indices: Iterator[int], batch_size: int, *, feed: Iterator[list[int]] | None = None
+    ) -> AsyncGenerator[BatchResult, None]: ...
 
     def live_rows(self) -> int: ...
 
@@ -108,9 +110,11 @@ class RunSession:
         if self.plan.engine == "ray":
             from genwire.engine.cluster import ClusterBudget
             from genwire.engine.ray_engine import RayBatches
+            from genwire.engine.ray_gates import RayGates, in_order_gates
 
-            options = self.options
+            options, gated = self.options, self.plan.gated
             self.accounts.budget = cluster = ClusterBudget(self.accounts.costs)  # held cluster-wide
+            in_order = in_order_gates(self.container.columns) if gated is not None else []
             return RayBatches(
                 self.container,
                 options.ray_address,
@@ -120,6 +124,8 @@ class RunSession:
                 prices=self.accounts.costs.prices,
                 budget=cluster,
                 output_limits=self.accounts.costs.output_limits,
+                # Stateful gates judged by one keeper for the cluster, in index order (SPEC §21).
+                gates=RayGates(in_order, gated.earlier(self.checkpoint)) if gated is not None and in_order else None,
             )
         budget = self.accounts.budget
         batch_rows = self.container.config.pipeline.batch_size
@@ -176,10 +182,7 @@ class RunSession:
             feed = self.candidates.feed(batch_size) if self.options.sample_rows is None else None
         if self.options.sample_rows is not None:
             pending = itertools.islice(pending, self.options.sample_rows)
-        if feed is not None and isinstance(self.source, LocalBatches):
-            batches = self.source.batches(pending, batch_size, feed=feed)
-        else:
-            batches = self.source.batches(pending, batch_size)
+        batches = self.source.batches(pending, batch_size, feed=feed)
         candidates = self.candidates
         ticker = asyncio.create_task(_tick(sink)) if batch_mode is not None else None
         try:

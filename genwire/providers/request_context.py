@@ -54,6 +54,7 @@ __all__ = [
     "endpoint_id",
     "is_credential_header",
     "is_text",
+    "kept_elsewhere",
     "may_hold",
     "peek_answer",
     "peek_in",
@@ -185,6 +186,15 @@ class cached_rows:  # lower case: used as a function, ``with cached_rows(indices
         batch = _batch.get()
         if batch is not None and self._scope.pending:
             batch.kept.extend(self._scope.pending)
+
+
+def kept_elsewhere(kept: Sequence[Entry], hits: int) -> None:
+    """Answers kept and cache hits of requests another process made for this batch (a Ray
+    worker's in-order gates, judged by the cluster's keeper): the batch's own from here."""
+    batch = _batch.get()
+    if batch is not None:
+        batch.kept.extend(kept)
+        batch.hits += hits
 
 
 def cached_row(index: int) -> cached_rows:
