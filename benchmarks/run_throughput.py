@@ -22,9 +22,12 @@ a 503 at once; every rate counts answered requests (2 a row) per wall second of 
     python benchmarks/run_throughput.py [--rows 20000 100000] [--latency 0.005]
                                         [--concurrency 64] [--cases happy imperfect]
                                         [--profile PATH] [--profile-rows 8000]
+                                        [--profile-run off on rerun]
 
-``--profile PATH`` also runs one cache-off genwire run of ``--profile-rows`` rows (happy
-case) under cProfile and writes its top functions by own time to PATH.
+``--profile PATH`` also runs genwire on ``--profile-rows`` rows (happy case) under cProfile
+and writes its top functions by own time to PATH: the cache-off run, and with
+``--profile-run off on rerun`` the first run with the cache on (to PATH-on) and the cached
+rerun (to PATH-rerun).
 """
 
 from __future__ import annotations
@@ -214,8 +217,8 @@ def run_case(case: str, rows_list: list[int], args: argparse.Namespace) -> list[
                 off, off_cpu, rss_off = measure(what="genwire", models=True, cache=False, **gw)
                 on, on_cpu, rss_on = measure(what="genwire", models=True, cache=True, **gw)
                 raw2, raw_cpu2, _ = measure(what="raw", **common)
-                template, _, _ = measure(what="genwire", models=False, cache=False, **gw)
-                rerun, _, rss_rerun = measure(what="genwire", models=True, cache=True, expect_cached=True, **gw)
+                template, template_cpu, _ = measure(what="genwire", models=False, cache=False, **gw)
+                rerun, rerun_cpu, rss_rerun = measure(what="genwire", models=True, cache=True, expect_cached=True, **gw)
                 raw_uv = measure(what="raw", loop="uvloop", **common)[0] if args.loop == "uvloop" else None
             raw = (raw1 + raw2) / 2  # before and after the genwire runs: drift shows in both
             raw_cpu = (raw_cpu1 + raw_cpu2) / 2
@@ -233,6 +236,8 @@ def run_case(case: str, rows_list: list[int], args: argparse.Namespace) -> list[
                     "on": requests / on,
                     "template": rows / template,
                     "rerun": rows / rerun,
+                    # the client process's CPU per row, template columns and cached rerun, microseconds
+                    "row_cpu": (1e6 * template_cpu / rows, 1e6 * rerun_cpu / rows),
                     "rss": (rss_off, rss_on, rss_rerun),
                 }
             )
@@ -276,6 +281,12 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, load: str) -
             f"{r['case']:<10}{r['rows']:>8,}{raw_us:>8.0f}{off_us:>8.0f}{on_us:>8.0f}"
             f"{raw_us / off_us:>9.0%}{raw_us / on_us:>8.0%}"
         )
+    print()
+    print("the client process's CPU per row: template columns vs the cached rerun, microseconds")
+    print(f"{'case':<10}{'rows':>8}{'tmpl':>8}{'rerun':>8}{'tmpl/rerun':>12}")
+    for r in results:
+        tmpl_us, rerun_us = r["row_cpu"]
+        print(f"{r['case']:<10}{r['rows']:>8,}{tmpl_us:>8.0f}{rerun_us:>8.0f}{tmpl_us / rerun_us:>12.0%}")
     spread = max(r["raw_spread"] for r in results)
     print(f"raw client before vs after the genwire runs differed by up to {spread:.0%} (the machine's drift)")
     for case in {r["case"] for r in results}:
@@ -300,6 +311,13 @@ def main() -> None:
     parser.add_argument("--profile-rows", type=int, default=8000)
     parser.add_argument("--profile-top", type=int, default=25)
     parser.add_argument(
+        "--profile-run",
+        nargs="+",
+        choices=("off", "on", "rerun"),
+        default=["off"],
+        help="which runs --profile profiles: cache off, a first run cache on, the cached rerun",
+    )
+    parser.add_argument(
         "--loop", choices=("auto", "asyncio", "uvloop"), default="auto", help="genwire's; auto: as `genwire run`"
     )
     args = parser.parse_args()
@@ -314,24 +332,36 @@ def main() -> None:
         results += run_case(case, args.rows, args)
     report(results, args, load)
     if args.profile is not None:
-        server = Server(args.latency, "happy", args.slow)
-        try:
-            with tempfile.TemporaryDirectory() as tmp:
-                seconds, _, _ = measure(
+        profile_runs(args)
+
+
+def profile_runs(args: argparse.Namespace) -> None:
+    """``--profile PATH``: one genwire run of ``--profile-rows`` rows (happy case) under
+    cProfile per ``--profile-run``: ``off`` (cache off), ``on`` (a first run, cache on)
+    and ``rerun`` (the same again, every answer from the cache). Each one's top functions
+    by own time go to PATH, or PATH with ``-on`` / ``-rerun`` before its suffix."""
+    server = Server(args.latency, "happy", args.slow)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            common = {"url": server.url, "rows": args.profile_rows, "concurrency": args.concurrency, "dir": tmp}
+            for run in args.profile_run:
+                path = args.profile if run == "off" else args.profile.with_stem(f"{args.profile.stem}-{run}")
+                if run == "rerun" and "on" not in args.profile_run:  # the cache the rerun reads
+                    measure(what="genwire", models=True, cache=True, loop=args.loop, **common)
+                seconds, cpu, _ = measure(
                     what="genwire",
-                    url=server.url,
-                    rows=args.profile_rows,
-                    concurrency=args.concurrency,
-                    dir=tmp,
                     models=True,
-                    cache=False,
+                    cache=run != "off",
+                    expect_cached=run == "rerun",
                     loop=args.loop,
-                    profile=str(args.profile.resolve()),
+                    profile=str(path.resolve()),
                     top=args.profile_top,
+                    **common,
                 )
-        finally:
-            server.close()
-        print(f"profile of {args.profile_rows:,} rows, cache off ({seconds:.1f} s under cProfile): {args.profile}")
+                took = f"{seconds:.1f} s, {cpu:.1f} s CPU under cProfile"
+                print(f"profile of {args.profile_rows:,} rows, {run} ({took}): {path}")
+    finally:
+        server.close()
 
 
 if __name__ == "__main__":

@@ -515,13 +515,13 @@ def test_two_runs_at_once_share_one_cache_safely(tmp_path: Path) -> None:
         assert server.total_requests == 0
 
 
-@pytest.mark.parametrize("sqlite_has_json", [True, False])
+@pytest.mark.parametrize("rows_a_statement", [128, 3])
 def test_stored_answers_come_back_exactly_whatever_they_hold(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_has_json: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows_a_statement: int
 ) -> None:
     """Plain texts are read without the JSON decoder; anything with an escape goes through
-    it. Written in one statement, or row by row where SQLite has no JSON functions."""
-    monkeypatch.setattr(response_cache, "_has_json", lambda conn: sqlite_has_json)
+    it. Written in one statement, or in several (of ``INSERT_ROWS`` rows) in one transaction."""
+    monkeypatch.setattr(response_cache, "INSERT_ROWS", rows_a_statement)
     answers: list[Any] = [
         "plain",
         "",
@@ -551,14 +551,20 @@ async def test_a_first_run_makes_one_key_per_request_and_a_rerun_hits_them_all(
     request and makes no key (it made one per request before, thrown away); the request
     makes its key once. The rerun's peeks key the requests exactly as they were sent."""
     keys = 0
-    make_key = response_cache.KeyTemplate.key
+    make_key, make_chat_keys = response_cache.KeyTemplate.key, response_cache.KeyTemplate.chat_keys
 
     def counted(self: response_cache.KeyTemplate, part: Any, rows: tuple[int, ...]) -> str:
         nonlocal keys
         keys += 1
         return make_key(self, part, rows)
 
+    def counted_chat(self: response_cache.KeyTemplate, prompts: Any, rows: Any) -> list[str | None]:
+        nonlocal keys
+        keys += sum(prompt is not None for prompt in prompts)  # a batch's peeks: one key each
+        return make_chat_keys(self, prompts, rows)
+
     monkeypatch.setattr(response_cache.KeyTemplate, "key", counted)
+    monkeypatch.setattr(response_cache.KeyTemplate, "chat_keys", counted_chat)
     cfg = pipeline(fake_openai_server, tmp_path, chat_columns())
     cfg["cache"] = {"dir": "cache"}
     async with genwire.boot(cfg, base_dir=tmp_path) as container:
@@ -571,3 +577,39 @@ async def test_a_first_run_makes_one_key_per_request_and_a_rerun_hits_them_all(
         again = await container.run(skip_preflight=True, resume=False)
     assert fake_openai_server.total_requests == 0 and again.usage["writer"].cached == 3 * N
     assert keys == 3 * N  # one peek each, all hits
+
+
+async def test_a_row_whose_prompt_cannot_render_fails_alone_on_a_cached_rerun_too(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """The batch's prompts are rendered before its one bulk peek: a row whose template
+    fails fails alone, with the same error as on the first run, and the rows around it
+    in the same batch are served from the cache."""
+    columns = [
+        {"name": "topic", "generator": "sampler", "params": {"kind": "category", "values": ["cats", "rust", "nile"]}},
+        {
+            "name": "first",
+            "generator": "llm-text",
+            "params": {"prompt": "{{ 1 // (0 if topic == 'rust' else 1) }} about {{ topic }}", "system": "Be brief"},
+        },
+        {
+            "name": "second",
+            "generator": "llm-structured",
+            "params": {"prompt": "Facts on {{ first }}", "schema": {"type": "object"}},
+        },
+    ]
+    cfg = pipeline(fake_openai_server, tmp_path, columns)
+    cfg["cache"] = {"dir": "cache"}
+    async with genwire.boot(cfg, base_dir=tmp_path) as container:
+        first = await container.run(skip_preflight=True)
+    assert 0 < first.rows_failed < N and first.rows_written == N - first.rows_failed
+    assert first.errors_file is not None
+    errors, out = first.errors_file.read_bytes(), (tmp_path / "out.jsonl").read_bytes()
+    assert b"ZeroDivisionError" in errors or b"division" in errors
+    fake_openai_server.reset_stats()
+    async with genwire.boot(cfg, base_dir=tmp_path) as container:
+        again = await container.run(skip_preflight=True, resume=False)
+    assert fake_openai_server.total_requests == 0
+    assert again.usage["writer"].cached == 2 * first.rows_written
+    assert again.rows_failed == first.rows_failed and again.errors_file is not None
+    assert again.errors_file.read_bytes() == errors and (tmp_path / "out.jsonl").read_bytes() == out

@@ -368,3 +368,113 @@ def test_a_key_template_gives_entry_key_byte_for_byte_whatever_the_texts_hold() 
     # A body holding HOLE twice (only code that reads HOLE could build one) is encoded whole.
     twice = KeyTemplate("e", {"a": HOLE, "b": HOLE}, "c", 0)
     assert twice.key(["x"], (1,)) == entry_key("e", {"a": ["x"], "b": ["x"]}, "c", (1,), 0)
+
+
+def test_chat_keys_are_the_keys_of_the_chat_messages_byte_for_byte() -> None:
+    """The bulk peek writes a chat request's messages straight from its texts: each key
+    must be ``key`` of ``chat_messages(prompt, system)`` (the request as sent), whatever
+    the texts hold, with a system prompt or without, and None where there is no prompt."""
+    from genwire.providers.base import chat_messages
+
+    rng = random.Random(11)
+    alphabet = ["a", '"', "\\", "\n", "\x1f", "é", " ", "\u2028", "😀", "\x00", "\ud800", f"x{HOLE}", "}", "]"]
+
+    def text() -> str:
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 5)))
+
+    for i in range(300):
+        body = {"path": "/chat/completions", "body": {text(): text(), "model": text(), "messages": HOLE}}
+        template = KeyTemplate("endpoint" + text(), body, "c", i)
+        prompts = [rng.choice([None, (text(), None), (text(), text())]) for _ in range(rng.randint(1, 6))]
+        rows = [rng.randint(0, 10**6) for _ in prompts]
+        expected = [
+            None if p is None else template.key(chat_messages(*p), (row,)) for p, row in zip(prompts, rows, strict=True)
+        ]
+        assert template.chat_keys(prompts, rows) == expected
+    twice = KeyTemplate("e", {"a": HOLE, "b": HOLE}, "c", 0)  # encoded whole: the same keys still
+    assert twice.chat_keys([("x", "s")], [3]) == [twice.key(chat_messages("x", "s"), (3,))]
+
+
+def test_keys_are_those_the_version_before_wrote() -> None:
+    """A cache written by the version before hits: its keys, computed by that version
+    (genwire at 0454870) for two chat requests, are the keys this one looks up, whichever
+    way it makes them (``entry_key``, the key template, the bulk peek's chat keys)."""
+    from genwire.providers.base import chat_messages
+
+    endpoint = endpoint_id("openai", "http://127.0.0.1:8000/v1", {"X-Org": "acme", "Authorization": "Bearer sk-x"})
+    before = {
+        ('Write about "ünï"\n', None, 7): "39d907b914dab31e36694aa52af7aeda4cc0975c564d84257071418b8d7c540e",
+        ("Summarise it", "Be brief\t😀", 123456): "e4c676ca86fa679e367ef02ff5d2a6acfada7fbe587b8000e5a8a8d3a0c5068d",
+    }
+    request = {"path": "/chat/completions", "body": {"temperature": 0.7, "model": "writer", "messages": HOLE}}
+    template = KeyTemplate(endpoint, request, "first", 42)
+    for (prompt, system, row), key in before.items():
+        messages = chat_messages(prompt, system)
+        sent = {"path": "/chat/completions", "body": {**request["body"], "messages": messages}}
+        assert entry_key(endpoint, sent, "first", [row], 42) == key
+        assert template.key(messages, (row,)) == key
+        assert template.chat_keys([(prompt, system)], [row]) == [key]
+
+
+async def test_a_batch_partly_in_the_cache_is_served_and_accounted_exactly(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """One batch's bulk peek: the rows whose entries are there are hits (counted, their
+    tokens saved as they were paid), the others are asked and stored, and the output is
+    the first run's, row for row."""
+    columns = [
+        {"name": "t", "generator": "sampler", "params": {"kind": "category", "values": ["cats", "rust", "tea"]}},
+        {"name": "q", "generator": "llm-text", "params": {"prompt": "About {{ t }}", "system": "Be brief"}},
+    ]
+    cfg = config(fake_openai_server, tmp_path, columns, batch_size=N)
+    assert await requests_of_run(fake_openai_server, cfg) == N
+    first = (tmp_path / "out.jsonl").read_bytes()
+    gone = (1, 4, 5, 11)
+    with sqlite3.connect(tmp_path / "cache" / DB_NAME) as conn:
+        kept = conn.execute(
+            f"SELECT SUM(prompt_tokens), SUM(completion_tokens) FROM answers WHERE row NOT IN {gone}"
+        ).fetchone()
+        conn.execute(f"DELETE FROM answers WHERE row IN {gone}")
+    conn.close()
+    fake_openai_server.reset_stats()
+    async with genwire.boot(cfg) as container:
+        result = await container.run(skip_preflight=True, resume=False)
+    usage = result.usage["writer"]
+    assert fake_openai_server.total_requests == len(gone) and usage.requests == len(gone)
+    assert usage.cached == N - len(gone) and result.rows_written == N
+    assert (usage.saved_prompt_tokens, usage.saved_completion_tokens) == kept and kept[0] > 0 and kept[1] > 0
+    assert usage.saved_tokens == kept[0] + kept[1]
+    assert (tmp_path / "out.jsonl").read_bytes() == first
+    with sqlite3.connect(tmp_path / "cache" / DB_NAME) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM answers").fetchone()[0] == N  # the asked ones stored again
+    conn.close()
+
+
+def test_a_bulk_peek_for_rows_the_batch_lookup_did_not_cover_asks_the_store_per_row(tmp_path: Path) -> None:
+    """``peek_many`` for rows outside the column's batch (a plugin's own choice) looks each
+    one up by its key, counts its hits like the batch's, and makes no key for no prompt."""
+    from genwire.providers import request_context as rc
+    from genwire.providers.base import chat_messages
+    from genwire.providers.response_cache import Entry, ResponseCache
+    from genwire.providers.usage import ModelUsage
+
+    request = {"path": "/chat/completions", "body": {"model": "m", "messages": HOLE}}
+    template = KeyTemplate("e", request, "c", 3)
+    cache = ResponseCache(tmp_path)
+    try:
+        cache.put_many(
+            [
+                Entry(template.key(chat_messages("ten", None), (10,)), "c", 10, "x10", 4, 5),
+                Entry(template.key(chat_messages("two", "s"), (2,)), "c", 2, "x2", 1, 1),
+            ]
+        )
+        usage = ModelUsage()
+        with rc.batch_scope(cache, 3) as batch, rc.column_scope("c", [0, 1, 2, 3]):
+            found = rc.peek_many(
+                "e", request, [("ten", None), None, ("two", "s"), ("nine", None)], [10, 11, 2, 9], usage, rc.is_text
+            )
+        assert found == ["x10", None, "x2", None]
+        assert batch is not None and batch.hits == 2 and usage.cached == 2
+        assert (usage.saved_prompt_tokens, usage.saved_completion_tokens, usage.saved_tokens) == (5, 6, 11)
+    finally:
+        cache.close()

@@ -36,7 +36,9 @@ from genwire.providers.request_context import (
     current_column,
     endpoint_id,
     is_text,
+    may_hold,
     peek_in,
+    peek_many,
     peek_scope,
 )
 from genwire.providers.response_cache import HOLE
@@ -265,11 +267,7 @@ class OpenAIProvider:
         """
         body = _BODY_ENCODER.encode(payload).encode()  # encoded once, all tries
         meter = self.meter
-        hold = (
-            None
-            if meter is None
-            else await meter.reserve_request(alias, path, payload, len(body))
-        )
+        hold = None if meter is None else await meter.reserve_request(alias, path, payload, len(body))
         cfg = self.config
         url = self.base_url + path
         estimate = estimate_tokens(body, _max_tokens(payload)) if cfg.rate_limit else 0
@@ -650,6 +648,26 @@ class OpenAIChatModel(_Handle):
             return None
         trace_cache_hit(route.alias, route.model, CHAT)
         return text if isinstance(text, str) else None
+
+    def _cached_completions(
+        self, rows: Sequence[int], prompts: Sequence[tuple[str, str | None] | None], params: Mapping[str, Any]
+    ) -> list[str | None] | None:
+        """``_cached_completion`` for a batch's rows at once (``prompts[i]``: the prompt and
+        system of row ``rows[i]``, None for none): the route, the keyed request and the
+        accounting made once, one key and one dict lookup per row. None: nothing can be
+        stored for these rows (a first run)."""
+        if not may_hold(rows):  # a first run: no request to build, no key to make
+            return None
+        route = resolve_route(self._token, OpenAIProvider)
+        provider = route.provider
+        request = {"path": CHAT, "body": {**self._params, **params, "model": route.model, "messages": HOLE}}
+        usage = provider._usage(route.alias)
+        texts = peek_many(route.pool or provider.cache_endpoint, request, prompts, rows, usage, is_text)
+        if texts is not None and tracer() is not None:
+            for text in texts:
+                if text is not None:
+                    trace_cache_hit(route.alias, route.model, CHAT)
+        return texts
 
     def _payload(self, prompt: str, system: str | None, params: Mapping[str, Any]) -> dict[str, Any]:
         # Config params, then call params (they win); model and messages are ours.

@@ -363,6 +363,20 @@ class PooledChatModel(_PooledHandle):
         found: str | None = peek(first.handle, rows, prompt, system, params) if peek is not None else None
         return found
 
+    def _cached_completions(
+        self, rows: Sequence[int], prompts: Sequence[tuple[str, str | None] | None], params: Mapping[str, Any]
+    ) -> list[str | None] | None:
+        """``_cached_completion`` for a batch's rows at once, from the first primary's entries."""
+        first = next(m for m in _pool_of(self._token).members if m.role == "primary")
+        peek = getattr(type(first.handle), "_cached_completions", None)
+        if peek is not None:
+            found: list[str | None] | None = peek(first.handle, rows, prompts, params)
+            return found
+        return [
+            None if p is None else self._cached_completion((r,), p[0], p[1], params)
+            for r, p in zip(rows, prompts, strict=True)
+        ]
+
 
 class PooledEmbeddingModel(_PooledHandle):
     """An embedding model alias served by an endpoint pool."""

@@ -11,6 +11,10 @@ say them through context variables, so no signature changes and plugins are unaf
   by all of them). The built-in generators do; a plugin may, as documented in the README.
 * A request made with no row said is never cached: two rows must never share a key.
   The pre-flight's probes run outside any batch, so they never read or write the cache.
+* The built-in chat columns peek at a whole batch before asking (``peek_many``): one key
+  template, one bulk lookup and one update of the accounting per batch and column, so a
+  cached rerun's row costs its key and a dict lookup. Each hit counts exactly as a
+  request's hit does (``cached``, the tokens it saved).
 
 Only answers of a row block that ends without an exception are kept (``cached_row``
 commits on a clean exit); a generator that rejects an answer inside the block (a reply
@@ -51,8 +55,10 @@ __all__ = [
     "is_credential_header",
     "is_text",
     "kept_elsewhere",
+    "may_hold",
     "peek_answer",
     "peek_in",
+    "peek_many",
     "peek_scope",
 ]
 
@@ -91,16 +97,20 @@ class ColumnScope:
 
     def key(self, endpoint: str, body: Any, part: Any, rows: tuple[int, ...], seed: int) -> str:
         """``entry_key`` of ``body`` (``HOLE`` in place of ``part``) for ``rows``."""
+        return self.template(endpoint, body, seed).key(part, rows)
+
+    def template(self, endpoint: str, body: Any, seed: int) -> KeyTemplate:
+        """The key template of the requests ``body`` stands for (``HOLE`` in place of their part)."""
         for template in self.templates:
             if template.matches(endpoint, body):
-                return template.key(part, rows)
+                return template
         from genwire.providers.response_cache import KeyTemplate  # once per column and batch
 
         template = KeyTemplate(endpoint, body, self.name, seed)
         # A few kept: a column whose requests differ in more than their part (a plugin
         # varying a param per row) encodes each key whole, as without templates.
         self.templates = [template, *self.templates[: MAX_TEMPLATES - 1]]
-        return template.key(part, rows)
+        return template
 
     def stored(self, cache: ResponseCache, key: str) -> Stored | None:
         if self.found is None:
@@ -208,10 +218,9 @@ class CacheSlot:
 
     def keep(self, answer: Any, tokens: tuple[int, int]) -> None:
         """The answer passed the handle's checks: pending until the row block commits."""
-        from genwire.providers.response_cache import Entry  # per answer received: beside a request, free
-
         first = self.row.rows[0] if self.row.rows else -1
-        self.row.pending.append(Entry(self.key, self.column.name, first, answer, tokens[0], tokens[1]))
+        entry = self.batch.cache.entry  # the store's Entry: no import statement per answer
+        self.row.pending.append(entry(self.key, self.column.name, first, answer, tokens[0], tokens[1]))
 
 
 def cache_slot(endpoint: str, body: Any, part: Any) -> CacheSlot | None:
@@ -265,6 +274,76 @@ def peek_answer(
     return None if scope is None else peek_in(scope, endpoint, body, part, rows, usage, usable)
 
 
+def may_hold(rows: Sequence[int]) -> bool:
+    """Whether the run's cache may hold answers of this column for ``rows``: False with no
+    run cache, outside a column, or when the column's bulk lookup (made now if it was not
+    yet) found nothing for the batch's rows and ``rows`` are all among them (a first run:
+    then a peek builds no request and makes no key)."""
+    batch, column = _batch.get(), _column.get()
+    if batch is None or column is None or not rows:
+        return False
+    covered = column.rows
+    if not covered.isdisjoint(rows) and not column.found_any(batch.cache):
+        return not covered.issuperset(rows)
+    return True
+
+
+def peek_many(
+    endpoint: str,
+    body: Any,
+    prompts: Sequence[tuple[str, str | None] | None],
+    rows: Sequence[int],
+    usage: ModelUsage,
+    usable: Callable[[Any], bool],
+) -> list[Any | None] | None:
+    """``peek_answer`` for a batch of chat requests that differ only in their messages,
+    each for one row: ``chat_messages(*prompts[i])`` for row ``rows[i]`` (None: nothing to
+    ask for that row). The usable stored answers (each counted as a hit, as
+    ``peek_answer`` counts it), None for a miss; None in place of the whole list when no
+    answer can be stored for these rows (``may_hold``: a first run makes no key). A cached
+    rerun's hot path: the key template, the bulk lookup and the accounting are found
+    once; each row costs its key and a dict lookup."""
+    if not may_hold(rows):
+        return None
+    batch, column = _batch.get(), _column.get()
+    assert batch is not None and column is not None  # may_hold said so
+    cache, covered = batch.cache, column.rows
+    keys = column.template(endpoint, body, batch.seed).chat_keys(prompts, rows)
+    if covered.issuperset(rows):  # the column's bulk lookup covers them: dict lookups
+        found = cache.served(column.found or {}, keys, usable)
+        answers = found.answers
+        if found.unusable:
+            _warn_unusable(cache)
+        if found.hits:
+            _count_hits(batch, usage, found.hits, found.prompt_tokens, found.completion_tokens)
+        return answers
+    # Rows the column's bulk lookup did not cover (a plugin's own choice): one query each.
+    return [
+        None
+        if key is None
+        else (found_one.answer if (found_one := _stored_answer(batch, column, row, key, usage, usable)) else None)
+        for key, row in zip(keys, rows, strict=True)
+    ]
+
+
+def _warn_unusable(cache: ResponseCache) -> None:
+    cache.warn_once(
+        "shape",
+        f"ignoring response cache entries of the wrong shape in {cache.path} (they fail the checks "
+        "of a fresh answer: empty text, a vector count, a non-finite value, dimensions); asked again",
+    )
+
+
+def _count_hits(batch: BatchScope, usage: ModelUsage, hits: int, prompt_tokens: int, completion_tokens: int) -> None:
+    """Answers served by the cache: what they saved, priced apart (``saved_by_cache_usd``)."""
+    batch.hits += hits
+    batch.cache.hits += hits
+    usage.cached += hits
+    usage.saved_tokens += prompt_tokens + completion_tokens
+    usage.saved_prompt_tokens += prompt_tokens
+    usage.saved_completion_tokens += completion_tokens
+
+
 def _stored_answer(
     batch: BatchScope,
     column: ColumnScope,
@@ -285,18 +364,9 @@ def _stored_answer(
     if found is None:
         return None
     if not usable(found.answer):
-        cache.warn_once(
-            "shape",
-            f"ignoring response cache entries of the wrong shape in {cache.path} (they fail the checks "
-            "of a fresh answer: empty text, a vector count, a non-finite value, dimensions); asked again",
-        )
+        _warn_unusable(cache)
         return None
-    batch.hits += 1
-    cache.hits += 1
-    usage.cached += 1
-    usage.saved_tokens += found.prompt_tokens + found.completion_tokens
-    usage.saved_prompt_tokens += found.prompt_tokens  # priced apart: saved_by_cache_usd
-    usage.saved_completion_tokens += found.completion_tokens
+    _count_hits(batch, usage, 1, found.prompt_tokens, found.completion_tokens)
     return found
 
 

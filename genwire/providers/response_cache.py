@@ -23,6 +23,7 @@ miss (the next answer replaces it). Files get the user's umask (SQLite's default
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -31,11 +32,14 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring as _text_json  # what _ANSWER_ENCODER writes for a str
 from json.encoder import encode_basestring_ascii as _escape  # what _KEY_ENCODER escapes strings with
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
+
+from genwire.providers.base import chat_messages
 
 if TYPE_CHECKING:  # the loader (yaml) is not needed to use a cache
     from genwire.config.loader import LoadedConfig
@@ -82,23 +86,18 @@ _SELECT = "SELECT key, answer, prompt_tokens, completion_tokens FROM answers WHE
 _BY_RANGE = f"{_SELECT} BETWEEN ? AND ?"
 _BY_ROWS = f"{_SELECT} IN"
 _BY_KEY = f"{_SELECT} = ? AND key = ?"
-_INSERT_EACH = f"INSERT OR REPLACE INTO answers ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
-# A batch's entries in one statement, from one JSON array of rows: SQLite lets go of the
-# GIL once per statement, and a worker thread taking it back once per row (executemany)
-# waited on the busy event loop each time (a first run 5 % slower with the cache on).
-_INSERT_ALL = (
-    f"INSERT OR REPLACE INTO answers ({_COLUMNS}) SELECT "
-    + ", ".join(f"json_extract(value, '$[{i}]')" for i in range(7))
-    + " FROM json_each(?)"
-)
+# A batch's entries in one statement per chunk (``INSERT ... VALUES (...), (...)``): one
+# parse of the parameters, bound in C, and SQLite lets go of the GIL once per statement (a
+# worker thread taking it back once per row, executemany, waited on the busy event loop
+# each time). A chunk's 7 parameters a row stay under SQLite's oldest variable limit (999);
+# a JSON array read back by json_each cost 3x the CPU per entry.
+INSERT_ROWS = 128
+_PLACES = "(?, ?, ?, ?, ?, ?, ?)"
 
 
-def _has_json(conn: sqlite3.Connection) -> bool:
-    try:
-        conn.execute("SELECT json_extract('[1]', '$[0]') FROM json_each('[]')").fetchall()
-    except sqlite3.OperationalError:  # built without JSON: one row at a time
-        return False
-    return True
+@functools.lru_cache(maxsize=INSERT_ROWS)
+def _insert(rows: int) -> str:
+    return f"INSERT OR REPLACE INTO answers ({_COLUMNS}) VALUES " + ", ".join([_PLACES] * rows)
 
 
 def _ensure_layout(conn: sqlite3.Connection) -> None:
@@ -202,6 +201,27 @@ class KeyTemplate:
         text = f"{head}{_part_json(part)}{middle}[{rows_json}]{tail}"
         return hashlib.sha256(text.encode("ascii")).hexdigest()
 
+    def chat_keys(self, prompts: Sequence[tuple[str, str | None] | None], rows: Sequence[int]) -> list[str | None]:
+        """``key(chat_messages(*prompts[i]), (rows[i],))`` for each chat request made for one
+        row (None for a prompt None): the messages' JSON written straight from the texts
+        (the same bytes, held equal by a test), a batch's keys in one loop."""
+        if self._parts is None:
+            return [
+                None if p is None else self.key(chat_messages(*p), (row,)) for p, row in zip(prompts, rows, strict=True)
+            ]
+        head, middle, tail = self._parts
+        sha256, escape = hashlib.sha256, _escape
+        keys: list[str | None] = []
+        for prompt, row in zip(prompts, rows, strict=True):
+            if prompt is None:
+                keys.append(None)
+                continue
+            text, system = prompt
+            user = f'{{"content":{escape(text)},"role":"user"}}'
+            messages = user if system is None else f'{{"content":{escape(system)},"role":"system"}},{user}'
+            keys.append(sha256(f"{head}[{messages}]{middle}[{row}]{tail}".encode("ascii")).hexdigest())
+        return keys
+
 
 def _part_json(part: Any) -> str:
     """``_KEY_ENCODER.encode(part)``; for the usual parts (a list of texts, a list of
@@ -213,6 +233,12 @@ def _part_json(part: Any) -> str:
     for item in part:
         if type(item) is str:
             items.append(_escape(item))
+        elif type(item) is dict and len(item) == 2 and type(content := item.get("content")) is str:
+            # A chat message ({"role", "content"}, texts): its sorted keys written directly.
+            role = item.get("role")
+            if type(role) is not str:
+                return _KEY_ENCODER.encode(part)
+            items.append(f'{{"content":{_escape(content)},"role":{_escape(role)}}}')
         elif type(item) is dict:
             fields = []
             for name in sorted(item):
@@ -239,6 +265,17 @@ class CachedAnswer(NamedTuple):  # a tuple: built once per hit, on the hot path
     answer: Any
     prompt_tokens: int
     completion_tokens: int
+
+
+class Hits(NamedTuple):
+    """A batch's lookups: the usable answers (None: a miss), how many, what they were paid
+    with, and whether an entry failed the checks of a fresh answer."""
+
+    answers: list[Any | None]
+    hits: int
+    prompt_tokens: int
+    completion_tokens: int
+    unusable: bool
 
 
 class Entry(NamedTuple):  # a tuple: one per answer received
@@ -272,8 +309,9 @@ class CacheInfo:
         }
 
 
-# (answer JSON text, prompt tokens, completion tokens), by key, as read in bulk: decoded on a hit only.
-Stored = tuple[str, int, int]
+# (key, answer JSON text, prompt tokens, completion tokens), by key, as read in bulk (the
+# row as SQLite gives it, not repacked): decoded on a hit only.
+Stored = tuple[str, str, int, int]
 
 
 class ResponseCache:
@@ -281,6 +319,8 @@ class ResponseCache:
     Lookups (on the event loop) and writes (in a worker thread) use two connections, each
     behind its own lock: in WAL mode a reader never waits for a writer, so a write waiting
     out another run's transaction never stalls the loop's lookups."""
+
+    entry: ClassVar[type[Entry]] = Entry  # what an answer to store is (request_context makes them)
 
     def __init__(self, directory: Path, *, writer: bool = True) -> None:
         """``writer=False``: this process only reads (a Ray worker: the driver is the
@@ -293,7 +333,6 @@ class ResponseCache:
         self._no_writes = False  # a write failed (warned once): the run goes on without writing
         self._locks: dict[Role, threading.Lock] = {"read": threading.Lock(), "write": threading.Lock()}
         self._closed = False
-        self._json_rows = True  # whether this SQLite has JSON functions (all since 3.38, most before)
         self._warned: set[str] = set()
         self.hits = 0  # served by this process since it opened the cache
         self.lookups = 0  # lookup queries sent by this process (one per batch and column)
@@ -346,8 +385,6 @@ class ResponseCache:
             else:
                 self._disable(f"the response cache {self.path} is unreadable ({exc}); running without it")
             return None
-        if role == "write":
-            self._json_rows = _has_json(conn)
         self._conns[role] = conn
         return conn
 
@@ -448,7 +485,7 @@ class ResponseCache:
             except sqlite3.Error as exc:
                 self._lookup_failed(exc)
                 return None
-        return None if found is None else self.decode(found[1:])
+        return None if found is None else self.decode(found)
 
     def get_many(self, column: str, rows: Iterable[int]) -> dict[str, Stored]:
         """Every entry stored for ``column`` whose first row is one of ``rows``, by key: one
@@ -463,27 +500,59 @@ class ResponseCache:
             self.lookups += 1
             try:
                 if wanted[-1] - wanted[0] < 2 * len(wanted):  # dense: one range (extras are harmless)
-                    cursor = conn.execute(_BY_RANGE, (column, wanted[0], wanted[-1]))
-                    return {key: (answer, p, c) for key, answer, p, c in cursor}
+                    return {stored[0]: stored for stored in conn.execute(_BY_RANGE, (column, wanted[0], wanted[-1]))}
                 found: dict[str, Stored] = {}
                 for start in range(0, len(wanted), LOOKUP_CHUNK):
                     chunk = wanted[start : start + LOOKUP_CHUNK]
                     marks = ",".join("?" * len(chunk))
                     sql = f"{_BY_ROWS} ({marks})"
-                    found.update((key, (answer, p, c)) for key, answer, p, c in conn.execute(sql, (column, *chunk)))
+                    found.update((stored[0], stored) for stored in conn.execute(sql, (column, *chunk)))
                 return found
             except sqlite3.Error as exc:
                 self._lookup_failed(exc)
                 return {}
 
+    def served(self, found: dict[str, Stored], keys: Sequence[str | None], usable: Callable[[Any], bool]) -> Hits:
+        """The answers stored under ``keys`` in ``found`` (a bulk lookup's entries) that pass
+        ``usable``, None for the others (no key, not found, unreadable, unusable), with what
+        the hits were paid with: a batch's hits in one loop (a cached rerun's hot path). A
+        plain text with integer tokens (most entries) is taken as it is."""
+        plain, get = _PLAIN_STRING.fullmatch, found.get
+        answers: list[Any | None] = []
+        count = prompt_tokens = completion_tokens = 0
+        unusable = False
+        for key in keys:
+            stored = None if key is None else get(key)
+            if stored is None:
+                answers.append(None)
+                continue
+            text, prompt, completion = stored[1], stored[2], stored[3]
+            if type(prompt) is int and type(completion) is int and plain(text):
+                answer: Any = text[1:-1]
+            else:
+                decoded = self.decode(stored)
+                if decoded is None:
+                    answers.append(None)
+                    continue
+                answer, prompt, completion = decoded
+            if not usable(answer):
+                unusable = True
+                answers.append(None)
+                continue
+            count += 1
+            prompt_tokens += prompt
+            completion_tokens += completion
+            answers.append(answer)
+        return Hits(answers, count, prompt_tokens, completion_tokens, unusable)
+
     def decode(self, stored: Stored) -> CachedAnswer | None:
         """A stored entry as an answer; None (a warning, once) when it does not decode."""
-        text = stored[0]
+        text = stored[1]
         try:
             # Most answers are texts with nothing to unescape: taken as they are (json.loads
             # would give the same string, at several times the cost of a whole hit's lookup).
             answer = text[1:-1] if _PLAIN_STRING.fullmatch(text) else json.loads(text)
-            return CachedAnswer(answer, int(stored[1]), int(stored[2]))
+            return CachedAnswer(answer, int(stored[2]), int(stored[3]))
         except (ValueError, TypeError) as exc:
             self.warn_once("entry", f"ignoring an unreadable response cache entry in {self.path} ({exc})")
             return None
@@ -497,26 +566,28 @@ class ResponseCache:
         if not self.writable:
             return
         now = time.time()
-        rows = []
+        params: list[Any] = []
         for e in entries:
+            answer = e.answer
             try:
-                text = _ANSWER_ENCODER.encode(e.answer)
+                # A text's JSON is its escaped string (what the encoder writes for one, in C).
+                text = _text_json(answer) if type(answer) is str else _ANSWER_ENCODER.encode(answer)
                 text.encode("utf-8")
             except (ValueError, TypeError):
                 continue
-            rows.append((e.key, e.column, e.row, text, e.prompt_tokens, e.completion_tokens, now))
-        if not rows:
+            params += (e.key, e.column, e.row, text, e.prompt_tokens, e.completion_tokens, now)
+        if not params:
             return
+        step = 7 * INSERT_ROWS
         with self._locks["write"]:
             conn = self._connect("write")
             if conn is None:
                 return
             try:
                 with conn:
-                    if self._json_rows:
-                        conn.execute(_INSERT_ALL, (_ANSWER_ENCODER.encode(rows),))
-                    else:
-                        conn.executemany(_INSERT_EACH, rows)
+                    for start in range(0, len(params), step):
+                        chunk = params[start : start + step]
+                        conn.execute(_insert(len(chunk) // 7), chunk)
             except sqlite3.Error as exc:
                 self._stop_writing(exc)
             finally:

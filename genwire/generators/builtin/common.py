@@ -177,6 +177,21 @@ class CompiledPrompt:
         system = render_row(self.system, "system", row, self.column) if self.system is not None else None
         return prompt, system
 
+    def render_many(self, rows: Sequence[dict[str, Any]]) -> list[tuple[str, str | None] | Exception]:
+        """``render`` of each row, or the exception it raised (that row fails alone): a
+        batch in one loop (a cached rerun renders every row and asks for none)."""
+        prompt, system = self.prompt, self.system
+        out: list[tuple[str, str | None] | Exception] = []
+        for row in rows:
+            try:
+                out.append((render_over(prompt, row), None if system is None else render_over(system, row)))
+            except Exception:
+                try:  # again through render, for its error naming the column and the template
+                    out.append(self.render(row))
+                except Exception as exc:
+                    out.append(exc)
+        return out
+
 
 # --- column references -----------------------------------------------------------------
 

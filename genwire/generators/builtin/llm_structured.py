@@ -3,14 +3,14 @@ against it (``jsonschema``), asked again when a reply does not parse or validate
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
 
 from genwire.errors import ErrorClass, ModelError
 from genwire.generators.base import Generator
-from genwire.generators.builtin.cache_peek import Step, gather_cache_first, peek_completion
+from genwire.generators.builtin.cache_peek import Prompt, Step, gather_cache_first, gather_peeked
 from genwire.generators.builtin.common import CompiledPrompt, PromptParams
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import RowFailure
@@ -71,19 +71,21 @@ class LLMStructured(Generator[LLMStructuredParams]):
             "response_format": response_format(column, params.json_schema),
         }
 
-    def _first(self, item: tuple[dict[str, Any], int | None]) -> Step:
-        row, index = item
+    def _first(self, row: dict[str, Any]) -> Step:
+        """A row without its index: asked, never cached."""
         prompt, system = self._templates.render(row)
-        cache_rows = () if index is None else (index,)
-        text = peek_completion(self.resources.model, index, prompt, system, self._params_with_format)
-        if text is None:
-            return None, self._ask(prompt, system, cache_rows)
+        return None, self._ask(prompt, system, ())
+
+    def _served(self, text: str, prompt: Prompt, index: int) -> Step:
         value, problem = parse_reply(text, self.params.json_schema)
         if problem is None:
             return value, None
         # A cached reply that fails the schema (stored by an older genwire, or damaged)
         # was this row's first attempt: the next ones say what was wrong.
-        return None, self._ask(prompt, system, cache_rows, problem)
+        return None, self._ask(prompt[0], prompt[1], (index,), problem)
+
+    def _ask_row(self, prompt: Prompt, index: int) -> Awaitable[Any]:
+        return self._ask(prompt[0], prompt[1], (index,))
 
     async def _ask(self, prompt: str, system: str | None, cache_rows: Sequence[int], problem: str | None = None) -> Any:
         """Ask until a reply matches the schema, at most ``max_attempts`` in all;
@@ -117,7 +119,15 @@ class LLMStructured(Generator[LLMStructuredParams]):
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any | RowFailure]:
         """Without the rows' indices: nothing is cached (two rows must never share a key)."""
-        return await gather_cache_first(((row, None) for row in rows), self._first)
+        return await gather_cache_first(rows, self._first)
 
     async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any | RowFailure]:
-        return await gather_cache_first(zip(rows, indices, strict=True), self._first)
+        return await gather_peeked(
+            self.resources.model,
+            rows,
+            indices,
+            self._templates.render_many,
+            self._params_with_format,
+            self._ask_row,
+            self._served,
+        )

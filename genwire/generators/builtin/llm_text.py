@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from genwire.generators.base import Generator
-from genwire.generators.builtin.cache_peek import Step, gather_cache_first, peek_completion
+from genwire.generators.builtin.cache_peek import Prompt, Step, gather_cache_first, gather_peeked
 from genwire.generators.builtin.common import CompiledPrompt, PromptParams
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.resources import Resources
@@ -39,13 +39,10 @@ class LLMText(Generator[LLMTextParams]):
     def request_shape(cls, params: LLMTextParams, *, slot: str, column: str) -> dict[str, Any] | None:
         return {**params.model_params, "system": params.system}
 
-    def _first(self, item: tuple[dict[str, Any], int | None]) -> Step:
-        row, index = item
+    def _first(self, row: dict[str, Any]) -> Step:
+        """A row without its index: asked, never cached."""
         prompt, system = self._templates.render(row)
-        text = peek_completion(self.resources.model, index, prompt, system, self._model_params)
-        if text is not None:
-            return text, None
-        return None, self._ask(prompt, system, () if index is None else (index,))
+        return None, self._ask(prompt, system, ())
 
     async def _ask(self, prompt: str, system: str | None, cache_rows: Sequence[int]) -> str:
         with cached_rows(cache_rows):  # an empty answer raises inside: it is never cached
@@ -56,9 +53,14 @@ class LLMText(Generator[LLMTextParams]):
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
         """Without the rows' indices: nothing is cached (two rows must never share a key)."""
-        return await gather_cache_first(((row, None) for row in rows), self._first)
+        return await gather_cache_first(rows, self._first)
 
     async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any]:
-        # Cached rows are served at once; the rest are asked all together: the provider,
-        # not the generator, enforces the concurrency cap.
-        return await gather_cache_first(zip(rows, indices, strict=True), self._first)
+        # Cached rows are served at once (one bulk peek); the rest are asked all together:
+        # the provider, not the generator, enforces the concurrency cap.
+        return await gather_peeked(
+            self.resources.model, rows, indices, self._templates.render_many, self._model_params, self._ask_row
+        )
+
+    def _ask_row(self, prompt: Prompt, index: int) -> Awaitable[str]:
+        return self._ask(prompt[0], prompt[1], (index,))
