@@ -82,3 +82,35 @@ async def test_two_worker_meters_spend_the_cluster_cap_and_no_more() -> None:
     # one in each worker's lease.
     assert spent > cap - 3 * worst
     assert coordinator.status().exhausted
+
+
+async def test_a_worker_whose_answers_settle_during_a_refused_lease_call_ends_the_budget_at_the_coordinator() -> None:
+    """The worker asked with requests in flight (not idle: no verdict on the budget), and
+    they all settled while the call was on its way: the meter then has nothing in flight,
+    so it gives up - and the coordinator, which the driver reads, must know the budget is
+    over, or the driver ends the run as finished with rows missing (found under load)."""
+    meter = CostMeter({"m": PRICE})
+    _, worst = meter.worst_case("m", 400, 100)
+    coordinator = Coordinator(max_cost_usd=4 * worst, max_tokens=None, spent_usd=0.0, spent_tokens=0, workers=1)
+    holds: list[Any] = []
+
+    class SettlingOnTheWay(_Handle):
+        def __getattr__(self, name: str) -> Any:
+            method = getattr(self.coordinator, name)
+
+            class Remote:
+                @staticmethod
+                async def remote(*args: Any, **kwargs: Any) -> Any:
+                    while holds:  # the answers in flight arrive while the call is on its way
+                        meter.settle(holds.pop(), (400, 100), 0.01)
+                    return method(*args, **kwargs)
+
+            return Remote
+
+    worker_meter(meter, (True, False), SettlingOnTheWay(coordinator), 0)
+    meter.settle(await meter.reserve("m", 400, 100), (400, 100), 0.01)  # a model's first request goes alone
+    with pytest.raises(BudgetExhausted):
+        while True:
+            holds.append(await meter.reserve("m", 400, 100))
+    assert meter.in_flight == 0
+    assert coordinator.status().exhausted  # the driver learns the budget stopped the run

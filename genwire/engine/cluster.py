@@ -84,15 +84,20 @@ class WorkerLease:
         async with self._asking:
             if meter.fits(tokens, usd):
                 return True  # another request's lease made room meanwhile
-            spent = (meter.spent_usd, meter.spent_tokens)
-            need = (usd, tokens)
-            idle = meter.in_flight == 0
-            grant = await self._coordinator.lease.remote(self._worker, spent, need, idle=idle)
-            if grant is None:
+            while True:
+                spent = (meter.spent_usd, meter.spent_tokens)
+                idle = meter.in_flight == 0
+                grant = await self._coordinator.lease.remote(self._worker, spent, (usd, tokens), idle=idle)
+                if grant is not None:
+                    break
                 if idle:  # given back: this worker's cap is what it spent
                     meter.max_cost_usd = None if meter.max_cost_usd is None else meter.spent_usd
                     meter.max_tokens = None if meter.max_tokens is None else meter.spent_tokens
-                return False
+                    return False
+                if meter.in_flight:
+                    return False  # the meter waits for an answer to settle, then asks again
+                # The worker's last requests settled during the call: asked again as idle, so
+                # the coordinator (which the driver reads) ends the budget, not this meter alone.
             if meter.max_cost_usd is not None:
                 meter.max_cost_usd += grant[0]
             if meter.max_tokens is not None:
