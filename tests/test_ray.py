@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import gc
+import itertools
 import json
 import logging
 import os
@@ -845,8 +846,11 @@ async def test_a_brake_on_one_worker_slows_every_workers_use_of_that_model(ray_w
     # what is left of them waits out the pause of the worker that got the 429s.
     other = [when for when, text in arrivals if "fine other row" in text]
     assert other and max(other) >= braked_at + RETRY_AFTER_S - 1.5
-    # ...and it was braked, not idle: none of its requests came during the pause's middle.
-    assert not [when for when in other if braked_at + 3 < when < braked_at + RETRY_AFTER_S - 1.5]
+    # ...and it was braked: its requests stopped for seconds after the 429s (a pause,
+    # where unbraked they come every fraction of a second). A gap rather than a fixed
+    # window: on a starved machine the brake's message reaches the other worker late.
+    after = sorted([braked_at, *(when for when in other if when >= braked_at)])
+    assert max(b - a for a, b in itertools.pairwise(after)) >= RETRY_AFTER_S / 2, after
 
 
 def tools_pipeline(root: Path, *, n: int, pids: Path, slow_s: float = 0.0) -> dict[str, Any]:
