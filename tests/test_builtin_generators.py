@@ -132,6 +132,60 @@ async def test_gather_rows_propagates_cancellation() -> None:
         await gather_rows([ok(), cancelled()])
 
 
+async def test_gather_rows_starts_one_row_per_turn_of_the_event_loop() -> None:
+    """Answers arriving meanwhile are read between two rows' first steps, not after a
+    whole batch of them (SPEC: speed; the rows still start, and end, in order)."""
+    turns = 0
+
+    async def ticker() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    started: list[int] = []
+
+    async def row(v: int) -> int:
+        started.append(turns)
+        await asyncio.sleep(0)
+        return v
+
+    ticking = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    try:
+        out = await gather_rows([row(v) for v in range(8)])
+    finally:
+        ticking.cancel()
+    assert out == list(range(8))
+    assert started == sorted(started) and len(set(started)) == 8, started
+
+
+async def test_gather_rows_cancelled_while_starting_stops_the_started_rows_and_never_starts_the_rest() -> None:
+    began: list[int] = []
+    ended: list[int] = []
+
+    async def row(v: int) -> int:
+        began.append(v)
+        try:
+            await asyncio.sleep(60)
+        finally:
+            ended.append(v)
+        return v
+
+    rows = [row(v) for v in range(50)]
+    gathering = asyncio.create_task(gather_rows(rows))
+    while len(began) < 3:
+        await asyncio.sleep(0)
+    gathering.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gathering
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert 3 <= len(began) < 50
+    assert sorted(ended) == sorted(began)  # every started row was cancelled
+    assert all(r.cr_frame is None for r in rows)  # the rest closed: never started, no warning
+
+
 # ---------------------------------------------------------------- sampler
 
 
