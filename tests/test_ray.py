@@ -208,9 +208,15 @@ class Known(Generator[Any]):
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
         from genwire.engine.ray_engine import BlockWorker
 
-        # The actor's instance (Ray's class objects for it are BlockWorker subclasses too).
+        # The actor's instance (Ray's class objects for it are BlockWorker subclasses too),
+        # made before the worker froze what it had for the rows (engine.collector): the
+        # collector lists frozen objects only once they are back in its generations.
+        frozen = gc.get_freeze_count()
+        gc.unfreeze()
         workers = (o for o in gc.get_objects() if isinstance(o, BlockWorker) and "_container" in vars(o))
         worker = next(workers, None)
+        if frozen:
+            gc.freeze()
         if worker is None or worker._container is None:
             return ["local" for _ in rows]
         known = {"pid": os.getpid(), "peers": len(worker._peers), "out": worker._container.endpoint_verdicts()}

@@ -137,6 +137,7 @@ from genwire.engine.batch_slots import BatchSlot, held_slot
 from genwire.engine.batches import BatchResult, BatchRunner, batched
 from genwire.engine.block_rows import BlockRows
 from genwire.engine.cluster import ClusterBudget, Coordinator, worker_meter
+from genwire.engine.collector import collector_for_rows
 from genwire.engine.costs import attach_meter, priced_models
 from genwire.engine.receipt import Receipt, ReceiptBook
 from genwire.errors import GenwireError, RunError, exception_text
@@ -244,6 +245,7 @@ class BlockWorker:
         # Created on first use: asyncio primitives belong to the actor's event loop.
         self._boot_lock: asyncio.Lock | None = None
         self._slots: asyncio.Semaphore | None = None
+        self._collector = contextlib.ExitStack()  # the rows' collector (engine.collector), from boot to close
 
     async def _ready(self) -> tuple[BatchRunner, asyncio.Semaphore]:
         if self._boot_lock is None:
@@ -268,6 +270,7 @@ class BlockWorker:
                 for alias, pool in self._container.endpoint_pools().items():
                     pool.on_out = functools.partial(self._out, alias)
                 self._slots = asyncio.Semaphore(BATCHES_IN_FLIGHT)
+                self._collector.enter_context(collector_for_rows())  # this process makes rows from now on
         assert self._slots is not None
         return self._runner, self._slots
 
@@ -373,6 +376,7 @@ class BlockWorker:
             cache.close()
         if container is not None:
             await container.aclose()
+        self._collector.close()
         return receipt
 
 

@@ -18,6 +18,7 @@ from genwire.engine.accounts import RunAccounts
 from genwire.engine.batch_journal import open_batch_ids
 from genwire.engine.batch_mode import batch_providers
 from genwire.engine.checkpoint import Checkpoint, checkpoint_dir
+from genwire.engine.collector import collector_for_rows
 from genwire.engine.fingerprint import fingerprint
 from genwire.engine.gates import gated_run
 from genwire.engine.options import Engine, RunOptions
@@ -53,7 +54,8 @@ async def run_pipeline(
         accounts.attach()  # the probes are paid for too
         await session.preflight(on_preflight)
         accounts.begin_rows()  # the estimate measures rows, not probes
-        await session.generate()
+        with collector_for_rows():
+            await session.generate()
         return session.complete()
     except BaseException as error:
         await session.abandon(error)

@@ -1,0 +1,53 @@
+"""The garbage collector while rows are generated: the objects that outlive the run (the
+libraries' modules and classes, the container) left out of its collections.
+
+A run allocates a few container objects per request; CPython collects its youngest
+generation every 700 of them and its oldest every ~100 of those, and each oldest
+collection walked every object of every imported library (pydantic, aiohttp, jinja2...):
+25-30 ms during which no answer was read. Measured on 20,000 rows against a 5-20 ms
+server: 13 such pauses and ~1,700 younger collections, 0.6 s of an 11 s run, and every
+round trip ~0.5 ms longer on average. During the generation the objects made before it
+are frozen (``gc.freeze``: never walked, never freed while frozen) and the youngest
+generation is collected every ``YOUNG_THRESHOLD`` allocations; both are put back when
+the rows are done, so the caller's process is left as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Iterator
+
+__all__ = ["collector_for_rows"]
+
+YOUNG_THRESHOLD = 10_000  # allocations between collections of the youngest generation (CPython: 700)
+
+
+class _State:
+    depth = 0  # runs inside one another (two containers in one process): the outermost puts it back
+    froze = False  # whether the outermost froze (it unfreezes only what it froze)
+
+
+@contextlib.contextmanager
+def collector_for_rows() -> Iterator[None]:
+    """Inside: what exists now is frozen, the youngest generation collected less often.
+    A process that turned the collector off keeps it off and untouched; one that froze
+    objects itself (a server before it forks) keeps its own freeze."""
+    if not gc.isenabled():
+        yield
+        return
+    threshold = gc.get_threshold()
+    _State.depth += 1
+    if _State.depth == 1 and gc.get_freeze_count() == 0:
+        gc.freeze()
+        _State.froze = True
+    gc.set_threshold(max(threshold[0], YOUNG_THRESHOLD), *threshold[1:])
+    try:
+        yield
+    finally:
+        _State.depth -= 1
+        if _State.depth == 0:
+            gc.set_threshold(*threshold)
+            if _State.froze:
+                _State.froze = False
+                gc.unfreeze()  # back to the oldest generation: collected as before
