@@ -11,7 +11,7 @@ from typing import Any
 import genwire
 from genwire.engine.accounts import RunAccounts
 from genwire.engine.ledger import LEDGER_NAME
-from genwire.engine.receipt import LedgerEntry, Receipt, ReceiptBook
+from genwire.engine.receipt import LedgerEntry, Receipt, ReceiptBook, add_stats
 from genwire.providers.budget import Paid
 from genwire.providers.metrics import AliasSecond
 from genwire.providers.pool import EndpointStats
@@ -59,6 +59,28 @@ def test_a_workers_receipts_add_up_to_what_it_did() -> None:
     for receipt in (first, second, third):
         total.add(receipt.usage.get("writer", ModelUsage()))
     assert total == usage["writer"]
+
+
+async def test_a_workers_receipts_count_every_request_past_what_the_meter_measures() -> None:
+    """Receipts carry the worker's request counts whole and its measurements up to the
+    meter's cap; the driver's meter adds them up the same way (``add_stats``)."""
+    from genwire.providers.budget import MEASURED_REQUESTS, CostMeter
+    from genwire.providers.pricing import Price
+
+    price = {"writer": Price(1e-6, 1e-6, 1e-6, 1e-6, "test")}
+    worker = CostMeter(price)
+    book = ReceiptBook()
+    book.meter = worker
+    driver = CostMeter(price)
+    counts = (MEASURED_REQUESTS - 5, 20, 7)  # the second receipt crosses the cap, the third is past it
+    for count in counts:
+        for _ in range(count):
+            worker.settle(await worker.reserve("writer", 40, 0), (10, 3), 0.2)
+        receipt = book.take({}, {})
+        add_stats(driver, receipt.stats)
+    measured = driver.stats["writer"]
+    assert measured.requests == sum(counts) == worker.stats["writer"].requests
+    assert len(measured.latencies) == MEASURED_REQUESTS == len(measured.input_tokens)
 
 
 def test_the_driver_counts_a_receipt_as_its_own_requests(tmp_path: Path) -> None:

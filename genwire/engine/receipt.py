@@ -51,7 +51,7 @@ class ReceiptBook:
         self._paid: list[LedgerEntry] = []
         self._usage: dict[str, ModelUsage] = {}
         self._endpoints: dict[tuple[str, str], tuple[int, int, int]] = {}
-        self._stats: dict[str, int] = {}  # per alias: the meter's answers already sent
+        self._stats: dict[str, tuple[int, int]] = {}  # per alias: the requests and measurements already sent
         self._cpu_s = time.process_time()
         self.worker = 0
         self.meter: CostMeter | None = None  # the worker's, once it has one
@@ -66,17 +66,18 @@ class ReceiptBook:
         receipt = Receipt(paid=paid, seconds=self.recorder.take(), cpu_s=self._cpu_s - cpu_s, worker=self.worker)
         if self.meter is not None:
             for alias, measured in self.meter.stats.items():
-                sent = self._stats.get(alias, 0)
+                sent, sent_measured = self._stats.get(alias, (0, 0))
                 if measured.requests > sent:
                     receipt.stats[alias] = ModelStats(
-                        input_tokens=measured.input_tokens[sent:],
-                        output_tokens=measured.output_tokens[sent:],
-                        latencies=measured.latencies[sent:],
+                        requests=measured.requests - sent,
+                        input_tokens=measured.input_tokens[sent_measured:],
+                        output_tokens=measured.output_tokens[sent_measured:],
+                        latencies=measured.latencies[sent_measured:],
                         chars_per_token=measured.chars_per_token,
                         limit_requests=measured.limit_requests,
                         limit_tokens=measured.limit_tokens,
                     )
-                    self._stats[alias] = measured.requests
+                    self._stats[alias] = (measured.requests, len(measured.latencies))
         for alias, now in usage.items():
             change = _minus(now, self._usage.get(alias, ModelUsage()))
             if any(vars(change).values()):
@@ -112,9 +113,7 @@ def add_stats(meter: CostMeter, more: Mapping[str, ModelStats]) -> None:
     """Add a worker's measurements (``Receipt.stats``) to ``meter``'s: what the estimate reads."""
     for alias, extra in more.items():
         mine = meter.stats_of(alias)
-        mine.input_tokens.extend(extra.input_tokens)
-        mine.output_tokens.extend(extra.output_tokens)
-        mine.latencies.extend(extra.latencies)
+        mine.add(extra)
         if extra.chars_per_token and (mine.chars_per_token is None or extra.chars_per_token < mine.chars_per_token):
             mine.chars_per_token = extra.chars_per_token
         mine.limit_requests = extra.limit_requests or mine.limit_requests
