@@ -544,6 +544,24 @@ def test_stored_answers_come_back_exactly_whatever_they_hold(
     cache.close()
 
 
+@pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ('"two\\nlines"', "two\nlines"),  # escaped: the string scanner alone
+        (' "spaced" ', "spaced"),  # whitespace around it (written by hand): json.loads
+        ('"a"  ', "a"),
+        ('"cut', None),  # unreadable: ignored with a warning, as json.loads would have it
+        ('"a"b', None),
+        ('"a"\n"b"', None),
+    ],
+)
+def test_a_stored_text_reads_as_json_loads_reads_it(tmp_path: Path, text: str, answer: str | None) -> None:
+    cache = ResponseCache(tmp_path)
+    decoded = cache.decode(("k", text, 1, 2))
+    assert (decoded.answer if decoded is not None else None) == answer
+    cache.close()
+
+
 async def test_a_first_run_makes_one_key_per_request_and_a_rerun_hits_them_all(
     fake_openai_server: FakeOpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
