@@ -170,6 +170,45 @@ async def test_failure_rate_threshold_stops_the_run(fake_openai_server: FakeOpen
     assert (tmp_path / "out.jsonl.errors.jsonl").exists()
 
 
+async def test_an_engine_that_gives_back_fewer_rows_stops_the_run_and_the_rerun_makes_them(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch lost between the engine and the sink (the shape of a race once found on
+    Ray) never ends as a finished run short of rows: the run stops with the rows it has
+    kept, and the rerun makes the lost ones only."""
+    from genwire.engine.local_engine import LocalBatches
+
+    batches = LocalBatches.batches
+
+    async def losing_the_second(self: LocalBatches, *args: Any, **kwargs: Any) -> Any:
+        async for number, result in aenumerate(batches(self, *args, **kwargs)):
+            if number != 1:
+                yield result
+
+    cfg = full_pipeline(fake_openai_server, tmp_path, n=40)
+    with monkeypatch.context() as patched:
+        patched.setattr(LocalBatches, "batches", losing_the_second)
+        with pytest.raises(genwire.RunError, match=r"gave back 32 of 40 rows \(8 neither written nor failed") as info:
+            await run(cfg, skip_preflight=True)
+    assert "32 rows are kept" in str(info.value) and "rerun the same command" in str(info.value)
+    assert not (tmp_path / "out.jsonl").exists()
+    asked = fake_openai_server.requests["writer"]
+    result = await run(cfg, skip_preflight=True)
+    assert result.rows_written == 40 and result.rows_resumed == 32
+    assert fake_openai_server.requests["writer"] - asked == 8  # the lost batch's rows, nothing else
+    again = tmp_path / "again"
+    again.mkdir()
+    await run(full_pipeline(fake_openai_server, again, n=40), skip_preflight=True)
+    assert read_rows(tmp_path / "out.jsonl") == read_rows(again / "out.jsonl")  # as if nothing was lost
+
+
+async def aenumerate(items: Any) -> Any:
+    number = 0
+    async for item in items:
+        yield number, item
+        number += 1
+
+
 async def test_cancelled_run_leaves_no_partial_output(fake_openai_server: FakeOpenAIServer, tmp_path: Path) -> None:
     fake_openai_server.set_latency("writer", 0.05)
     container = genwire.boot(full_pipeline(fake_openai_server, tmp_path, n=400, max_concurrency=4))

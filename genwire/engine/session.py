@@ -22,6 +22,7 @@ from genwire.engine.local_engine import LocalBatches
 from genwire.engine.options import RunOptions
 from genwire.engine.result import RunResult
 from genwire.engine.sink import OutputSink, Progress
+from genwire.errors import RunStopped
 from genwire.preflight.report import PreflightError, PreflightReport
 from genwire.preflight.runner import run_preflight
 from genwire.providers.response_cache import ResponseCache, cache_dir
@@ -221,6 +222,24 @@ class RunSession:
         if candidates is not None and candidates.capped:
             sink.suspend()
             raise candidates.stopped(self.plan.directory)
+        if candidates is None and self.options.sample_rows is None:
+            self._check_every_row_tried(sink)
+
+    def _check_every_row_tried(self, sink: OutputSink) -> None:
+        """A run is complete only when each of its rows was kept or failed: an engine that
+        gave back fewer (a batch lost on the way, a worker's rows never returned) stops the
+        run with its rows kept, never writes an output short of rows with exit 0."""
+        missing = sink.total - sink.kept - sink.failed
+        if missing <= 0:
+            return
+        sink.suspend()
+        raise RunStopped(
+            f"the engine gave back {sink.total - missing:,} of {sink.total:,} rows ({missing:,} neither "
+            f"written nor failed, with no budget, cap or error to say why): a genwire bug, please report it. "
+            f"{sink.kept:,} rows are kept in {self.checkpoint.directory}; rerun the same command to make the rest",
+            checkpoint=self.checkpoint.directory,
+            kept=sink.kept,
+        )
 
     def complete(self) -> RunResult:
         """The output in place (an estimate's sample stays in the checkpoint for the run)."""
