@@ -46,12 +46,26 @@ def test_runs_inside_one_another_put_it_back_once_the_outermost_ends() -> None:
     assert gc.get_freeze_count() == 0 and gc.get_threshold() == before
 
 
+def test_runs_that_overlap_put_it_back_whichever_ends_first() -> None:
+    """Two runs in one event loop: the first begins, the second begins, the first ends,
+    then the second: what the first found is what is left."""
+    before = gc.get_threshold()
+    first, second = collector_for_rows(), collector_for_rows()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert gc.get_threshold()[0] == YOUNG_THRESHOLD and gc.get_freeze_count() > 0  # the second still runs
+    second.__exit__(None, None, None)
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
 def test_a_process_that_froze_objects_itself_keeps_its_freeze() -> None:
+    mine: list[object] = []  # a container the collector tracks
     gc.freeze()
-    frozen = gc.get_freeze_count()
     with collector_for_rows():
         pass
-    assert gc.get_freeze_count() == frozen
+    assert gc.get_freeze_count() > 0
+    assert not any(o is mine for o in gc.get_objects())  # still frozen (frozen objects are not listed)
 
 
 def test_a_disabled_collector_is_left_untouched() -> None:

@@ -24,8 +24,11 @@ YOUNG_THRESHOLD = 10_000  # allocations between collections of the youngest gene
 
 
 class _State:
-    depth = 0  # runs inside one another (two containers in one process): the outermost puts it back
-    froze = False  # whether the outermost froze (it unfreezes only what it froze)
+    # Runs that overlap in one process (two containers, one event loop): the first to begin
+    # keeps what it found, the last to end puts it back, whichever order they end in.
+    depth = 0
+    threshold: tuple[int, int, int] = (700, 10, 10)  # what the first found
+    froze = False  # whether the first froze (only that is unfrozen)
 
 
 @contextlib.contextmanager
@@ -36,18 +39,20 @@ def collector_for_rows() -> Iterator[None]:
     if not gc.isenabled():
         yield
         return
-    threshold = gc.get_threshold()
+    if _State.depth == 0:
+        _State.threshold = gc.get_threshold()
+        _State.froze = gc.get_freeze_count() == 0
+        if _State.froze:
+            gc.freeze()
+        first, *older = _State.threshold
+        gc.set_threshold(max(first, YOUNG_THRESHOLD), *older)
     _State.depth += 1
-    if _State.depth == 1 and gc.get_freeze_count() == 0:
-        gc.freeze()
-        _State.froze = True
-    gc.set_threshold(max(threshold[0], YOUNG_THRESHOLD), *threshold[1:])
     try:
         yield
     finally:
         _State.depth -= 1
         if _State.depth == 0:
-            gc.set_threshold(*threshold)
+            gc.set_threshold(*_State.threshold)
             if _State.froze:
                 _State.froze = False
                 gc.unfreeze()  # back to the oldest generation: collected as before
