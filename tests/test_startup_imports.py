@@ -55,6 +55,8 @@ NO_RUN = [
     "genwire.generators.source_check",  # the example's generators are built-ins: nothing to check
     "genwire.generators.source_scan",
     "sqlite3",
+    "genwire.providers.pool",  # the example has no endpoint pool...
+    "genwire.providers.tools.handle",  # ...nor tool server: neither is compiled for it
 ]
 NO_ENGINE = ["genwire.engine", "genwire.app", "ray", "rich.live", "rich.progress", "opentelemetry"]
 

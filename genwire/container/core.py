@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Hashable, Iterator, Mapping
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from dependency_injector import providers as di
 
@@ -26,9 +26,11 @@ from genwire.errors import GenwireError
 from genwire.generators.base import Generator
 from genwire.providers.base import endpoint_key
 from genwire.providers.factory import endpoint_identity
-from genwire.providers.pool import EndpointPool, EndpointStats
 from genwire.providers.probes import Probe
 from genwire.providers.usage import Concurrency, ModelUsage, merge_usage, requests_of
+
+if TYPE_CHECKING:
+    from genwire.providers.pool import EndpointPool, EndpointStats
 
 
 class WiredPipeline:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dependency_injector import providers as di
 
@@ -17,12 +17,33 @@ from genwire.generators.base import Generator
 from genwire.generators.metadata import ResourceKind, model_resource_kind
 from genwire.generators.resources import Resources
 from genwire.providers.factory import ProviderClient, make_dataset, make_model, make_provider
-from genwire.providers.pool import EndpointPool, make_pool_model
-from genwire.providers.probes import Probe, probe_chat, probe_dataset, probe_embedding
+from genwire.providers.probes import Probe, ProbeRequest, ProbeResult, probe_chat, probe_dataset, probe_embedding
 from genwire.providers.registry import ModelRegistryView
-from genwire.providers.routes import Route
 from genwire.providers.tools import make_tool_server
-from genwire.providers.tools.handle import make_tools_handle, probe_tools
+
+if TYPE_CHECKING:
+    from genwire.providers.pool import EndpointPool
+    from genwire.providers.routes import Route
+
+
+# Endpoint pools and tool servers are imported when a config has one: `validate` of the
+# others compiles neither (a cold start's cost is mostly compiling what is imported).
+def _pool_model(*args: Any) -> Any:
+    from genwire.providers.pool import make_pool_model
+
+    return make_pool_model(*args)
+
+
+def _tools_handle(server: Any) -> Any:
+    from genwire.providers.tools.handle import make_tools_handle
+
+    return make_tools_handle(server)
+
+
+async def _probe_tools(handle: Any, request: ProbeRequest) -> ProbeResult:
+    from genwire.providers.tools.handle import probe_tools
+
+    return await probe_tools(handle, request)
 
 
 @dataclass(frozen=True)
@@ -98,7 +119,7 @@ def build_graph(loaded: LoadedConfig, wirings: list[ColumnWiring]) -> ProviderGr
     for alias, mcfg in cfg.models.items():
         if mcfg.endpoints is not None:
             members = [graph.clients[e.provider] for e in mcfg.endpoint_list]
-            model = di.Singleton(make_pool_model, graph.pools, graph.pool_routes, alias, mcfg, *members)
+            model = di.Singleton(_pool_model, graph.pools, graph.pool_routes, alias, mcfg, *members)
         else:
             model = di.Singleton(make_model, graph.clients[mcfg.endpoint_list[0].provider], alias, mcfg)
         probe = probe_chat if mcfg.kind == "chat" else probe_embedding
@@ -112,7 +133,7 @@ def build_graph(loaded: LoadedConfig, wirings: list[ColumnWiring]) -> ProviderGr
         # A stdio server runs in its cwd resolved against the config's directory (default: that directory).
         cwd = loaded.resolve_path(tcfg.cwd or ".") if tcfg.transport == "stdio" else None
         server = graph.tool_servers[name] = di.Singleton(_tool_server_factory, graph, name, tcfg, cwd)
-        graph.targets[name] = Target(name, ResourceKind.TOOLS, di.Singleton(make_tools_handle, server), probe_tools)
+        graph.targets[name] = Target(name, ResourceKind.TOOLS, di.Singleton(_tools_handle, server), _probe_tools)
     for w in wirings:
         bound: dict[str, Any] = {}
         for slot, sw in w.slots.items():
