@@ -184,6 +184,24 @@ class RawServer:
         self.server.close()
 
 
+async def ask_twice(
+    reply: Reply, *, host: str = "127.0.0.1", pause_s: float = 0.0
+) -> tuple[RawServer, list[str], OpenAIProvider]:
+    """Two completions ("a", then "b", ``pause_s`` apart) through one provider against a
+    ``RawServer`` answering with ``reply`` (at ``host``): the server, the answers, the provider."""
+    server = RawServer(reply)
+    async with server as url:
+        p = make_provider(url.replace("127.0.0.1", host))
+        try:
+            first = await chat_of(p).complete("a")
+            if pause_s:
+                await asyncio.sleep(pause_s)
+            second = await chat_of(p).complete("b")
+        finally:
+            await p.aclose()
+    return server, [first, second], p
+
+
 async def test_a_1xx_answer_before_the_real_one_is_skipped() -> None:
     async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         body = answer("after continue")
@@ -205,14 +223,8 @@ async def test_a_body_to_the_end_of_the_connection_is_read_and_the_connection_no
         await writer.drain()
         writer.close()
 
-    server = RawServer(reply)
-    async with server as url:
-        p = make_provider(url)
-        try:
-            assert await chat_of(p).complete("a") == "until eof"
-            assert await chat_of(p).complete("b") == "until eof"
-        finally:
-            await p.aclose()
+    server, answers, _ = await ask_twice(reply)
+    assert answers == ["until eof", "until eof"]
     assert server.connections == 2
 
 
@@ -226,15 +238,8 @@ async def test_headers_and_body_in_pieces_and_a_connection_the_server_closed_whi
             await asyncio.sleep(0)
         writer.close()  # keep-alive by the headers, but the server hangs up once idle
 
-    server = RawServer(reply)
-    async with server as url:
-        p = make_provider(url)
-        try:
-            assert await chat_of(p).complete("a") == "in pieces"
-            await asyncio.sleep(0.2)  # the server's close reaches the client
-            assert await chat_of(p).complete("b") == "in pieces"
-        finally:
-            await p.aclose()
+    server, answers, p = await ask_twice(reply, pause_s=0.2)  # the server's close reaches the client
+    assert answers == ["in pieces", "in pieces"]
     assert server.connections == 2
     assert p.requests == {"writer": 2}  # no attempt failed on the closed connection
 
@@ -262,15 +267,9 @@ async def test_a_cookie_the_server_sets_is_sent_back_as_aiohttp_would() -> None:
             b"HTTP/1.1 200 OK\r\nSet-Cookie: lb=node-7; Path=/\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
         )
 
-    server = RawServer(reply)
-    async with server as url:
-        # A host name: a jar refuses the cookies of an IP address, as aiohttp's does.
-        p = make_provider(url.replace("127.0.0.1", "localhost"))
-        try:
-            assert await chat_of(p).complete("a") == "with cookie"
-            assert await chat_of(p).complete("b") == "with cookie"
-        finally:
-            await p.aclose()
+    # A host name: a jar refuses the cookies of an IP address, as aiohttp's does.
+    server, answers, _ = await ask_twice(reply, host="localhost")
+    assert answers == ["with cookie", "with cookie"]
     assert b"cookie: lb=node-7" not in server.heads[0]
     assert b"cookie: lb=node-7" in server.heads[1]
 
@@ -280,14 +279,8 @@ async def test_an_ip_address_s_cookie_is_dropped_and_the_connection_kept() -> No
         body = answer("ok")
         writer.write(b"HTTP/1.1 200 OK\r\nSet-Cookie: lb=1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
 
-    server = RawServer(reply)
-    async with server as url:
-        p = make_provider(url)
-        try:
-            assert await chat_of(p).complete("a") == "ok"
-            assert await chat_of(p).complete("b") == "ok"
-        finally:
-            await p.aclose()
+    server, answers, _ = await ask_twice(reply)
+    assert answers == ["ok", "ok"]
     assert server.connections == 1
     assert b"cookie:" not in server.heads[1]
 
