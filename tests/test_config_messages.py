@@ -84,7 +84,7 @@ pipeline:
         (
             "pipeline:\n",
             "cache: {dirr: .cache}\npipeline:\n",
-            "genwire.yaml:5:9 cache.dirr: unknown key 'dirr'",
+            "genwire.yaml:5:9 cache.dirr: unknown key 'dirr' (did you mean 'dir'?)",
         ),
         (
             "pipeline:\n",
@@ -110,6 +110,58 @@ def test_errors_show_the_value_and_what_to_write(
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert expected in result.stderr.replace(str(path.parent) + "/", "")
     assert "^" not in result.stderr and "$'" not in result.stderr  # no regex in any message
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (
+            "  output: out/data.jsonl",
+            "  num_record: 5",
+            "pipeline.num_record: unknown key 'num_record' (did you mean 'num_records'?)",
+        ),
+        (
+            "pipeline:\n",
+            "num_record: 5\npipeline:\n",
+            "num_record: unknown key 'num_record' (did you mean 'pipeline.num_records'?)",
+        ),
+        (
+            "{kind: local}",
+            "{kind: local, max_concurency: 1}",
+            "providers.local.max_concurency: unknown key 'max_concurency' (did you mean 'max_concurrency'?)",
+        ),
+        (
+            "kind: chat}",
+            "kind: chat, dimension: 8}",
+            "models.writer.dimension: unknown key 'dimension' (did you mean 'dimensions'?)",
+        ),
+        (
+            "- name: topic",
+            "- name: topic\n      generatr: sampler",
+            "(topic).generatr: unknown key 'generatr' (did you mean 'generator'?)",
+        ),
+        (
+            "pipeline:\n",
+            "datasets:\n  d: {kind: jsonl, pth: x.jsonl}\npipeline:\n",
+            "datasets.d.pth: unknown key 'pth' (did you mean 'path'?)",
+        ),
+        (
+            "  output: out/data.jsonl",
+            "  output: out/data.jsonl\n  budget: {max_cost_us: 1}",
+            "pipeline.budget.max_cost_us: unknown key 'max_cost_us' (did you mean 'max_cost_usd'?)",
+        ),
+        ("values: [a, b]}", "values: [a, b], valuez: [c]}", "unknown param 'valuez' (did you mean 'values'?)"),
+        ("pipeline:\n", "cache: {zzz: 1}\npipeline:\n", "cache.zzz: unknown key 'zzz'\n"),  # nothing close: no guess
+    ],
+)
+def test_a_mistyped_key_gets_a_did_you_mean_in_every_section(
+    write_config: Callable[[str], Path], old: str, new: str, expected: str
+) -> None:
+    assert old in BASE
+    path = write_config(BASE.replace(old, new, 1))
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert expected in result.stderr + "\n", result.stderr
 
 
 @pytest.mark.parametrize("text", ["", "- a\n- b\n", "just a string\n"])

@@ -273,7 +273,7 @@ class _File:
         try:
             return model.model_validate(data)
         except ValidationError as exc:
-            self.problems += validation_problems(exc, self.smap, data, prefix)
+            self.problems += validation_problems(exc, self.smap, data, model, prefix)
             return None
 
     def mapping(self, needs: str) -> dict[str, Any]:

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from genwire.config.messages import NOT_WRITTEN, describe, shown, user_path
+from genwire.config.messages import NOT_WRITTEN, describe, known_keys, shown, user_path
 from genwire.config.schema import GenwireConfig
 from genwire.config.strict import Substituted
 from genwire.errors import ConfigError, printable
@@ -317,16 +317,20 @@ def _column_names(data: dict[str, Any]) -> dict[int, str]:
     return {i: c["name"] for i, c in enumerate(columns) if isinstance(c, dict) and isinstance(c.get("name"), str)}
 
 
-def validation_problems(exc: ValidationError, loaded: SourceMap, data: Any, prefix: Path_ = ()) -> list[str]:
+def validation_problems(
+    exc: ValidationError, loaded: SourceMap, data: Any, model: type[BaseModel], prefix: Path_ = ()
+) -> list[str]:
     """Each pydantic error as ``file:line:col key.path: sentence``; ``data`` is what was
-    validated and ``prefix`` where in the file it sits."""
+    validated (as a ``model``) and ``prefix`` where in the file it sits."""
     problems = []
     for err in exc.errors(include_url=False):
         loc = (*prefix, *(p for p in err["loc"] if p != "[key]"))
         stripped = _strip_union_tag(loc)
         path = user_path(err, stripped)
         written = _written_at(data, stripped[len(prefix) :])
-        problems.append(f"{loaded.where(path)}: {describe(err, path, written)}")
+        # the keys allowed beside an unknown one, for a "did you mean"
+        known = known_keys(model, err["loc"][:-1]) if err["type"] == "extra_forbidden" else []
+        problems.append(f"{loaded.where(path)}: {describe(err, path, written, known)}")
     return problems
 
 
@@ -420,7 +424,7 @@ def validate_data(
     try:
         config = GenwireConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(validation_problems(exc, source_map, data)) from None
+        raise ConfigError(validation_problems(exc, source_map, data, GenwireConfig)) from None
     loaded = LoadedConfig(config, source, base_dir, source_map.locations, source_map.column_names)
     problems = _cross_reference_problems(loaded)
     if problems:

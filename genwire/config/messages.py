@@ -4,8 +4,11 @@ to write instead (SPEC §2). Never the value of a secret."""
 from __future__ import annotations
 
 import re
-from typing import Any
+import types
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
+from pydantic import BaseModel, RootModel
 from pydantic_core import ErrorDetails
 
 from genwire.config.strict import Substituted
@@ -53,10 +56,12 @@ def user_path(err: ErrorDetails, path: tuple[str | int, ...]) -> tuple[str | int
 NOT_WRITTEN: Any = object()  # describe()'s ``written`` when the file holds no value at the path
 
 
-def describe(err: ErrorDetails, path: tuple[str | int, ...], written: Any = NOT_WRITTEN) -> str:
+def describe(
+    err: ErrorDetails, path: tuple[str | int, ...], written: Any = NOT_WRITTEN, known: Sequence[str] = ()
+) -> str:
     """One sentence for one pydantic error at ``path``; ``written`` is the value the file
     holds there, shown rather than pydantic's input (which may be converted: 1e22 taken as
-    an integer) where it is a plain scalar."""
+    an integer) where it is a plain scalar; ``known`` the keys allowed beside an unknown one."""
     kind = err["type"]
     secret = any(part in SECRET_KEYS for part in path)
     plain = written is not NOT_WRITTEN and not isinstance(written, dict | list | Substituted)
@@ -64,7 +69,7 @@ def describe(err: ErrorDetails, path: tuple[str | int, ...], written: Any = NOT_
     got = f"got {given}" if given else ""
     ctx = err.get("ctx") or {}
     if kind == "extra_forbidden":
-        return f"unknown key {path[-1]!r}" if path else "unknown key"
+        return f"unknown key {path[-1]!r}{did_you_mean(str(path[-1]), known)}" if path else "unknown key"
     if kind == "missing":
         return "required key is missing"
     if kind == "union_tag_invalid":
@@ -90,6 +95,80 @@ def describe(err: ErrorDetails, path: tuple[str | int, ...], written: Any = NOT_
     if unquoted is not None:  # "2" for a number, "false" for a boolean: values are taken as written
         return f"{message}, {got} (in quotes it is text: write {unquoted} without quotes)"
     return f"{message}, {got}" if got else message
+
+
+def did_you_mean(name: str, known: Sequence[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``known`` to a mistyped ``name``, or "".
+    A dotted entry (``pipeline.num_records``: a key of a section inside) is offered only
+    where no key of the section itself is close."""
+    if not known:
+        return ""
+    import difflib  # here: a config without a typo never pays for it (start-up)
+
+    for candidates in ([k for k in known if "." not in k], [k for k in known if "." in k]):
+        by_leaf = {k.rsplit(".", 1)[-1]: k for k in reversed(candidates)}
+        close = difflib.get_close_matches(name, list(by_leaf), n=1)
+        if close:
+            return f" (did you mean {by_leaf[close[0]]!r}?)"
+    return ""
+
+
+def known_keys(model: Any, loc: Sequence[str | int]) -> list[str]:
+    """The keys the section at ``loc`` (pydantic's location, union tags included) allows,
+    as the user writes them (aliases), then those of the sections directly inside it,
+    dotted (a key written one level too high); [] where ``loc`` leads to no section."""
+    own: list[str] = []
+    inside: list[str] = []
+    for found in _types_at(model, tuple(loc)):
+        for key, annotation in _fields(found):
+            own.append(key)
+            inside += [f"{key}.{sub}" for section in _types_at(annotation, ()) for sub, _ in _fields(section)]
+    return own + inside
+
+
+def _fields(tp: Any) -> list[tuple[str, Any]]:
+    """A section's keys as written, with their types; [] for anything but a section."""
+    if not (isinstance(tp, type) and issubclass(tp, BaseModel)):
+        return []
+    return [(info.alias or name, info.annotation) for name, info in tp.model_fields.items()]
+
+
+def _types_at(tp: Any, loc: tuple[str | int, ...]) -> list[Any]:
+    """The types a value at ``loc`` inside a value of type ``tp`` may have."""
+    origin = get_origin(tp)
+    if origin is Annotated:
+        return _types_at(get_args(tp)[0], loc)
+    if origin is Union or origin is types.UnionType:
+        members = [m for m in get_args(tp) if m is not type(None)]
+        tagged = [m for m in members if loc and loc[0] in _union_tags(m)]
+        if tagged:  # pydantic puts the member's tag (or name) into the location
+            return _types_at(tagged[0], loc[1:])
+        return [t for m in members for t in _types_at(m, loc)]
+    if isinstance(tp, type) and issubclass(tp, RootModel):  # its value is its root's
+        return _types_at(tp.model_fields["root"].annotation, loc)
+    if not loc:
+        return [tp]
+    part, rest = loc[0], loc[1:]
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        for name, info in tp.model_fields.items():
+            if part in (name, info.alias):
+                return _types_at(info.annotation, rest)
+        return []
+    if isinstance(origin, type) and issubclass(origin, Mapping):
+        return _types_at(get_args(tp)[-1], rest)
+    if isinstance(origin, type) and issubclass(origin, Sequence) and isinstance(part, int):
+        return _types_at(get_args(tp)[0], rest)
+    return []
+
+
+def _union_tags(member: Any) -> set[Any]:
+    """What pydantic may name a union member by in a location: its tags, or its name."""
+    tags: set[Any] = {getattr(member, "__name__", None)}
+    if isinstance(member, type) and issubclass(member, BaseModel):
+        for info in member.model_fields.values():
+            if get_origin(info.annotation) is Literal:
+                tags.update(get_args(info.annotation))
+    return tags
 
 
 _BOOLEANS = frozenset({"true", "false", "True", "False", "TRUE", "FALSE"})

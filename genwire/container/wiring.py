@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from genwire.config.loader import LoadedConfig, format_path
-from genwire.config.messages import describe
+from genwire.config.messages import describe, did_you_mean, known_keys
 from genwire.config.schema import TEMPLATE_NAMES, ColumnConfig
 from genwire.errors import WiringError, exception_text
 from genwire.generators.base import Generator
@@ -70,10 +70,7 @@ def _suggest(name: str, candidates: list[str]) -> str:
 
 @functools.lru_cache(maxsize=4096)  # a generated config repeats the same typo thousands of times
 def _suggest_cached(name: str, candidates: tuple[str, ...]) -> str:
-    import difflib  # here: a config without a typo never pays for it (start-up)
-
-    close = difflib.get_close_matches(name, candidates, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return did_you_mean(name, candidates)
 
 
 def _user_path(loc: tuple[str | int, ...], data: Any, *, missing: bool) -> tuple[str | int, ...]:
@@ -165,7 +162,12 @@ class _Wirer:
         except ValidationError as exc:
             for err in exc.errors(include_url=False):
                 loc = (*base, "params", *_user_path(err["loc"], column.params, missing=err["type"] == "missing"))
-                msg = f"unknown param {err['loc'][-1]!r}" if err["type"] == "extra_forbidden" else describe(err, loc)
+                msg = (
+                    f"unknown param {err['loc'][-1]!r}"
+                    f"{_suggest(str(err['loc'][-1]), known_keys(cls.params_model, err['loc'][:-1]))}"
+                    if err["type"] == "extra_forbidden"
+                    else describe(err, loc)
+                )
                 self.problem(loc, f"column {column.name!r} (generator {gen!r}): {msg}")
             params = None
         wiring = ColumnWiring(index, column.name, gen, cls, params) if params is not None else None
