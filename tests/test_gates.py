@@ -45,6 +45,53 @@ async def test_keep_if_fails_a_row_it_cannot_judge_instead_of_rejecting_it() -> 
     assert "score" in verdict.message
 
 
+@pytest.mark.parametrize(
+    ("expression", "limit"),
+    [
+        ("('a' * 10**8)|length > 0", "100,000,000 characters or items"),
+        ("([1, 2] * 10**7)|length > 0", "20,000,000 characters or items"),
+        ("10 ** 10 ** 10 ** 10 ** 10 > 0", "over 10,000 bits"),  # Jinja reads it (((10**10)**10)**10)**10
+        ("2 ** 100000 > 0", "over 10,000 bits"),
+        ("('%099999999d' % n)|length > 0", "a width of 99999999"),
+        ("('{:>99999999}'.format(n))|length > 0", "a width of 99999999"),
+        ("('{:>{w}}'.format(n, w=10**9))|length > 0", "a width from an argument"),
+        ("(answer.center(10**9))|length > 0", "1,000,000,000 characters"),
+        ("(answer|center(10**9))|length > 0", "1,000,000,000 characters"),
+        ("(answer|indent(10**8))|length > 0", "100,000,000 characters"),
+        ("('%099999999d'|format(n))|length > 0", "a width of 99999999"),
+    ],
+)
+async def test_keep_if_bounds_what_one_expression_may_build(expression: str, limit: str) -> None:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        [verdict] = await gate_verdicts(KeepIf, [{"answer": "ab", "n": 1}], params={"expression": expression})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert isinstance(verdict, RowFailure), verdict
+    assert "keep-if column 'gate'" in verdict.message, verdict.message
+    assert repr(expression) in verdict.message and limit in verdict.message, verdict.message
+    assert peak < 8 * 2**20  # nothing of the value was built
+
+
+async def test_keep_if_within_the_bounds_still_works() -> None:
+    expression = (
+        "('ab' * 1000)|length == 2000 and 2 ** 64 > 0 and ('%5d' % n)|length == 5 and '{:>4}'.format(n) == '   1'"
+    )
+    await assert_verdicts(KeepIf, [{"n": 1}], [True], params={"expression": expression})
+
+
+def test_templates_share_the_bounds() -> None:
+    from jinja2.sandbox import SecurityError
+
+    from genwire.generators.builtin.common import ENV
+
+    with pytest.raises(SecurityError, match="the limit is 1,000,000"):
+        ENV.from_string("{{ topic * 10**8 }}").render(topic="a")
+
+
 async def test_keep_valid_names_the_first_failing_path() -> None:
     schema = {
         "type": "object",

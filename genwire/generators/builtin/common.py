@@ -7,13 +7,21 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import ChainMap
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 from jinja2 import StrictUndefined, Template, TemplateError, TemplateSyntaxError, meta, nodes
+from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator, model_validator
 
+from genwire.generators.builtin.sandbox_limits import (
+    bounded_binop,
+    bounded_format_filter,
+    bounded_width_filter,
+    check_call,
+    check_format,
+)
 from genwire.generators.outcome import RowFailure
 
 if TYPE_CHECKING:  # numpy is imported where vectors are handled: `genwire validate` never pays for it
@@ -24,10 +32,27 @@ if TYPE_CHECKING:  # numpy is imported where vectors are handled: `genwire valid
 
 
 class _RowEnvironment(ImmutableSandboxedEnvironment):
-    """Sandboxed, strict, no HTML escaping (prompts are not HTML).
+    """Sandboxed, strict, no HTML escaping (prompts are not HTML), and bounded: an operation
+    that would build a value over the sandbox's limits fails (see sandbox_limits).
 
     ``{{ passage.items }}`` would normally return the dict's ``items`` method; rows are
     data, so for mappings a key of that name wins over a method."""
+
+    intercepted_binops = frozenset({"*", "**", "%"})
+
+    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
+        return bounded_binop(operator, left, right)
+
+    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+        check_call(__obj, args)
+        return super().call(__context, __obj, *args, **kwargs)
+
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+        # checked where Jinja wraps it (on access), so that no way of calling it escapes
+        owner = getattr(value, "__self__", None)
+        if isinstance(owner, str) and getattr(value, "__name__", "") in ("format", "format_map"):
+            check_format(owner)
+        return super().wrap_str_format(value)
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         if isinstance(obj, Mapping):
@@ -42,6 +67,9 @@ ENV = _RowEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing
 # lipsum() draws from the unseeded global random: a cell that differs on every run (and on
 # resume) breaks the seeded-rows contract, so the name is left to be reported as unknown.
 del ENV.globals["lipsum"]
+ENV.filters["center"] = bounded_width_filter(ENV.filters["center"])
+ENV.filters["indent"] = bounded_width_filter(ENV.filters["indent"])
+ENV.filters["format"] = bounded_format_filter(ENV.filters["format"])
 
 
 def render_over(template: Template, row: Mapping[str, Any]) -> str:

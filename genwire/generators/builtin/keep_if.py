@@ -52,7 +52,8 @@ class KeepIf(Generator[KeepIfParams]):
     def __init__(self, *, column: str, params: KeepIfParams, resources: Resources, seed: int = 0) -> None:
         super().__init__(column=column, params=params, resources=resources, seed=seed)
         self._expression = compile_expression(params.expression)
-        self._reason = f"{' '.join(params.expression.split())} is false"
+        self._shown = " ".join(params.expression.split())
+        self._reason = f"{self._shown} is false"
 
     @classmethod
     def reads(cls, params: KeepIfParams) -> set[str]:
@@ -64,7 +65,7 @@ class KeepIf(Generator[KeepIfParams]):
             try:
                 keep = bool(self._expression(**row))
             except (TemplateError, TypeError, ValueError, ArithmeticError) as exc:  # this row cannot be judged
-                out.append(RowFailure(ValueError(f"keep-if column {self.column!r}: {exc}")))
+                out.append(RowFailure(ValueError(f"keep-if column {self.column!r}: {self._shown!r}: {exc}")))
                 continue
             out.append(Verdict(True) if keep else Verdict(False, self._reason))
         return out
