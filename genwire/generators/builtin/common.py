@@ -43,7 +43,7 @@ class _RowEnvironment(ImmutableSandboxedEnvironment):
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
         return bounded_binop(operator, left, right)
 
-    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         check_call(__obj, args)
         return super().call(__context, __obj, *args, **kwargs)
 
