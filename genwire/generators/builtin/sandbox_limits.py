@@ -11,7 +11,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from jinja2.sandbox import MAX_RANGE, SecurityError
+from jinja2.exceptions import SecurityError
+from jinja2.sandbox import MAX_RANGE
 
 MAX_SIZE = 10 * MAX_RANGE  # characters or items one operation may build (1,000,000)
 MAX_INT_BITS = 10_000  # an integer's size (about 3,000 digits: Python prints no more than 4,300)
