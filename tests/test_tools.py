@@ -824,10 +824,30 @@ def test_the_stdout_reader_holds_at_most_its_limit_of_one_message() -> None:
     assert second.message.id == 8  # type: ignore[union-attr]
 
 
-def test_without_the_mcp_extra_every_command_says_how_to_install_it(tmp_path: Path) -> None:
+_PARTIAL_MCP = """\
+import sys
+
+
+class _Block:  # 'mcp' is found, but none of its modules imports (a broken or partial install)
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith("mcp."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _Block())
+"""
+
+
+@pytest.mark.parametrize(
+    "blocker_code",
+    ["import sys\nsys.modules['mcp'] = None  # as if not installed\n", _PARTIAL_MCP],
+    ids=["not-installed", "not-importable"],
+)
+def test_without_the_mcp_extra_every_command_says_how_to_install_it(tmp_path: Path, blocker_code: str) -> None:
     blocker = tmp_path / "blocker"
     blocker.mkdir()
-    (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['mcp'] = None  # as if not installed\n")
+    (blocker / "sitecustomize.py").write_text(blocker_code)
     cfg = one_column("llm-tools", {"web": stdio()}, model="m")
     cfg["pipeline"]["columns"][0]["resources"]["tools"] = "web"
     cfg["pipeline"]["columns"][0]["params"] = {"prompt": "q"}
@@ -835,9 +855,16 @@ def test_without_the_mcp_extra_every_command_says_how_to_install_it(tmp_path: Pa
     cfg["models"] = {"m": {"provider": "p", "model": "x", "kind": "chat"}}
     path = write(cfg, tmp_path / "genwire.yaml")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocker), os.environ.get("PYTHONPATH", "")])}
-    for args in (("validate", path), ("preflight", path), ("run", path), ("preflight", path, "--json")):
+    # validate looks for the SDK without importing it (it stays fast): a partial install is
+    # found by the commands that start a server, before any check
+    validate = [("validate", path)] if blocker_code != _PARTIAL_MCP else []
+    for args in (*validate, ("preflight", path), ("run", path), ("preflight", path, "--json")):
         proc = cli(*args, env=env)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert "pip install 'genwire[mcp]'" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+        # a setup error: no check is reported as a server's fault
+        assert "bad_response" not in proc.stdout + proc.stderr and "failed" not in proc.stdout + proc.stderr
         if "--json" in args:
             assert "pip install 'genwire[mcp]'" in json.loads(proc.stdout)["error"]
+        else:  # one message
+            assert (proc.stdout + proc.stderr).count("genwire[mcp]") == 1, (args, proc.stdout, proc.stderr)

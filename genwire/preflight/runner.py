@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from genwire.container.core import WiredPipeline
 from genwire.container.plan import TargetPlan
 from genwire.container.wiring import ColumnWiring
-from genwire.errors import ErrorClass, GenwireError, ModelError, exception_text
+from genwire.errors import ConfigError, ErrorClass, GenwireError, ModelError, exception_text
 from genwire.generators.metadata import ResourceKind
 from genwire.preflight.cache import CachedResult, ProbeCache, cache_key, default_cache_dir
 from genwire.preflight.report import CheckResult, PreflightReport, Status
@@ -182,6 +182,8 @@ class _Preflight:
                 continue
             try:
                 resource = self.container.resource(t.name)
+            except ConfigError:  # a setup error (the MCP SDK missing), not the target's fault: exit 2
+                raise
             except GenwireError as exc:
                 results[t.name, None, None] = _result(t, [t.name], "failed", ErrorClass.BAD_RESPONSE, str(exc))
                 continue

@@ -27,9 +27,12 @@ def make_tool_server(
     except ImportError as exc:  # validated at load; a half-installed SDK still gets a sentence
         if not (exc.name or "").startswith("mcp"):
             raise
-        from genwire.config.loader import MCP_MISSING
         from genwire.errors import ConfigError
 
-        raise ConfigError(f"tools.{name}: {MCP_MISSING} ({exc})") from None
+        # found at load (mcp_installed) but not importable: a broken or partial install
+        raise ConfigError(
+            f"tools.{name}: tool servers need the MCP SDK, which could not be imported ({exc}): "
+            "pip install 'genwire[mcp]'"
+        ) from None
 
     return McpToolServer(name, config, cwd)
