@@ -371,3 +371,46 @@ def test_an_unchanged_gated_rerun_pays_nothing_and_writes_the_same_files(tmp_pat
         assert server.requests["embedder"] <= 1 + server.requests["writer"] - 1
     assert (tmp_path / "out.jsonl").read_text() == out
     assert up_to_last_kept(lines(tmp_path / "out.jsonl.rejected.jsonl"), N) == up_to_last_kept(rejected, N)
+
+
+def few_words_judged(server: FakeOpenAIServer, root: Path) -> Path:
+    """``word`` (5 values) → keep-unique(word) → ``judged`` (the writer): N = 5, so every
+    word must be kept once, and a candidate that fails after keep-unique holds its word."""
+    cfg = unique_words(server, root, concurrency=2)
+    cfg["pipeline"].update(num_records=5, seed=3, batch_size=4)
+    cfg["pipeline"]["columns"] = [
+        {"name": "word", "generator": "sampler", "params": {"kind": "category", "values": [f"w{i}" for i in range(5)]}},
+        {"name": "once", "generator": "keep-unique", "params": {"column": "word"}},
+        {
+            "name": "judged",
+            "generator": "llm-text",
+            "resources": {"model": "writer"},
+            "params": {"prompt": "Judge {{ word }}"},
+        },
+    ]
+    return write(cfg, root / "genwire.yaml")
+
+
+def test_a_transient_failure_after_keep_unique_is_retried_before_the_cap(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        config = few_words_judged(server, tmp_path)
+        server.script("writer", [400])  # the first candidate's judge: a 400 (never retried), once
+        result = cli("run", config, "--skip-preflight")
+        assert result.returncode == 0, result.stderr
+        rows = lines(tmp_path / "out.jsonl")
+        assert sorted(r["word"] for r in rows) == [f"w{i}" for i in range(5)]
+        assert not (tmp_path / "out.jsonl.errors.jsonl").exists()
+
+
+def test_a_uniqueness_gate_that_has_seen_every_value_says_so_at_the_cap(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as server:
+        config = few_words_judged(server, tmp_path)
+        server.fail_when("writer", "Judge w3", 400)  # w3 fails for good: 4 rows at most
+        result = cli("run", config, "--skip-preflight")
+        assert result.returncode == 3, result.stderr
+        message = " ".join(result.stderr.split())
+        assert "has seen every value column 'word' can take (5), so a higher cap cannot help" in message, message
+        assert "raise pipeline.max_candidates" not in message
+        assert "candidates that failed hold some of them" in message
+        # w3's first candidate asked twice (the retry), later ones rejected by keep-unique
+        assert sum(body["messages"][-1]["content"] == "Judge w3" for _, body in server.bodies) == 2

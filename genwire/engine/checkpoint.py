@@ -447,6 +447,17 @@ class Checkpoint:
             if handle is not None and not handle.closed:
                 handle.flush()
 
+    async def next_segment(self) -> None:
+        """Write what comes next to files of their own, as a new session would: each
+        file holds its rows in index order (``rows`` merges them), and a session that
+        generates its failed candidates again writes them below rows already written."""
+        await self.synced()
+        for handle in (self._rows, self._failed, self._rejected):
+            if handle is not None:
+                handle.close()
+        self._rows = self._failed = self._rejected = None
+        self._session += 1
+
     def close(self) -> None:
         """Close the files and release the lock; the checkpoint stays for a resume."""
         for handle in (self._rows, self._failed, self._rejected):

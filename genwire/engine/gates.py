@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,7 +89,18 @@ class CandidatePlan:
     more will ever be started: ``wanted`` are kept, or the cap is reached. ``record`` is
     told each finished batch, in index order."""
 
-    def __init__(self, wanted: int, cap: int, pending: Iterator[int], funnel: Funnel) -> None:
+    def __init__(
+        self,
+        wanted: int,
+        cap: int,
+        pending: Iterator[int],
+        funnel: Funnel,
+        *,
+        every_value: Callable[[], str] | None = None,
+    ) -> None:
+        """``every_value()``, asked at the cap: what to say instead of a higher cap ("" for
+        nothing), when a uniqueness gate may have seen every value its column can take."""
+        self.every_value = every_value
         self.wanted = wanted
         self.cap = cap
         self.funnel = funnel
@@ -97,6 +108,7 @@ class CandidatePlan:
         self._drained = False
         self.scheduled = 0  # this session
         self.recorded = 0  # this session
+        self.retried: list[int] = []  # the failed candidates generated again (retry)
 
     @property
     def in_flight(self) -> int:
@@ -146,6 +158,19 @@ class CandidatePlan:
             gate = record["gate"]
             self.funnel.rejected[gate] = self.funnel.rejected.get(gate, 0) + 1
 
+    def retry(self, failed: list[int]) -> bool:
+        """At the cap, with ``failed`` (this session's failed candidates, below the cap):
+        they become the candidates left, once, as a resume would take them. False when
+        there is nothing to retry (the target is met, or already retried)."""
+        if not self.capped or not failed or self.retried:
+            return False
+        self.retried = failed
+        self._pending = iter(failed)
+        self._drained = False
+        self.funnel.failed -= len(failed)  # undecided again
+        self.funnel.session -= len(failed)
+        return True
+
     def feed(self, batch_size: int) -> Iterator[list[int]]:
         """``take`` as an iterator for ``LocalBatches``: a list to start, ``[]`` for none
         now, the end for none ever."""
@@ -154,10 +179,12 @@ class CandidatePlan:
 
     def stopped(self, checkpoint: Path) -> CandidatesExhausted:
         """The cap is reached before ``wanted`` rows were kept: exit 3, saying how to go on."""
+        go_on = (self.every_value() if self.every_value is not None else "") or (
+            f"to go on, raise pipeline.max_candidates (to about {self.suggested_cap():,}) and rerun the same command"
+        )
         error = CandidatesExhausted(
             f"stopped at pipeline.max_candidates ({self.cap:,}): {funnel_text(self.funnel)}. The candidates are "
-            f"kept in {checkpoint}; to go on, raise pipeline.max_candidates (to about "
-            f"{self.suggested_cap():,}) and rerun the same command",
+            f"kept in {checkpoint}; {go_on}",
             checkpoint=checkpoint,
             kept=self.funnel.kept,
             spent_usd=None,
@@ -187,16 +214,26 @@ class GatedRun:
     wanted: int
     cap: int
 
+    # keep-unique gates over a column of few known values: gate -> (column, how many)
+    unique_over: dict[str, tuple[str, int]] = field(default_factory=dict)
+
     def plan(self, checkpoint: Checkpoint, pending: Iterator[int]) -> CandidatePlan:
         funnel = funnel_of(checkpoint, self.wanted)
         funnel.gates = list(self.gates)
-        return CandidatePlan(self.wanted, self.cap, pending, funnel)
+        # read at the cap only: the checkpoint then holds every value seen
+        every_value = (lambda: every_value_seen(checkpoint, self.unique_over)) if self.unique_over else None
+        return CandidatePlan(self.wanted, self.cap, pending, funnel, every_value=every_value)
 
     def earlier(self, checkpoint: Checkpoint) -> Any:
-        """What in-order gates remember (``BatchRunner(earlier=...)``), read when asked."""
-        if not checkpoint.resumed and not len(checkpoint.rejections):
-            return None
-        return lambda gate: earlier_passed(checkpoint, self.columns, gate)
+        """What in-order gates remember (``BatchRunner(earlier=...)``), read when asked:
+        a session that retries its failed candidates asks its gates afresh."""
+
+        def passed(gate: str) -> tuple[list[dict[str, Any]], list[int]]:
+            if not checkpoint.kept and not len(checkpoint.rejections):
+                return [], []
+            return earlier_passed(checkpoint, self.columns, gate)
+
+        return passed
 
 
 def gated_run(container: WiredPipeline, wanted: int, *, batch: bool) -> GatedRun | None:
@@ -210,7 +247,45 @@ def gated_run(container: WiredPipeline, wanted: int, *, batch: bool) -> GatedRun
             "which batch mode's rounds do not allow yet; drop --batch for this pipeline"
         )
     cap = max_candidates(container.config.pipeline.max_candidates, wanted)
-    return GatedRun(gates, [c.name for c in container.columns], wanted, cap)
+    return GatedRun(gates, [c.name for c in container.columns], wanted, cap, unique_over(container.columns))
+
+
+def unique_over(columns: Sequence[Any]) -> dict[str, tuple[str, int]]:
+    """keep-unique gates over a column whose values are few and known (a sampler's):
+    gate -> (that column, how many values it can take)."""
+    from genwire.generators.builtin.keep_unique import KeepUnique, values_it_can_take
+
+    by_name = {c.name: c for c in columns}
+    found = {}
+    for gate in columns:
+        source = by_name.get(getattr(gate.params, "column", "")) if gate.generator_cls is KeepUnique else None
+        count = values_it_can_take(source.params) if source is not None else None
+        if source is not None and count is not None:
+            found[gate.name] = (source.name, count)
+    return found
+
+
+def every_value_seen(checkpoint: Checkpoint, gates: dict[str, tuple[str, int]]) -> str:
+    """What to say when a keep-unique gate has seen every value its column can take (a
+    higher cap cannot help), or "": the values of the candidates kept, rejected or
+    failed in this session."""
+    import json
+
+    for gate, (column, count) in gates.items():
+        rows = itertools.chain(
+            (row for _, row in checkpoint.rows()),
+            (r["row"] for r in checkpoint.rejected()),
+            (f["data"] for f in checkpoint.failures()),
+        )
+        seen = {json.dumps(row[column], sort_keys=True, default=str) for row in rows if column in row}
+        if len(seen) >= count:
+            failed = " (candidates that failed hold some of them: fix the cause and rerun the same command)"
+            return (
+                f"gate {gate!r} (keep-unique) has seen every value column {column!r} can take ({count:,}), "
+                f"so a higher cap cannot help; give {column!r} more values or ask for fewer rows"
+                + (failed if checkpoint.failed_before() or any(True for _ in checkpoint.failures()) else "")
+            )
+    return ""
 
 
 def funnel_summary(funnel: Funnel, surplus: int) -> dict[str, Any]:

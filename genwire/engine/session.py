@@ -194,21 +194,23 @@ class RunSession:
             feed = self.candidates.feed(batch_size) if self.options.sample_rows is None else None
         if self.options.sample_rows is not None:
             pending = itertools.islice(pending, self.options.sample_rows)
-        batches = self.source.batches(pending, batch_size, feed=feed)
         candidates = self.candidates
         ticker = asyncio.create_task(_tick(sink)) if batch_mode is not None else None
         try:
-            async for result in batches:
-                if batch_mode is not None:
-                    batch_mode.raise_if_broken()
-                await sink.add(result)
-                if candidates is not None:
-                    candidates.record(result)
+            await self._take(self.source.batches(pending, batch_size, feed=feed), sink)
+            # At the cap with candidates that failed in this session (a transient error at a
+            # later column): generated again, as a resume would, before the run stops. An
+            # in-order gate is asked afresh, remembering what the checkpoint holds (Ray's
+            # keeper judges each candidate once: there a rerun does it).
+            retry = feed is not None and self.plan.engine != "ray" and not self.accounts.budget.exhausted()
+            if retry and candidates is not None and candidates.retry(list(self.checkpoint.pending())):
+                sink.retrying(candidates.retried)
+                await self.checkpoint.next_segment()
+                await self._take(self.source.batches(iter(()), batch_size, feed=candidates.feed(batch_size)), sink)
             await self.checkpoint.synced()  # the last batch on the disk, as every earlier one
         finally:
             if ticker is not None:
                 ticker.cancel()
-            await batches.aclose()
         if batch_mode is not None:
             batch_mode.raise_if_broken()
             # The journal is the truth about what was paid: it stays while a batch it names
@@ -224,6 +226,19 @@ class RunSession:
             raise candidates.stopped(self.plan.directory)
         if candidates is None and self.options.sample_rows is None:
             self._check_every_row_tried(sink)
+
+    async def _take(self, batches: AsyncGenerator[BatchResult, None], sink: OutputSink) -> None:
+        """Every batch the engine gives back, into the sink and the candidates' plan."""
+        batch_mode, candidates = self.batch_mode, self.candidates
+        try:
+            async for result in batches:
+                if batch_mode is not None:
+                    batch_mode.raise_if_broken()
+                await sink.add(result)
+                if candidates is not None:
+                    candidates.record(result)
+        finally:
+            await batches.aclose()
 
     def _check_every_row_tried(self, sink: OutputSink) -> None:
         """A run is complete only when each of its rows was kept or failed: an engine that

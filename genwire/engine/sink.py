@@ -99,6 +99,13 @@ class OutputSink:
             new = "new " if retried else ""
             self._stop(f"stopped after {processed} {new}rows: {new_failed} failed ({new_failed / processed:.0%}){also}")
 
+    def retrying(self, indices: Sequence[int]) -> None:
+        """Rows that failed in this session are generated again (into a checkpoint
+        segment of their own: ``Checkpoint.next_segment``): failed no more, until they
+        fail again."""
+        self.failed -= len(indices)
+        self.new_failed -= sum(1 for index in indices if index not in self.failed_before)
+
     def refresh(self) -> None:
         """Redraw the status alone (batch mode: batches move while no row finishes)."""
         if self.progress is not None:

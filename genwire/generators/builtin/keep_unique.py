@@ -75,3 +75,19 @@ class KeepUnique(Generator[KeepUniqueParams]):
             else:
                 out.append(Verdict(False, f"{self.params.column} equals candidate {first}'s"))
         return out
+
+
+def values_it_can_take(params: BaseModel) -> int | None:
+    """How many values a ``sampler`` column can take: its categories (weighted above
+    zero), or the whole numbers of its range; None where they are not few and known
+    (uuid, real numbers, any other generator)."""
+    from genwire.generators.builtin.sampler import CategoryParams, SamplerParams, UniformParams
+
+    sampled = params.root if isinstance(params, SamplerParams) else None
+    if isinstance(sampled, CategoryParams):
+        weights = sampled.weights or [1.0] * len(sampled.values)
+        drawn = [v for v, w in zip(sampled.values, weights, strict=True) if w > 0]
+        return len({json.dumps(v, sort_keys=True, default=str) for v in drawn})
+    if isinstance(sampled, UniformParams) and sampled.integer:
+        return int(sampled.high - sampled.low) + 1
+    return None
