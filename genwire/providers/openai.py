@@ -159,8 +159,14 @@ class OpenAIProvider:
 
     @property
     def session(self) -> aiohttp.ClientSession | None:
-        """The shared session, or None before the first request / after ``aclose``."""
+        """aiohttp's session, or None before it is needed / after ``aclose``."""
         return self._session
+
+    @property
+    def client(self) -> WireClient | aiohttp.ClientSession | None:
+        """What sends the requests (the lean client of an http:// endpoint it serves, else
+        aiohttp's session), or None before the first request / after ``aclose``."""
+        return self._wire or self._session
 
     def load_client_code(self) -> None:
         """Import the client code this endpoint's requests need (aiohttp: ~150 ms), so that a
