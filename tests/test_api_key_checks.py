@@ -34,7 +34,10 @@ CANARY = "sk-CANARY-0123456789"
         (f'"{CANARY}\\r\\nX-Injected: 1"', "providers.srv.api_key: the api_key holds a line break or NUL"),
         (f'"{CANARY}\\n"', "providers.srv.api_key: the api_key holds a line break or NUL"),
         (f'"{CANARY}\\0"', "providers.srv.api_key: the api_key holds a line break or NUL"),
-        (f'"{CANARY}\u2013x"', "providers.srv.api_key: the api_key holds a character that is not Latin-1 (at position 20)"),
+        (
+            f'"{CANARY}\u2013x"',
+            "providers.srv.api_key: the api_key holds a character that is not Latin-1 (at position 20)",
+        ),
     ],
 )
 def test_an_api_key_that_cannot_be_sent_is_a_located_error(

@@ -24,7 +24,9 @@ async def test_a_redirect_to_another_host_is_refused_and_said(client: str) -> No
         target = other_url.replace("127.0.0.1", "localhost") + "/chat/completions"
 
         async def moved(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            writer.write(b"HTTP/1.1 307 Temporary Redirect\r\nLocation: %s\r\nContent-Length: 0\r\n\r\n" % target.encode())
+            writer.write(
+                b"HTTP/1.1 307 Temporary Redirect\r\nLocation: %s\r\nContent-Length: 0\r\n\r\n" % target.encode()
+            )
 
         async with RawServer(moved) as url:
             if client == "aiohttp":

@@ -299,6 +299,7 @@ async def test_a_malformed_answer_fails_at_once_as_bad_response(case: str) -> No
 async def test_trailers_past_the_head_limit_fail_the_request(trailer: str) -> None:
     """A trailer after the last chunk is bounded by MAX_HEAD (64 KiB), not by the body's
     limit: the server offers 4 MiB of it, the client hangs up early."""
+
     async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         body = answer("trailed")
         writer.write(CHUNKED_HEAD + b"%x\r\n%s\r\n0\r\n" % (len(body), body))

@@ -47,8 +47,8 @@ from genwire.providers.tool_calls import assistant_message, is_assistant_message
 from genwire.providers.tracing import answered, request_span, trace_cache_hit, tracer
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
 from genwire.providers.wire import BodyTooLarge, MalformedAnswer, WireClient, WireError, serves
-from genwire.version import __version__
 from genwire.scrub import scrub
+from genwire.version import __version__
 
 if TYPE_CHECKING:  # aiohttp with the first request (a rerun the cache serves sends none); batch mode when on
     import aiohttp
