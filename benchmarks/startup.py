@@ -13,7 +13,8 @@ library baseline: what genwire's own modules, wiring and output cost.
   providers module, which itself loads asyncio and pydantic-settings), PyYAML, Jinja2.
   Target: within 0.15 s of those imports.
 * ``preflight`` of N chat models against the fake server in another process at
-  ``--latency``: those libraries plus aiohttp, plus one probe time. Target: within
+  ``--latency``: those libraries plus httptools (the lean client of an http:// endpoint;
+  aiohttp only for https://), plus one probe time. Target: within
   0.25 s of (imports + latency). The happy case.
 * The imperfect case: ``preflight`` where one model of the N never answers within
   ``preflight.timeout_s`` (0.5 s): the command costs the timeout, not more.
@@ -60,7 +61,7 @@ from genwire.testing.serve import served
 ROOT = Path(__file__).parent.parent
 RETRIEVAL = ROOT / "examples" / "retrieval" / "genwire.yaml"
 VALIDATE_LIBS = "pydantic, dependency_injector.providers, yaml, jinja2"  # the providers module: what genwire uses
-PREFLIGHT_LIBS = VALIDATE_LIBS + ", aiohttp"
+PREFLIGHT_LIBS = VALIDATE_LIBS + ", httptools"  # an http:// endpoint: the lean client, no aiohttp
 
 
 def genwire_cmd(*args: str | Path) -> list[str]:
@@ -226,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         0.15,
         cpu_share(validate_cmd, validate_libs_cmd),
     )
-    probe = f"import ...+aiohttp, + {lat:.1f} s probe"
+    probe = f"import ...+httptools, + {lat:.1f} s probe"
     preflight_cpu = cpu_share(preflight_cmd, preflight_libs_cmd)
     name = f"genwire preflight ({n} models, {lat * 1000:.0f} ms)"
     row(name, preflight, probe, preflight_libs + lat, 0.25, preflight_cpu)
@@ -235,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     row(
         f"preflight, 1 of {n} silent (0.5 s timeout)",
         preflight_late,
-        "import ...+aiohttp, + 0.5 s timeout",
+        "import ...+httptools, + 0.5 s timeout",
         preflight_libs + 0.5,
         0.25,
         cpu_share(late_cmd, preflight_libs_cmd),

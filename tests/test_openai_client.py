@@ -433,16 +433,16 @@ async def test_models_of_a_provider_share_one_cap_and_one_session(
         chat = p.chat_model("writer", chat_config())
         other = p.chat_model("critic", chat_config(temperature=0))
         embedder = p.embedding_model("embedder", embed_config())
-        assert p.session is None  # created lazily, inside the running loop
+        assert p.client is None  # created lazily, inside the running loop
         await chat.complete("first")
-        session = p.session
+        session = p.client
         assert session is not None
         await asyncio.gather(
             *(chat.complete(f"c{i}") for i in range(10)),
             *(other.complete(f"o{i}") for i in range(10)),
             *(embedder.embed([f"e{i}"]) for i in range(10)),
         )
-        assert p.session is session
+        assert p.client is session
     finally:
         await p.aclose()
     assert fake_openai_server.peak_in_flight == 3
@@ -454,10 +454,10 @@ async def test_aclose_closes_the_session_and_is_idempotent(
 ) -> None:
     p = make_provider(fake_openai_server.url)
     await p.chat_model("writer", chat_config()).complete("hi")
-    session = p.session
-    assert session is not None and not session.closed
+    client = p.client
+    assert client is not None and not client.closed
     await p.aclose()
-    assert session.closed and p.session is None
+    assert client.closed and p.client is None
     await p.aclose()
 
 

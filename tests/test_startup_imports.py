@@ -163,12 +163,13 @@ def test_validate_imports_only_the_generators_the_config_names(
     assert code != 0 and imported.exists() and "entry point 'my-plugin'" in stderr
 
 
-def one_model_config(folder: Path, url: str, **pipeline: Any) -> Path:
+def one_model_config(folder: Path, url: str, api_key: str | None = "sk-x", **pipeline: Any) -> Path:
     """A config of one llm-text column on one model of the server at ``url``."""
     config = folder / "genwire.yaml"
     column = {"name": "q", "generator": "llm-text", "resources": {"model": "writer"}, "params": {"prompt": "hi"}}
+    key = {} if api_key is None else {"api_key": api_key}
     cfg = {
-        "providers": {"srv": {"kind": "openai", "base_url": url, "api_key": "sk-x"}},
+        "providers": {"srv": {"kind": "openai", "base_url": url, **key}},
         "models": {"writer": {"provider": "srv", "model": "writer", "kind": "chat"}},
         "pipeline": {"columns": [column], **pipeline},
     }
@@ -176,12 +177,19 @@ def one_model_config(folder: Path, url: str, **pipeline: Any) -> Path:
     return config
 
 
-def test_preflight_loads_the_client_but_not_the_engine(tmp_path: Path) -> None:
+def test_preflight_loads_the_client_it_sends_with_but_not_the_engine(tmp_path: Path) -> None:
+    """An http:// endpoint: the lean client (httptools), never aiohttp (~150 ms, once timed
+    inside the stage: issue 49); the same endpoint through a URL with credentials: aiohttp."""
     with FakeOpenAIServer() as server:
         config = one_model_config(tmp_path, server.url)
         code, modules, stderr = modules_after("preflight", config, "--json", cwd=tmp_path)
+        assert code == 0, stderr
+        assert "httptools" in modules and server.requests["writer"] == 1  # it did probe, over HTTP
+        assert loaded(modules, ["aiohttp", *NO_ENGINE]) == []
+        config = one_model_config(tmp_path, server.url.replace("http://", "http://user:pw@"), api_key=None)
+        code, modules, stderr = modules_after("preflight", config, "--json", "--no-cache", cwd=tmp_path)
     assert code == 0, stderr
-    assert "aiohttp" in modules and server.requests["writer"] == 1  # it did probe, over HTTP
+    assert "aiohttp" in modules and server.requests["writer"] == 2
     assert loaded(modules, NO_ENGINE) == []
 
 
@@ -204,15 +212,16 @@ def test_a_run_loads_opentelemetry_only_when_the_environment_asks_for_traces(tmp
 
 
 def test_a_rerun_the_response_cache_serves_whole_never_loads_the_http_client(tmp_path: Path) -> None:
-    """Every answer from the cache, no request sent: aiohttp (and its TLS set-up, a tenth
-    of a second and more) is never imported; the first run, which sent, did import it."""
+    """Every answer from the cache, no request sent: no HTTP client (aiohttp and its TLS
+    set-up, a tenth of a second and more; the lean one) is imported; the first run, which
+    sent, did import the lean one."""
     with FakeOpenAIServer() as server:
         config = one_model_config(tmp_path, server.url, num_records=3)
         code, modules, stderr = modules_after("run", config, "--json", "--skip-preflight", cwd=tmp_path)
         assert code == 0, stderr
-        assert "aiohttp" in modules and server.requests["writer"] == 3
+        assert "httptools" in modules and server.requests["writer"] == 3
         server.reset_stats()
         code, modules, stderr = modules_after("run", config, "--json", "--skip-preflight", "--fresh", cwd=tmp_path)
     assert code == 0, stderr
     assert server.total_requests == 0 and "genwire.providers.response_cache" in modules
-    assert loaded(modules, ["aiohttp"]) == []
+    assert loaded(modules, ["aiohttp", "httptools"]) == []

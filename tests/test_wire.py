@@ -16,7 +16,7 @@ import pytest
 
 from genwire.config.schema import ModelConfig, OpenAIProviderConfig
 from genwire.errors import ErrorClass, ModelError
-from genwire.providers.openai import OpenAIChatModel, OpenAIProvider
+from genwire.providers.openai import USER_AGENT, OpenAIChatModel, OpenAIProvider
 from genwire.providers.wire import serves
 from genwire.testing.fake_server import FakeOpenAIServer, FakeResponse
 
@@ -61,22 +61,28 @@ async def test_requests_reuse_kept_alive_connections(
     assert fake_openai_server.open_connections() == 1
 
 
-async def test_the_headers_sent_are_aiohttps(fake_openai_server: FakeOpenAIServer) -> None:
-    import aiohttp
-
+async def test_both_clients_send_the_same_headers(fake_openai_server: FakeOpenAIServer) -> None:
+    """The lean client's request, then (aiohttp taking over, as after a redirect) aiohttp's:
+    the same headers, genwire's User-Agent on both."""
     p = make_provider(fake_openai_server.url, api_key="sk-test-0123456789", headers={"X-Tenant": "blue"})
+    sent: list[dict[str, str]] = []
     try:
-        await chat_of(p).complete("hi")
+        for prompt in ("lean", "aiohttp"):
+            await chat_of(p).complete(prompt)
+            sent.append({k.lower(): v for k, v in fake_openai_server.last_headers[MODEL].items()})
+            p._leave_wire()
     finally:
         await p.aclose()
-    sent = {k.lower(): v for k, v in fake_openai_server.last_headers[MODEL].items()}
-    assert sent["authorization"] == "Bearer sk-test-0123456789"
-    assert sent["x-tenant"] == "blue"
-    assert sent["content-type"] == "application/json"
-    assert sent["accept"] == "application/json"
-    assert sent["user-agent"] == aiohttp.http.SERVER_SOFTWARE
-    assert sent["accept-encoding"] == "gzip, deflate"
-    assert fake_openai_server.last_body[MODEL]["messages"] == [{"role": "user", "content": "hi"}]
+    lean, aio = sent
+    assert lean["authorization"] == "Bearer sk-test-0123456789"
+    assert lean["x-tenant"] == "blue"
+    assert lean["content-type"] == "application/json"
+    assert lean["accept"] == "application/json"
+    assert lean["user-agent"] == USER_AGENT
+    assert lean["accept-encoding"] == "gzip, deflate"
+    for name in ("authorization", "x-tenant", "content-type", "accept", "user-agent", "accept-encoding"):
+        assert aio[name] == lean[name], name
+    assert fake_openai_server.last_body[MODEL]["messages"] == [{"role": "user", "content": "aiohttp"}]
 
 
 async def test_a_chunked_answer_is_read_whole(fake_openai_server: FakeOpenAIServer, provider: OpenAIProvider) -> None:
@@ -160,10 +166,12 @@ class RawServer:
         self.connections = 0
         self.heads: list[bytes] = []  # of the requests, lower-cased
         self.server: asyncio.Server | None = None
+        self.handlers: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> str:
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             self.connections += 1
+            self.handlers.add(asyncio.current_task())  # type: ignore[arg-type]
             try:
                 while True:
                     self.heads.append((await read_request(reader)).lower())
@@ -182,6 +190,9 @@ class RawServer:
     async def __aexit__(self, *exc: object) -> None:
         assert self.server is not None
         self.server.close()
+        # Each handler ends once it reads the client's hang-up (Python 3.11's wait_closed does not wait).
+        if self.handlers:
+            await asyncio.wait(self.handlers, timeout=10)
 
 
 async def ask_twice(
@@ -244,20 +255,65 @@ async def test_headers_and_body_in_pieces_and_a_connection_the_server_closed_whi
     assert p.requests == {"writer": 2}  # no attempt failed on the closed connection
 
 
-async def test_an_answer_that_is_not_http_is_unreachable() -> None:
-    async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
-        await writer.drain()
+CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+MALFORMED = {
+    "not HTTP": b"SSH-2.0-OpenSSH_9.6\r\n\r\n",
+    "two Content-Length": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 40\r\n\r\n{}",
+    "chunk size 0_9": CHUNKED_HEAD + b"0_9\r\n",
+    "chunk size +9": CHUNKED_HEAD + b"+9\r\n",
+    "chunk size 0x9": CHUNKED_HEAD + b"0x9\r\n",
+    "chunk size -1": CHUNKED_HEAD + b"-1\r\n",
+    "chunk size 2^128-1": CHUNKED_HEAD + b"%x\r\n" % (2**128 - 1),
+    "status 2000": b"HTTP/1.1 2000 OK\r\nContent-Length: 2\r\n\r\n{}",
+    "two bytes after chunk data": CHUNKED_HEAD + b"2\r\n{}XY0\r\n\r\n",
+}
 
-    async with RawServer(reply) as url:
-        p = make_provider(url, retries=0)
+
+async def malformed_failure(reply: Reply) -> tuple[ModelError, RawServer]:
+    """The failure of one completion (retries allowed) against a raw server answering ``reply``."""
+    server = RawServer(reply)
+    async with server as url:
+        p = make_provider(url, max_response_mb=1)
         try:
             with pytest.raises(ModelError) as caught:
                 await chat_of(p).complete("hi")
         finally:
             await p.aclose()
-    assert caught.value.error_class is ErrorClass.UNREACHABLE
-    assert "not an HTTP/1.x answer" in caught.value.message
+    return caught.value, server
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+async def test_a_malformed_answer_fails_at_once_as_bad_response(case: str) -> None:
+    async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(MALFORMED[case])
+        await writer.drain()  # and the connection stays open: nothing ends the answer but the parser
+
+    failure, server = await malformed_failure(reply)
+    assert failure.error_class is ErrorClass.BAD_RESPONSE, failure.message
+    assert failure.attempts == 1  # not retried: a broken server answers the same again
+    assert len(server.heads) == 1
+    assert "malformed answer from POST http://127.0.0.1:" in failure.message
+
+
+@pytest.mark.parametrize("trailer", ["one endless line", "many lines"])
+async def test_trailers_past_the_head_limit_fail_the_request(trailer: str) -> None:
+    """A trailer after the last chunk is bounded by MAX_HEAD (64 KiB), not by the body's
+    limit: the server offers 4 MiB of it, the client hangs up early."""
+
+    async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        body = answer("trailed")
+        writer.write(CHUNKED_HEAD + b"%x\r\n%s\r\n0\r\n" % (len(body), body))
+        piece = b"X-Pad: " + b"a" * (1 << 16) if trailer == "one endless line" else b"X-Pad: aaaaaaaa\r\n" * 4096
+        try:
+            for _ in range(64):
+                writer.write(piece)
+                await writer.drain()
+        except ConnectionError:
+            pass
+
+    failure, _ = await malformed_failure(reply)
+    assert failure.error_class is ErrorClass.BAD_RESPONSE, failure.message
+    assert "longer than 65536 bytes" in failure.message
 
 
 async def test_a_cookie_the_server_sets_is_sent_back_as_aiohttp_would() -> None:

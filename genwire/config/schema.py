@@ -20,7 +20,7 @@ from pydantic import (
 from genwire.config.limits import too_many_rows
 from genwire.config.strict import StrictValues
 from genwire.config.tools import ToolServerConfig
-from genwire.config.validators import check_base_url, check_headers
+from genwire.config.validators import check_api_key, check_base_url, check_headers
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]*$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=128)]
@@ -141,7 +141,7 @@ class OpenAIProviderConfig(StrictModel):
 
     kind: Literal["openai"]
     base_url: Annotated[str, Field(pattern=r"^https?://\S+$"), AfterValidator(check_base_url)]
-    api_key: SecretStr | None = None
+    api_key: Annotated[SecretStr | None, AfterValidator(check_api_key)] = None
     # Sent with every request after the Authorization header (which one may replace);
     # values are secrets: never printed, cached or repr'd.
     headers: Annotated[dict[str, SecretStr], AfterValidator(check_headers)] = Field(default_factory=dict)
@@ -167,6 +167,18 @@ class OpenAIProviderConfig(StrictModel):
     # on its own, bounded by ``retries`` (the behaviour before 0.2; a benchmark baseline).
     adapt_to_rate_limits: bool = True
     batch: BatchConfig = Field(default_factory=BatchConfig)
+
+    @model_validator(mode="after")
+    def _one_credential(self) -> OpenAIProviderConfig:
+        from yarl import URL  # loaded by the base_url check already
+
+        url = URL(self.base_url)
+        if self.api_key is not None and (url.user is not None or url.password is not None):
+            raise ValueError(
+                "base_url carries credentials (user:password@) and api_key is set: give one, "
+                "the api_key (sent as Authorization) or the URL's credentials"
+            )
+        return self
 
 
 class LocalProviderConfig(StrictModel):

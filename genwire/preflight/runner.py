@@ -370,13 +370,23 @@ class _Preflight:
             return model.dimensions
         return resource.dimensions if isinstance(resource, EmbeddingModel) else None
 
+    def load_client_code(self, targets: Sequence[TargetPlan]) -> None:
+        """Import what the probed models' clients send with (only theirs: an http://
+        endpoint's lean client never needs aiohttp)."""
+        clients = self.container.config.providers
+        for name in sorted({t.provider for t in targets if t.provider in clients}):
+            load = getattr(self.container.client(name), "load_client_code", None)
+            if load is not None:
+                load()
+
     async def run(self) -> PreflightReport:
         plan = self.container.plan()
         results: dict[Key, CheckResult] = {}
-        # Resolving the targets builds their clients, which imports the client code on
-        # first use (aiohttp: ~0.13 s); that is the process starting, not a check, so the
-        # stage's clock and deadline start after it, at the first cache read or probe.
+        # Resolving the targets builds their clients; their code is imported here too (an
+        # https:// endpoint's aiohttp: ~0.15 s), not at the first probe: that is the process
+        # starting, not a check, so the stage's clock and deadline start after it.
         groups = self.group(plan.targets, results)
+        self.load_client_code(plan.targets)
         started = time.perf_counter()
         self.deadline = asyncio.get_running_loop().time() + self.settings.deadline_s
         groups = [g for g in groups if not self.cached(g, results)]

@@ -46,11 +46,13 @@ from genwire.providers.routes import Route, TokenHandle, open_route, resolve_rou
 from genwire.providers.tool_calls import assistant_message, is_assistant_message
 from genwire.providers.tracing import answered, request_span, trace_cache_hit, tracer
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
-from genwire.providers.wire import BodyTooLarge, WireClient, WireError, serves
+from genwire.providers.wire import BodyTooLarge, MalformedAnswer, WireClient, WireError, serves
 from genwire.scrub import scrub
+from genwire.version import __version__
 
 if TYPE_CHECKING:  # aiohttp with the first request (a rerun the cache serves sends none); batch mode when on
     import aiohttp
+    from aiohttp.client_middlewares import ClientHandlerType
     from multidict import CIMultiDictProxy
 
     from genwire.config.schema import BatchConfig
@@ -93,6 +95,14 @@ _FLOAT: frozenset[type] = frozenset({float})
 _NUMBER: frozenset[type] = frozenset({float, int})
 
 
+# Sent by both clients (the lean one and aiohttp): one name whichever sends a request.
+USER_AGENT = f"genwire/{__version__}"
+
+
+class RedirectRefused(Exception):
+    """A redirect to another origin (named): never followed with the provider's headers."""
+
+
 class _NeverRaised(Exception):
     """Stands for aiohttp's errors until aiohttp is imported (no request was sent yet)."""
 
@@ -116,6 +126,8 @@ class OpenAIProvider:
         # The model requests of an http:// endpoint go over this lean client (issue 44: a
         # fast endpoint's speed is the client's CPU); opened and closed with the session.
         self._wire: WireClient | None = None
+        self._aiohttp_only = False  # set once a redirect or a cookie made aiohttp take over
+        self._origin = URL(self.base_url).origin()  # where requests may go (no redirect elsewhere)
         # aiohttp's errors, known once it is imported (with the first session).
         self._invalid_url: type[BaseException] = _NeverRaised
         self._client_errors: tuple[type[BaseException], ...] = (OSError, WireError)
@@ -147,51 +159,104 @@ class OpenAIProvider:
 
     @property
     def session(self) -> aiohttp.ClientSession | None:
-        """The shared session, or None before the first request / after ``aclose``."""
+        """aiohttp's session, or None before it is needed / after ``aclose``."""
         return self._session
 
+    @property
+    def client(self) -> WireClient | aiohttp.ClientSession | None:
+        """What sends the requests (the lean client of an http:// endpoint it serves, else
+        aiohttp's session), or None before the first request / after ``aclose``."""
+        return self._wire or self._session
+
+    def load_client_code(self) -> None:
+        """Import the client code this endpoint's requests need (aiohttp: ~150 ms), so that a
+        timed stage (the pre-flight) does not pay for it at its first request."""
+        if self._aiohttp_only or not serves(self.base_url, self._request_headers()):
+            import aiohttp  # noqa: F401
+        else:
+            import httptools  # noqa: F401
+
+    def _bound_here(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether this provider's clients may be used from ``loop``. A client is bound to
+        its loop; reusing the provider from another loop is only safe once the old loop is
+        gone (e.g. a container entered twice)."""
+        if self._loop is loop:
+            return True
+        if self._loop is not None and self._loop.is_running() and (self._wire is not None or self._session is not None):
+            raise RuntimeError(f"{self!r} is in use by another running event loop; call aclose() first")
+        return False
+
+    async def _ensure_client(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The lean client for an endpoint it serves, else aiohttp's session: an http://
+        endpoint's run never imports aiohttp (~150 ms) unless it follows a redirect or
+        keeps a cookie (issue 49)."""
+        if not self._bound_here(loop):
+            await self._discard_session()
+        if self._wire is not None or (self._session is not None and not self._session.closed):
+            return
+        headers = self._request_headers()
+        if not self._aiohttp_only and serves(self.base_url, headers):
+            cfg = self.config
+            self._wire = WireClient(self.base_url, headers, timeout_s=cfg.timeout_s, max_body=self._max_body)
+            self._loop = loop
+        else:
+            self._open_session(loop)
+
     async def _ensure_session(self) -> aiohttp.ClientSession:
+        """aiohttp's session (opened now if need be), bound to the running loop."""
         loop = asyncio.get_running_loop()
+        if not self._bound_here(loop):
+            await self._discard_session()
         session = self._session
         if session is not None and not session.closed:
-            if self._loop is loop:
-                return session
-            # A session is bound to its loop. Reusing the provider from another loop is
-            # only safe once the old loop is gone (e.g. a container entered twice).
-            if self._loop is not None and self._loop.is_running():
-                raise RuntimeError(f"{self!r} is in use by another running event loop; call aclose() first")
-            await self._discard_session()
+            return session
         return self._open_session(loop)
+
+    def _request_headers(self) -> dict[str, str]:
+        """What every request carries, whichever client sends it: ours, then the configured
+        ones (case-insensitive: a configured header replaces ours)."""
+        from multidict import CIMultiDict
+
+        cfg = self.config
+        headers: CIMultiDict[str] = CIMultiDict(
+            {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": USER_AGENT}
+        )
+        if cfg.api_key is not None:
+            headers["Authorization"] = f"Bearer {cfg.api_key.get_secret_value()}"
+        for name, value in cfg.headers.items():
+            headers[name] = value.get_secret_value()
+        return dict(headers.items())
 
     def _open_session(self, loop: asyncio.AbstractEventLoop) -> aiohttp.ClientSession:
         # Created synchronously (no await) so concurrent first calls cannot open two.
-        import aiohttp  # here, not at the top: a run the response cache serves whole never needs it
-        from multidict import CIMultiDict
+        import aiohttp  # here, not at the top: a run the response cache or the lean client serves never needs it
 
         self._invalid_url, self._client_errors = aiohttp.InvalidURL, (aiohttp.ClientError, OSError, WireError)
         cfg = self.config
-        headers: CIMultiDict[str] = CIMultiDict({"Content-Type": "application/json", "Accept": "application/json"})
-        if cfg.api_key is not None:
-            headers["Authorization"] = f"Bearer {cfg.api_key.get_secret_value()}"
-        for name, value in cfg.headers.items():  # case-insensitive: a configured header replaces ours
-            headers[name] = value.get_secret_value()
         connector = aiohttp.TCPConnector(limit=cfg.max_concurrency, limit_per_host=cfg.max_concurrency)
         session = aiohttp.ClientSession(
             connector=connector,
-            headers=headers,
+            headers=self._request_headers(),
             timeout=aiohttp.ClientTimeout(total=cfg.timeout_s),
             raise_for_status=False,
+            middlewares=(self._same_origin_only,),
         )
-        # The same headers as aiohttp sends (its User-Agent unless one is configured).
-        wire_headers = {"User-Agent": aiohttp.http.SERVER_SOFTWARE, **headers}
-        if serves(self.base_url, wire_headers):
-            self._wire = WireClient(self.base_url, wire_headers, timeout_s=cfg.timeout_s, max_body=self._max_body)
         self._session, self._loop = session, loop
         return session
+
+    async def _same_origin_only(
+        self, request: aiohttp.ClientRequest, handler: ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        """Every request aiohttp sends, redirects included: never to another host, which
+        would receive the configured headers (aiohttp strips only Authorization)."""
+        if request.url.origin() != self._origin:
+            raise RedirectRefused(str(request.url.origin()))
+        return await handler(request)
 
     async def _discard_session(self) -> None:
         session, wire = self._session, self._wire
         self._session, self._loop, self._wire = None, None, None
+        self._aiohttp_only = False
         if wire is not None:
             wire.close()
         if session is not None and not session.closed:
@@ -374,28 +439,47 @@ class OpenAIProvider:
 
     async def _attempt(self, usage: ModelUsage, url: str, body: bytes) -> tuple[Any, Mapping[str, str]]:
         """One POST: the decoded answer and its headers (case-insensitive)."""
-        session = self._session
-        if session is None or session.closed or self._loop is not asyncio.get_running_loop():
-            session = await self._ensure_session()
+        loop = asyncio.get_running_loop()
+        wire = self._wire
+        if self._loop is not loop or (wire is None and (self._session is None or self._session.closed)):
+            await self._ensure_client(loop)
+            wire = self._wire
         count_attempt()
         usage.requests += 1
         # No slot is taken here: the caller holds the gate, which bounds what is in flight.
-        wire = self._wire
         headers: Mapping[str, str]
         try:
             if wire is not None:
                 status, answered_headers, raw = await wire.post(url, body)
                 if "Set-Cookie" in answered_headers:
-                    self._keep_cookies(session, url, answered_headers)
+                    self._keep_cookies(await self._ensure_session(), url, answered_headers)
                 headers = answered_headers
                 if 300 <= status < 400 and "Location" in headers:
+                    self._check_redirect(url, headers["Location"])
                     # aiohttp follows redirects: from now on it sends this provider's requests.
                     self._leave_wire()
-                    status, headers, raw = await self._exchange(session, url, body)
+                    status, headers, raw = await self._exchange(await self._ensure_session(), url, body)
             else:
-                status, headers, raw = await self._exchange(session, url, body)
+                assert self._session is not None
+                status, headers, raw = await self._exchange(self._session, url, body)
         except BodyTooLarge as exc:
             raise self._too_large(exc.status, url) from None
+        except RedirectRefused as exc:
+            raise AttemptFailure(
+                ErrorClass.BAD_RESPONSE,
+                f"POST {self._where(url)} was redirected to another host, {exc}: not followed, since the "
+                "request carries the provider's api_key and headers (set base_url to the new place if it is "
+                "the model's)",
+                retry=False,
+                retry_after=None,
+            ) from None
+        except MalformedAnswer as exc:
+            raise AttemptFailure(
+                ErrorClass.BAD_RESPONSE,
+                f"malformed answer from POST {self._where(url)}: {self._scrub(str(exc))}",
+                retry=False,
+                retry_after=None,
+            ) from None
         except TimeoutError:  # aiohttp's timeouts subclass TimeoutError
             raise AttemptFailure(
                 ErrorClass.TIMEOUT,
@@ -432,6 +516,16 @@ class OpenAIProvider:
         if status == 429:
             usage.rate_limited += 1
         self._raise_for_status(url, status, raw, headers)
+
+    def _check_redirect(self, url: str, location: str) -> None:
+        """Raise ``RedirectRefused`` for a redirect to another origin (``MalformedAnswer``
+        for a Location that is not a URL)."""
+        try:
+            target = URL(url).join(URL(location)).origin()
+        except ValueError as exc:
+            raise MalformedAnswer(f"a redirect to {location[:80]!r}, not a URL ({exc})") from None
+        if target != self._origin:
+            raise RedirectRefused(str(target))
 
     def _keep_cookies(self, session: aiohttp.ClientSession, url: str, headers: CIMultiDictProxy[str]) -> None:
         """An answer that sets cookies: into aiohttp's jar, as aiohttp would have kept them.

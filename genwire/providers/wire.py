@@ -10,6 +10,11 @@ chunked, or up to the end of the connection), inflated if gzip or deflate, never
 ``max_body`` bytes (the limit is on what the body inflates to), within ``timeout_s`` from
 connect to the last byte. A redirect is left to the caller (aiohttp follows it).
 
+The answer is parsed by llhttp (``httptools``; aiohttp's C parser is llhttp too), strict:
+a hand parser is where response desync comes from. Whatever is not well-formed fails its
+request as ``MalformedAnswer``; everything of an answer but its body (head, chunk lines,
+trailers) is bounded by ``MAX_HEAD``.
+
 No proxy (the provider's aiohttp session ignores the environment's too) and no TLS: an
 ``https://`` endpoint, or one whose URL carries credentials, keeps aiohttp.
 """
@@ -23,7 +28,7 @@ from urllib.parse import urlsplit
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-__all__ = ["Answer", "BodyTooLarge", "WireClient", "WireError", "serves"]
+__all__ = ["Answer", "BodyTooLarge", "MalformedAnswer", "WireClient", "WireError", "serves"]
 
 MAX_HEAD = 1 << 16  # bytes of a status line and headers, at most (aiohttp: 8 KiB a line, 128 headers)
 MAX_HEADERS = 128
@@ -34,8 +39,13 @@ _INFLATE = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate
 
 
 class WireError(Exception):
-    """The connection failed: refused, reset, closed before the whole answer, or an answer
-    that is not HTTP/1.x. The request may be retried."""
+    """The connection failed: refused, reset, or closed before the whole answer. The
+    request may be retried."""
+
+
+class MalformedAnswer(Exception):
+    """The answer is not well-formed HTTP/1.x (llhttp's verdict, or a head or trailer past
+    ``MAX_HEAD``): a server that answers so is broken, and asking again does not help."""
 
 
 class BodyTooLarge(Exception):
@@ -63,21 +73,24 @@ def serves(base_url: str, headers: Mapping[str, str]) -> bool:
 
 
 class _Connection(asyncio.Protocol):
-    """One kept-alive connection; it parses the answer to the request it carries."""
+    """One kept-alive connection; llhttp (``httptools``) parses the answer to the request it
+    carries, and the callbacks below keep what of it we need."""
 
     def __init__(self, max_body: int) -> None:
+        from httptools import HttpResponseParser  # here: importing genwire does not load it
+
         self.max_body = max_body
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reusable = True
-        self._buffer = bytearray()
+        self._parser = HttpResponseParser(self)
         self._waiter: asyncio.Future[Answer] | None = None
         self._status = 0
-        self._headers: CIMultiDictProxy[str] | None = None
-        self._length: int | None = None  # bytes of body left; None: chunked or to the end
-        self._chunked = False
-        self._chunk_left = 0  # of the current chunk; -1: between chunks (a size line next)
-        self._trailers = False
+        self._fields: CIMultiDict[str] = CIMultiDict()
+        self._headers: CIMultiDictProxy[str] | None = None  # set once the head is whole
+        self._to_eof = False  # no Content-Length, not chunked: the body ends with the connection
+        self._head_bytes = 0  # of header and trailer lines parsed (bounded by MAX_HEAD)
+        self._gap = 0  # bytes received since the last body bytes (a line still coming)
         self._body = bytearray()
         self._inflate: zlib._Decompress | None = None
 
@@ -91,11 +104,25 @@ class _Connection(asyncio.Protocol):
         if self._waiter is None:  # unasked bytes on an idle connection: it is not HTTP we can trust
             self.abort()
             return
-        self._buffer += data
+        from httptools import HttpParserCallbackError, HttpParserError, HttpParserUpgrade
+
+        body_before = len(self._body)
         try:
-            self._parse()
-        except (WireError, BodyTooLarge, zlib.error, ValueError) as exc:
-            self._fail(exc if not isinstance(exc, zlib.error | ValueError) else WireError(f"bad answer: {exc}"))
+            self._parser.feed_data(data)
+        except HttpParserCallbackError as failed:  # one of ours, raised in a callback
+            self._fail(failed.__context__ or MalformedAnswer(str(failed)))
+            return
+        except HttpParserUpgrade:
+            self._fail(MalformedAnswer("the server switched protocols"))
+            return
+        except HttpParserError as failed:
+            self._fail(MalformedAnswer(f"{failed} (llhttp)"))
+            return
+        # Head and trailer lines are bounded even while one is still coming (llhttp keeps
+        # nothing, httptools the line so far): everything of an answer but its body.
+        self._gap = 0 if len(self._body) != body_before else self._gap + len(data)
+        if self._waiter is not None and self._gap > MAX_HEAD:
+            self._fail(MalformedAnswer(f"answer head or trailers longer than {MAX_HEAD} bytes"))
 
     def eof_received(self) -> bool:
         # The server is done with this connection (an idle one is never taken again);
@@ -108,15 +135,81 @@ class _Connection(asyncio.Protocol):
         waiter = self._waiter
         if waiter is None or waiter.done():
             return
-        if self._headers is not None and self._length is None and not self._chunked:
+        if self._headers is not None and self._to_eof:
             try:
-                self._finish()  # a body that runs to the end of the connection ended here
-            except (BodyTooLarge, zlib.error) as failed:
-                self._fail(failed if isinstance(failed, BodyTooLarge) else WireError(f"bad answer: {failed}"))
+                self.on_message_complete()  # a body that runs to the end of the connection ended here
+            except (BodyTooLarge, MalformedAnswer) as failed:
+                self._fail(failed)
             return
         why = f": {exc}" if exc is not None else ""
         waiter.set_exception(WireError(f"Server disconnected{why}"))
         self._waiter = None
+
+    # --- llhttp's callbacks (httptools calls those defined) ----------------------------
+
+    def on_message_begin(self) -> None:
+        if self._waiter is None:  # a second answer to one request: nothing was asked for it
+            raise MalformedAnswer("bytes past the end of the answer")
+        self._fields = CIMultiDict()
+        self._headers = None
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_bytes += len(name) + len(value) + 4
+        if self._head_bytes > MAX_HEAD:
+            raise MalformedAnswer(f"answer headers or trailers longer than {MAX_HEAD} bytes")
+        if self._headers is None:  # trailers (after the last chunk) are bounded, not kept
+            if len(self._fields) >= MAX_HEADERS:
+                raise MalformedAnswer(f"more than {MAX_HEADERS} answer headers")
+            self._fields.add(name.decode("latin-1"), value.decode("latin-1").rstrip())
+
+    def on_headers_complete(self) -> None:
+        parser = self._parser
+        status = self._status = parser.get_status_code()
+        headers = self._headers = CIMultiDictProxy(self._fields)
+        if status == 101:
+            raise MalformedAnswer("the server switched protocols")
+        if status < 200:
+            return  # 100 Continue and the like: the real answer follows
+        self.reusable = parser.should_keep_alive()
+        encoding = headers.get("Content-Encoding", "").strip().lower()
+        if encoding in _INFLATE:
+            self._inflate = zlib.decompressobj(_INFLATE[encoding])
+        declared = headers.get("Content-Length")  # llhttp checked it is one number
+        if declared is not None and int(declared) > self.max_body:
+            raise BodyTooLarge(status)
+        chunked = "Transfer-Encoding" in headers
+        self._to_eof = declared is None and not chunked and status not in _NO_BODY
+        if self._to_eof:
+            self.reusable = False
+
+    def on_body(self, data: bytes) -> None:
+        inflate = self._inflate
+        room = self.max_body - len(self._body)
+        if inflate is not None:
+            # Never more than the limit (plus one byte, to know it was passed) in memory.
+            data = inflate.decompress(data, room + 1)
+            if inflate.unconsumed_tail:
+                raise BodyTooLarge(self._status)
+        if len(data) > room:
+            raise BodyTooLarge(self._status)
+        self._body += data
+
+    def on_message_complete(self) -> None:
+        if self._status < 200:  # an interim answer: the parser goes on to the real one
+            self._head_bytes = 0
+            return
+        if self._inflate is not None:
+            try:
+                rest = self._inflate.flush()
+            except zlib.error as failed:
+                raise MalformedAnswer(f"bad compressed body: {failed}") from None
+            if len(self._body) + len(rest) > self.max_body:
+                raise BodyTooLarge(self._status)
+            self._body += rest
+        waiter, self._waiter = self._waiter, None
+        assert self._headers is not None
+        if waiter is not None and not waiter.done():
+            waiter.set_result((self._status, self._headers, bytes(self._body)))
 
     # --- one exchange -------------------------------------------------------------------
 
@@ -125,7 +218,7 @@ class _Connection(asyncio.Protocol):
         self._headers = None
         self._body = bytearray()
         self._inflate = None
-        self._chunked = self._trailers = False
+        self._head_bytes = self._gap = 0
 
     def abort(self) -> None:
         """Drop the connection (a request cut short: its answer is never read)."""
@@ -138,142 +231,9 @@ class _Connection(asyncio.Protocol):
         waiter, self._waiter = self._waiter, None
         self.abort()
         if waiter is not None and not waiter.done():
+            if isinstance(exc, zlib.error):
+                exc = MalformedAnswer(f"bad compressed body: {exc}")
             waiter.set_exception(exc)
-
-    def _parse(self) -> None:
-        if self._headers is None and not self._head():
-            return
-        if self._chunked:
-            self._chunks()
-        elif self._length is not None:
-            take = min(self._length, len(self._buffer))
-            if take:
-                self._feed(bytes(self._buffer[:take]) if take < len(self._buffer) else bytes(self._buffer))
-                del self._buffer[:take]
-                self._length -= take
-            if self._length == 0:
-                self._finish()
-        elif self._buffer:  # to the end of the connection
-            self._feed(bytes(self._buffer))
-            self._buffer.clear()
-
-    def _head(self) -> bool:
-        """Parse the status line and headers once they are all in; skip 1xx answers."""
-        while True:
-            end = self._buffer.find(b"\r\n\r\n")
-            if end < 0:
-                if len(self._buffer) > MAX_HEAD:
-                    raise WireError(f"answer headers longer than {MAX_HEAD} bytes")
-                return False
-            lines = bytes(self._buffer[:end]).decode("latin-1").split("\r\n")
-            del self._buffer[: end + 4]
-            version, _, rest = lines[0].partition(" ")
-            code = rest[:3]
-            if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
-                raise WireError(f"not an HTTP/1.x answer: {lines[0][:80]!r}")
-            status = int(code)
-            if 100 <= status < 200 and status != 101:
-                continue  # 100 Continue and the like: the real answer follows
-            if len(lines) > MAX_HEADERS + 1:
-                raise WireError(f"more than {MAX_HEADERS} answer headers")
-            fields: CIMultiDict[str] = CIMultiDict()
-            for line in lines[1:]:
-                name, colon, value = line.partition(":")
-                if not colon or not name or name != name.strip():
-                    raise WireError(f"bad answer header line {line[:80]!r}")
-                fields.add(name, value.strip())
-            break
-        self._status = status
-        headers = self._headers = CIMultiDictProxy(fields)
-        connection = headers.get("Connection", "").lower()
-        self.reusable = "close" not in connection and (version == "HTTP/1.1" or "keep-alive" in connection)
-        encoding = headers.get("Content-Encoding", "").strip().lower()
-        if encoding in _INFLATE:
-            self._inflate = zlib.decompressobj(_INFLATE[encoding])
-        if status == 101:
-            raise WireError("the server switched protocols")
-        if status in _NO_BODY:
-            self._length = 0
-        elif "chunked" in headers.get("Transfer-Encoding", "").lower():
-            self._chunked, self._chunk_left, self._length = True, -1, None
-        elif "Content-Length" in headers:
-            declared = headers["Content-Length"].strip()
-            if not declared.isdigit():
-                raise WireError(f"bad Content-Length {declared[:40]!r}")
-            self._length = int(declared)
-            if self._length > self.max_body:
-                raise BodyTooLarge(status)
-        else:
-            self._length = None
-            self.reusable = False  # the body ends with the connection
-        return True
-
-    def _chunks(self) -> None:
-        buffer = self._buffer
-        while True:
-            if self._trailers:  # after the last chunk: trailer lines up to an empty one
-                end = buffer.find(b"\r\n")
-                if end < 0:
-                    return
-                del buffer[: end + 2]
-                if end == 0:
-                    self._finish()
-                    return
-                continue
-            if self._chunk_left < 0:  # a size line
-                end = buffer.find(b"\r\n")
-                if end < 0:
-                    if len(buffer) > MAX_HEAD:
-                        raise WireError("chunk size line too long")
-                    return
-                size = bytes(buffer[:end]).split(b";", 1)[0].strip()
-                del buffer[: end + 2]
-                try:
-                    self._chunk_left = int(size, 16)
-                except ValueError:
-                    raise WireError(f"bad chunk size {size[:20]!r}") from None
-                if self._chunk_left == 0:
-                    self._trailers = True
-                    continue
-            take = min(self._chunk_left, len(buffer))
-            if take:
-                self._feed(bytes(buffer[:take]))
-                del buffer[:take]
-                self._chunk_left -= take
-            if self._chunk_left:
-                return
-            if len(buffer) < 2:  # the CRLF after the chunk's data
-                return
-            if buffer[:2] != b"\r\n":
-                raise WireError("chunk data not followed by CRLF")
-            del buffer[:2]
-            self._chunk_left = -1
-
-    def _feed(self, data: bytes) -> None:
-        inflate = self._inflate
-        room = self.max_body - len(self._body)
-        if inflate is not None:
-            # Never more than the limit (plus one byte, to know it was passed) in memory.
-            data = inflate.decompress(data, room + 1)
-            if inflate.unconsumed_tail:
-                raise BodyTooLarge(self._status)
-        if len(data) > room:
-            raise BodyTooLarge(self._status)
-        self._body += data
-
-    def _finish(self) -> None:
-        if self._inflate is not None:
-            rest = self._inflate.flush()
-            if len(self._body) + len(rest) > self.max_body:
-                raise BodyTooLarge(self._status)
-            self._body += rest
-        waiter, self._waiter = self._waiter, None
-        assert self._headers is not None
-        if self._buffer:  # bytes past the answer: nothing was asked for them
-            self.reusable = False
-        if waiter is not None and not waiter.done():
-            waiter.set_result((self._status, self._headers, bytes(self._body)))
-        self._body = bytearray()
 
 
 def _expire(waiter: asyncio.Future[Answer]) -> None:
@@ -320,7 +280,8 @@ class WireClient:
 
     async def post(self, url: str, body: bytes) -> Answer:
         """POST ``body`` (JSON) to ``url``: status, headers (case-insensitive), body.
-        Raises ``TimeoutError`` past ``timeout_s``, ``WireError``, ``BodyTooLarge``."""
+        Raises ``TimeoutError`` past ``timeout_s``, ``WireError``, ``MalformedAnswer``,
+        ``BodyTooLarge``."""
         if self.closed:
             raise WireError("the client is closed")
         loop = self._loop
