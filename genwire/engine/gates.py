@@ -169,7 +169,8 @@ class CandidatePlan:
     def at_budget(self, stop: BudgetStopped) -> BudgetStopped:
         """``--max-cost`` stopped a gated run: the same exit 3, with the funnel's figures."""
         stop.funnel = {**funnel_figures(self.funnel), "max_candidates": self.cap}
-        stop.args = (f"{stop}; {funnel_text(self.funnel)}",)
+        begun = f", {self.in_flight:,} more begun and not finished" if self.in_flight > 0 else ""
+        stop.args = (f"{stop}; {funnel_text(self.funnel)}{begun}",)
         return stop
 
     def suggested_cap(self) -> int:

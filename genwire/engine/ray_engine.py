@@ -185,6 +185,7 @@ class Roster:
     verdicts: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # the driver's, on pools
     coordinator: Any = None  # the run's coordinator actor (engine.cluster), when the budget is capped
     budget_caps: tuple[bool, bool] = (False, False)  # a cost cap, a token cap: spent in leases of the coordinator's
+    learned: dict[str, Any] = dataclasses.field(default_factory=dict)  # what the probes showed (CostMeter.learned)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -295,6 +296,8 @@ class BlockWorker:
         self._peers = [actor for index, actor in enumerate(roster.peers) if index != self._spec.worker]
         self._mark(roster.verdicts)
         meter = self._book.meter
+        if meter is not None:
+            meter.learn(roster.learned)  # a probe's over-long answer marks the model here too
         if any(roster.budget_caps) and meter is not None:  # the cap is the cluster's: spend leases of it
             worker_meter(meter, roster.budget_caps, roster.coordinator, self._spec.worker)
 
@@ -680,6 +683,7 @@ class RayBatches:
                 container.endpoint_verdicts(),  # the pre-flight's
                 coordinator,
                 budget.caps if budget is not None else (False, False),
+                learned=self._budget.costs.meter.learned() if self._budget is not None else {},
             )
             if keeper is not None:  # it runs no block: its roster now, before any worker's batch asks it
                 await keeper.actor.join.remote(roster)
