@@ -1,6 +1,6 @@
-"""The budget against models that do not play along (issue 41, SPEC §16): answers that
-grow, a model that ignores ``max_tokens``, ``n`` answers per request, answers without
-``usage``. Each run goes over real HTTP to the fake server at concurrency 256 and stops at
+"""The budget against models that do not play along (issues 41 and 49, SPEC §16): answers
+that grow, a model that ignores ``max_tokens`` (from its probe on, or after keeping it for a
+while), ``n`` answers per request, answers without ``usage``. Each run goes over real HTTP to the fake server at concurrency 256 and stops at
 the cap; the server's own count of what it billed is compared with the cap: it never
 passes it by more than one request's worst case."""
 
@@ -94,7 +94,7 @@ def test_answers_that_grow_without_max_tokens_hold_the_models_output_limit(
     assert billed <= cap + one_request_worst_usd(2048, prices), f"billed ${billed:.4f} for a ${cap} cap"
 
 
-def test_a_model_that_ignores_max_tokens_holds_its_output_limit_after_its_first_answer(
+def test_a_model_that_ignores_max_tokens_under_a_known_output_limit_is_held_at_that_limit(
     server: FakeOpenAIServer, tmp_path: Path
 ) -> None:
     server.shape_answers("writer", tokens=2000, ignore_max_tokens=True)
@@ -102,8 +102,90 @@ def test_a_model_that_ignores_max_tokens_holds_its_output_limit_after_its_first_
     path = write(cfg, tmp_path / "genwire.yaml")
     code, _, err = run(path)
     assert code == 3, err
-    assert "answered 2,000 output tokens for max_tokens 50" in err
-    assert billed_usd(server) <= CAP + one_request_worst_usd(2000), f"billed ${billed_usd(server):.4f} for a ${CAP} cap"
+    assert billed_usd(server) <= CAP + one_request_worst_usd(4096), f"billed ${billed_usd(server):.4f} for a ${CAP} cap"
+
+
+def run_probed(path: Path, cap: float) -> tuple[int, dict[str, Any], str]:
+    """``run`` with the pre-flight on (the default), every probe sent."""
+    done = cli("run", path, "--json", "--no-cache", "--max-cost", repr(cap), timeout=300)
+    return done.returncode, json.loads(done.stdout), done.stderr
+
+
+CHEAP = (0.15, 0.60)  # gpt-4o-mini's: a request's worst case at 32,768 output tokens fits in a $0.30 cap
+
+
+def test_with_the_pre_flight_on_the_probes_long_answer_marks_a_model_that_ignores_max_tokens(
+    server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    # Issue 49: the probe is the model's first answer (awaited alone); its answer, longer
+    # than the probe's max_tokens, marks the model: its rows hold 32,768 tokens each.
+    server.shape_answers("writer", tokens=2000, ignore_max_tokens=True)
+    cfg = config(server, tmp_path, n=2000, prices=CHEAP, params={"max_tokens": 50})
+    code, _, err = run_probed(write(cfg, tmp_path / "genwire.yaml"), 0.30)
+    assert code == 3, err
+    assert "answered 2,000 output tokens for max_tokens 16" in err  # the probe's
+    billed = billed_usd(server, CHEAP)
+    assert 0.5 * 0.30 < billed <= 0.30 + one_request_worst_usd(DEFAULT_OUTPUT_LIMIT, CHEAP), f"billed ${billed:.4f}"
+
+
+def test_a_declared_output_limit_holds_against_a_model_that_keeps_max_tokens_then_grows_past_it(
+    server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    # Issue 49: 300 answers at max_tokens 50 (the probe's included), then 300 tokens each
+    # while 256 requests are in flight: each held its output limit (300), not 50, so the
+    # server never billed more than the cap and one request's worst case.
+    server.shape_answers("writer", tokens=300, ignore_max_tokens=True, honoured=300)
+    cfg = config(server, tmp_path, n=2000, prices=CHEAP, params={"max_tokens": 50}, max_output_tokens=300)
+    code, summary, err = run_probed(write(cfg, tmp_path / "genwire.yaml"), 0.30)
+    assert code == 3, err
+    billed = billed_usd(server, CHEAP)
+    assert server.completion_tokens["writer"] > 300 * 300  # answers did grow past max_tokens
+    assert 0.5 * 0.30 < billed <= 0.30 + one_request_worst_usd(300, CHEAP), f"billed ${billed:.4f}"
+    # The reservations (300 tokens each) narrowed the 256 in flight: the run says so.
+    narrowed = summary["cost"]["narrowed"]
+    assert narrowed["model"] == "writer" and 0 < narrowed["in_flight"] < narrowed["max_concurrency"] == 256
+    assert narrowed["message"] in err and "the budget narrowed model writer's requests in flight" in err
+
+
+def test_an_answer_longer_than_a_declared_max_output_tokens_is_a_warning_and_holds_32768_after(
+    server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    server.shape_answers("writer", tokens=500)
+    cfg = config(server, tmp_path, n=50, prices=CHEAP, max_output_tokens=300)
+    cfg["providers"]["srv"]["max_concurrency"] = 1  # one answer at a time: the warning comes once, first
+    code, _, err = run(write(cfg, tmp_path / "genwire.yaml"), cap=100.0)
+    assert code == 0, err
+    assert err.count("more than its output limit of 300 tokens") == 1, err
+    assert "models.writer.max_output_tokens" in err and "32,768 tokens for each of its requests" in err
+
+
+async def test_a_known_output_limit_is_held_whatever_max_tokens_says_and_a_longer_answer_drops_it() -> None:
+    price = Price(1e-6, 1e-6, 1e-6, 1e-6, "test")
+    meter = CostMeter({"m": price}, output_limits={"m": 300}, max_cost_usd=10.0)
+    assert meter.output_bound("m", 50) == 300 and meter.output_bound("m", 1000) == 1000
+    first = await meter.reserve("m", 10, 50)
+    second = await meter.reserve("m", 10, 50)  # a known limit is held: no first answer alone
+    meter.settle(first, (5, 400), 0.1)
+    assert meter.output_bound("m", 50) == DEFAULT_OUTPUT_LIMIT
+    meter.release(second)
+
+
+def test_a_cap_at_40_percent_of_the_runs_cost_still_spends_most_of_it(
+    server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    # The output limit (1,000) is four times what answers take (250): the reservations
+    # narrow the requests in flight near the cap, but the run spends most of it.
+    server.shape_answers("writer", tokens=250)
+    whole = write(config(server, tmp_path, n=300, max_output_tokens=1000), tmp_path / "whole.yaml")
+    code, summary, err = run(whole, cap=1000.0)
+    assert code == 0, err
+    cost = summary["cost"]["total_usd"]
+    cfg = config(server, tmp_path, n=300, max_output_tokens=1000)
+    cfg["pipeline"]["output"] = str(tmp_path / "capped.jsonl")
+    cfg["pipeline"]["columns"][1]["params"]["prompt"] = "Tell of {{ 'topic ' * k }}"  # not the cache's answers
+    code, summary, err = run(write(cfg, tmp_path / "capped.yaml"), cap=0.4 * cost)
+    assert code == 3, err
+    assert summary["cost"]["total_usd"] >= 0.75 * 0.4 * cost, (summary["cost"]["total_usd"], cost)
 
 
 def test_n_answers_per_request_are_reserved_n_times(server: FakeOpenAIServer, tmp_path: Path) -> None:
@@ -148,7 +230,7 @@ def test_a_request_without_max_tokens_holds_the_output_limit_of_the_config_the_t
     price = Price(0.0, 1e-6, 0.0, 1e-6, "test")
     meter = CostMeter({"set": price, "none": price}, output_limits=limits, max_cost_usd=10.0)
     assert meter.output_bound("set", 0) == 1000
-    assert meter.output_bound("set", 50) == 50
+    assert meter.output_bound("set", 50) == 1000  # a known limit is held: the model may ignore max_tokens
     assert meter.output_bound("none", 0) == DEFAULT_OUTPUT_LIMIT
 
 
