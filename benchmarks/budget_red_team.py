@@ -7,8 +7,8 @@ Baseline, measured in the same run: a well-behaved model (``max_tokens`` kept, `
 reported). Imperfect cases, the red team's reproductions: answers growing from 5 to 2,000
 tokens without ``max_tokens``; a model that answers 2,000 tokens for ``max_tokens: 50``
 (with the pre-flight skipped, and on: its probe's answer must mark the model, no output
-limit known); one that keeps ``max_tokens: 50`` for 300 answers and then answers 300
-tokens, with 256 requests in flight (``max_output_tokens: 300`` declared); ``n: 8``; answers without ``usage``. "narrowed"
+limit known); one that keeps ``max_tokens: 250`` for 1,800 answers (most of the cap) and
+then answers 2,000 tokens (``max_output_tokens: 2048`` declared); ``n: 8``; answers without ``usage``. "narrowed"
 is the fewest requests in flight the reservations held the model to (of 256) when the
 budget left was below 256 worst cases, as the run's summary reports it.
 
@@ -89,10 +89,10 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], int, bool]] = {
         DEFAULT_OUTPUT_LIMIT,
         True,
     ),
-    "honours max_tokens: 50 for 300 answers, then answers 300, max_output_tokens: 300": (
-        {"tokens": 300, "ignore_max_tokens": True, "honoured": 300},
-        {"params": {"max_tokens": 50}, "max_output_tokens": 300},
-        300,
+    "honours max_tokens: 250 for 1,800 answers, then 2,000, max_output_tokens: 2048": (
+        {"tokens": 2000, "ignore_max_tokens": True, "honoured": 1800},
+        {"params": {"max_tokens": 250}, "max_output_tokens": 2048},
+        2048,
         True,
     ),
     "n: 8": ({"realistic": True}, {"params": {"max_tokens": 300, "n": 8}}, 8 * 300, False),

@@ -131,17 +131,18 @@ def test_with_the_pre_flight_on_the_probes_long_answer_marks_a_model_that_ignore
 def test_a_declared_output_limit_holds_against_a_model_that_keeps_max_tokens_then_grows_past_it(
     server: FakeOpenAIServer, tmp_path: Path
 ) -> None:
-    # Issue 49: 300 answers at max_tokens 50 (the probe's included), then 300 tokens each
-    # while 256 requests are in flight: each held its output limit (300), not 50, so the
-    # server never billed more than the cap and one request's worst case.
-    server.shape_answers("writer", tokens=300, ignore_max_tokens=True, honoured=300)
-    cfg = config(server, tmp_path, n=2000, prices=CHEAP, params={"max_tokens": 50}, max_output_tokens=300)
+    # Issue 49: 1,800 answers keep max_tokens 250 (the probe's included), most of the cap;
+    # then every answer is 2,000 tokens while up to 256 requests are in flight. Each held
+    # its output limit (2,048), not 250, so the server never billed more than the cap and
+    # one request's worst case (before: every request in flight at the jump overshot).
+    server.shape_answers("writer", tokens=2000, ignore_max_tokens=True, honoured=1800)
+    cfg = config(server, tmp_path, n=2400, prices=CHEAP, params={"max_tokens": 250}, max_output_tokens=2048)
     code, summary, err = run_probed(write(cfg, tmp_path / "genwire.yaml"), 0.30)
     assert code == 3, err
     billed = billed_usd(server, CHEAP)
-    assert server.completion_tokens["writer"] > 300 * 300  # answers did grow past max_tokens
-    assert 0.5 * 0.30 < billed <= 0.30 + one_request_worst_usd(300, CHEAP), f"billed ${billed:.4f}"
-    # The reservations (300 tokens each) narrowed the 256 in flight: the run says so.
+    assert server.completion_tokens["writer"] > 1800 * 250  # answers did grow past max_tokens
+    assert billed <= 0.30 + one_request_worst_usd(2048, CHEAP), f"billed ${billed:.4f}"
+    # The reservations (2,048 tokens each) narrowed the 256 in flight: the run says so.
     narrowed = summary["cost"]["narrowed"]
     assert narrowed["model"] == "writer" and 0 < narrowed["in_flight"] < narrowed["max_concurrency"] == 256
     assert narrowed["message"] in err and "the budget narrowed model writer's requests in flight" in err

@@ -183,6 +183,8 @@ def run_estimate(
         emit_json({**found.as_dict(), "cost": result.cost, **extra})
         return
     out.print(estimate_table(found, unit="rows" if gates is None else "candidates"))
+    for line in found.narrowed:
+        out.print(line, markup=False)
     if gates is not None:
         table, projection = gates_table(gates, usd=usd, duration=_duration)
         out.print(table)
