@@ -18,7 +18,7 @@ from genwire.engine.checkpoint import checkpoint_dir
 from genwire.engine.ledger import RunLedger
 from genwire.engine.report import report_path
 from genwire.providers.budget import DEFAULT_OUTPUT_LIMIT, CostMeter
-from genwire.providers.pricing import Price, model_output_limits
+from genwire.providers.pricing import Price, dollars, model_output_limits
 from genwire.testing import FakeOpenAIServer
 from genwire.testing.fake_usage import RealisticUsage
 
@@ -380,3 +380,66 @@ def test_a_non_finite_number_in_a_models_params_is_a_located_config_error(
     done = cli("validate", path)
     assert done.returncode == 2, done.stderr
     assert "models.writer.params" in done.stderr and "temperature: got nan" in done.stderr and "finite" in done.stderr
+
+
+def test_the_estimate_says_where_the_caps_reservations_narrow_concurrency(
+    server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    # $0.30 left, each request reserving its 4,096-token output limit (~$0.0028): about
+    # 100 in flight of 256.
+    server.shape_answers("writer", tokens=100)
+    cfg = config(server, tmp_path, n=2000, prices=CHEAP, params={"max_tokens": 200}, max_output_tokens=4096)
+    cfg["pipeline"]["budget"] = {"max_cost_usd": 0.30}
+    path = write(cfg, tmp_path / "genwire.yaml")
+    done = cli("estimate", path, "-k", "5", "--no-cache", "--json", timeout=300)
+    assert done.returncode == 0, done.stderr
+    narrowed = json.loads(done.stdout)["narrowed"]
+    assert len(narrowed) == 1 and "narrow model writer's requests in flight to about" in narrowed[0]
+    assert "of its max_concurrency 256" in narrowed[0] and "4,096 output tokens" in narrowed[0]
+    cfg["pipeline"]["budget"] = {"max_cost_usd": 300.0}  # room for 256 worst cases: nothing said
+    cfg["pipeline"]["output"] = str(tmp_path / "roomy.jsonl")
+    done = cli("estimate", write(cfg, tmp_path / "roomy.yaml"), "-k", "5", "--json", timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["narrowed"] == []
+
+
+def test_a_budget_stop_shows_a_small_spend_with_its_digits(server: FakeOpenAIServer, tmp_path: Path) -> None:
+    # Issue 49: "spent $0.0000 of the $0.0003 cap" for $0.000048.
+    server.shape_answers("writer", tokens=20)
+    cfg = config(server, tmp_path, n=200, prices=CHEAP, params={"max_tokens": 20})
+    code, summary, err = run(write(cfg, tmp_path / "genwire.yaml"), cap=0.0003)
+    assert code == 3, err
+    spent = summary["cost"]["total_usd"]
+    assert 0 < spent < 0.0003
+    assert f"spent {dollars(spent)} of the $0.0003 cap" in summary["error"]
+    assert "$0.0000 " not in summary["error"] and dollars(spent) != "$0.000000"
+
+
+def test_dollars_keep_two_significant_digits() -> None:
+    assert [dollars(v) for v in (0.0, 0.000048, 0.00000005, 0.0123, 12345.678)] == [
+        "$0",
+        "$0.000048",
+        "$0.000000050",
+        "$0.0123",
+        "$12,345.6780",
+    ]
+
+
+def test_a_gated_budget_stop_counts_the_candidates_begun_and_not_finished(tmp_path: Path) -> None:
+    # Issue 49: "from 0 candidates" after paid answers: the candidates whose question was
+    # paid for and whose verdict was not are counted, not left out.
+    import re
+
+    from test_gated_runs import judged
+
+    with FakeOpenAIServer() as server:
+        cfg = judged(server, tmp_path)
+        for model in cfg["models"].values():
+            model["price"] = {"input_per_mtok": CHEAP[0], "output_per_mtok": CHEAP[1]}
+            model["params"] = {"max_tokens": 20}
+        code, summary, err = run(write(cfg, tmp_path / "genwire.yaml"), cap=0.00005)
+        assert code == 3, err
+        found = re.search(r"rows kept from (\d+) candidates \(acceptance [^)]*\), (\d+) more begun and not finished", summary["error"])
+        assert found is not None, summary["error"]
+        questions_without_verdict = server.requests["writer"] - server.requests["judge"]
+        assert int(found[2]) >= questions_without_verdict > 0

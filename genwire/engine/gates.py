@@ -97,6 +97,7 @@ class CandidatePlan:
         self._drained = False
         self.scheduled = 0  # this session
         self.recorded = 0  # this session
+        self._decided_before = funnel.decided  # by earlier sessions
 
     @property
     def in_flight(self) -> int:
@@ -169,7 +170,8 @@ class CandidatePlan:
     def at_budget(self, stop: BudgetStopped) -> BudgetStopped:
         """``--max-cost`` stopped a gated run: the same exit 3, with the funnel's figures."""
         stop.funnel = {**funnel_figures(self.funnel), "max_candidates": self.cap}
-        begun = f", {self.in_flight:,} more begun and not finished" if self.in_flight > 0 else ""
+        unfinished = self.scheduled - (self.funnel.decided - self._decided_before)  # begun, neither kept nor rejected
+        begun = f", {unfinished:,} more begun and not finished" if unfinished > 0 else ""
         stop.args = (f"{stop}; {funnel_text(self.funnel)}{begun}",)
         return stop
 

@@ -404,7 +404,7 @@ class CostMeter:
         if refused is None or self.max_cost_usd is None or refused[1] <= self.max_cost_usd - self.spent_usd:
             return ""
         alias, usd, max_tokens = refused
-        hint = f"; one request of {alias} may cost up to ${usd:.3g}"
+        hint = f"; one request of {alias} may cost up to {dollars(usd)}"
         if alias in self.output_limits and max_tokens >= 0:
             hint += f" (its answer held at {self.output_bound(alias, max_tokens):,} tokens, the model's output limit)"
         elif max_tokens == 0:
