@@ -1,8 +1,9 @@
 """The budget against models that do not play along (issues 41 and 49, SPEC §16): answers
 that grow, a model that ignores ``max_tokens`` (from its probe on, or after keeping it for a
-while), ``n`` answers per request, answers without ``usage``. Each run goes over real HTTP to the fake server at concurrency 256 and stops at
-the cap; the server's own count of what it billed is compared with the cap: it never
-passes it by more than one request's worst case."""
+while), ``n`` answers per request, answers without ``usage``. Each run goes over real HTTP
+to the fake server at concurrency 256 and stops at the cap; the server's own count of what
+it billed is compared with the cap: it never passes it by more than one request's worst
+case."""
 
 from __future__ import annotations
 
@@ -171,9 +172,7 @@ async def test_a_known_output_limit_is_held_whatever_max_tokens_says_and_a_longe
     meter.release(second)
 
 
-def test_a_cap_at_40_percent_of_the_runs_cost_still_spends_most_of_it(
-    server: FakeOpenAIServer, tmp_path: Path
-) -> None:
+def test_a_cap_at_40_percent_of_the_runs_cost_still_spends_most_of_it(server: FakeOpenAIServer, tmp_path: Path) -> None:
     # The output limit (1,000) is four times what answers take (250): the reservations
     # narrow the requests in flight near the cap, but the run spends most of it.
     server.shape_answers("writer", tokens=250)
@@ -264,9 +263,7 @@ async def test_under_a_cap_a_models_first_request_goes_alone() -> None:
     meter.release(third)
 
 
-def test_the_ledger_of_a_stopped_run_is_what_the_server_billed(
-    server: FakeOpenAIServer, tmp_path: Path
-) -> None:
+def test_the_ledger_of_a_stopped_run_is_what_the_server_billed(server: FakeOpenAIServer, tmp_path: Path) -> None:
     server.shape_answers("writer", tokens=300)
     path = write(config(server, tmp_path, params={"max_tokens": 300}), tmp_path / "genwire.yaml")
     code, _, err = run(path)
@@ -439,7 +436,8 @@ def test_a_gated_budget_stop_counts_the_candidates_begun_and_not_finished(tmp_pa
             model["params"] = {"max_tokens": 20}
         code, summary, err = run(write(cfg, tmp_path / "genwire.yaml"), cap=0.00005)
         assert code == 3, err
-        found = re.search(r"rows kept from (\d+) candidates \(acceptance [^)]*\), (\d+) more begun and not finished", summary["error"])
+        begun = r"rows kept from (\d+) candidates \(acceptance [^)]*\), (\d+) more begun and not finished"
+        found = re.search(begun, summary["error"])
         assert found is not None, summary["error"]
         questions_without_verdict = server.requests["writer"] - server.requests["judge"]
         assert int(found[2]) >= questions_without_verdict > 0

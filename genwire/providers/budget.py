@@ -8,8 +8,9 @@ one is known (``output_limits``: its ``max_output_tokens``, or the price table's
 a model may ignore ``max_tokens`` at any point of a run; only where none is known is it
 ``max_tokens`` (without one, or for a model seen to ignore it, ``DEFAULT_OUTPUT_LIMIT``).
 An answer longer than a known limit shows the limit is wrong: a warning, and that model's
-later requests reserve ``DEFAULT_OUTPUT_LIMIT``. The answer's ``usage`` then *settles* it; an answer without ``usage`` is settled at what was
-held (its worst case), and teaches nothing. A request whose worst case does not fit in
+later requests reserve ``DEFAULT_OUTPUT_LIMIT``. The answer's ``usage`` then *settles* it;
+an answer without ``usage`` is settled at what was held (its worst case), and teaches
+nothing. A request whose worst case does not fit in
 what is left of the cap waits while other requests are in flight (their settlement frees
 what they did not use); when nothing is in flight and it still does not fit, the budget
 is exhausted: that request and every later one raise ``BudgetExhausted``.
@@ -50,8 +51,8 @@ __all__ = [
     "CostMeter",
     "Hold",
     "Learned",
-    "Narrowed",
     "ModelStats",
+    "Narrowed",
     "Paid",
     "answers_asked",
     "metered_batch_call",

@@ -20,7 +20,8 @@ class AnswerShape:
     """How long a model's chat answers are: ``first`` tokens, growing linearly to
     ``grow_to`` by the ``over``-th answer. ``max_tokens`` bounds them unless
     ``ignore_max_tokens`` (after the first ``honoured`` answers). ``omit_usage``: answers
-    carry no ``usage`` (the server still counts what it billed). ``first == 0``: lengths as usual (only the other switches)."""
+    carry no ``usage`` (the server still counts what it billed). ``first == 0``: lengths
+    as usual (only the other switches)."""
 
     first: int = 0
     grow_to: int | None = None
