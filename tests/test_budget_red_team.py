@@ -441,3 +441,17 @@ def test_a_gated_budget_stop_counts_the_candidates_begun_and_not_finished(tmp_pa
         assert found is not None, summary["error"]
         questions_without_verdict = server.requests["writer"] - server.requests["judge"]
         assert int(found[2]) >= questions_without_verdict > 0
+
+
+async def test_what_the_drivers_probe_showed_reaches_a_workers_meter() -> None:
+    # A Ray worker's meter learns (the roster's ``learned``) that the driver's probe came
+    # back longer than its max_tokens: its first request already holds 32,768 tokens.
+    price = Price(1e-6, 1e-6, 1e-6, 1e-6, "test")
+    driver = CostMeter({"m": price}, max_cost_usd=10.0)
+    probe = await driver.reserve("m", 10, 16)
+    driver.settle(probe, (5, 2000), 0.1)
+    worker = CostMeter({"m": price}, max_cost_usd=10.0)
+    assert worker.output_bound("m", 50) == 50
+    worker.learn(driver.learned())
+    assert worker.output_bound("m", 50) == driver.output_bound("m", 50) == DEFAULT_OUTPUT_LIMIT
+    assert worker.stats["m"].answered == 1  # the probe was the model's first answer, awaited alone
