@@ -138,7 +138,7 @@ from genwire.engine.batches import BatchResult, BatchRunner, batched
 from genwire.engine.block_rows import BlockRows
 from genwire.engine.cluster import ClusterBudget, Coordinator, worker_meter
 from genwire.engine.collector import collector_for_rows
-from genwire.engine.costs import attach_meter, priced_models
+from genwire.engine.costs import attach_meter, model_concurrency, priced_models
 from genwire.engine.receipt import Receipt, ReceiptBook
 from genwire.errors import GenwireError, RunError, exception_text
 from genwire.generators.base import Generator
@@ -258,7 +258,12 @@ class BlockWorker:
                     self._cache = ResponseCache(self._spec.response_cache, writer=False)
                 self._runner = BatchRunner(self._container, self._cache, store_answers=False, keeper=self._spec.gates)
                 # Metered as on the driver: each paid answer goes to the driver's ledger.
-                meter = CostMeter(self._spec.prices, output_limits=self._spec.output_limits, record=self._book.paid)
+                meter = CostMeter(
+                    self._spec.prices,
+                    output_limits=self._spec.output_limits,
+                    concurrency=model_concurrency(self._container),  # this worker's share
+                    record=self._book.paid,
+                )
                 self._book.meter, self._book.worker = meter, self._spec.worker  # its measurements go with its rows
                 self._metered = attach_meter(self._container, self._spec.prices, meter)
                 self._container.endpoint_pools()  # built now: they start from the verdicts known so far

@@ -157,7 +157,7 @@ class Narrowed:
     left_usd: float | None  # the cost cap's room left then (None: a token cap narrowed)
 
     def text(self) -> str:
-        left = f"${self.left_usd:.3g} left" if self.left_usd is not None else "the tokens left"
+        left = f"${self.left_usd:.3g} left" if self.left_usd is not None else "what is left of the budget"
         return (
             f"the budget narrowed model {self.alias}'s requests in flight to {self.in_flight:,} of its "
             f"max_concurrency {self.max_concurrency:,}: {left} is below {self.max_concurrency:,} worst cases "
@@ -380,9 +380,7 @@ class CostMeter:
         in_flight = self._in_flight_of.get(alias, 0)
         if self.narrowed is not None or limit is None or in_flight == 0 or in_flight >= limit:
             return
-        left = None
-        if self.max_cost_usd is not None and self.spent_usd + self._reserved_usd + usd > self.max_cost_usd:
-            left = max(0.0, self.max_cost_usd - self.spent_usd)
+        left = None if self.max_cost_usd is None else max(0.0, self.max_cost_usd - self.spent_usd)
         self.narrowed = Narrowed(alias, in_flight, limit, usd, left)
         log.warning("%s", self.narrowed.text())
 
