@@ -1,8 +1,9 @@
-"""The budget against models that do not play along (issue 41, SPEC §16): answers that
-grow, a model that ignores ``max_tokens``, ``n`` answers per request, answers without
-``usage``. Each run goes over real HTTP to the fake server at concurrency 256 and stops at
-the cap; the server's own count of what it billed is compared with the cap: it never
-passes it by more than one request's worst case."""
+"""The budget against models that do not play along (issues 41 and 49, SPEC §16): answers
+that grow, a model that ignores ``max_tokens`` (from its probe on, or after keeping it for a
+while), ``n`` answers per request, answers without ``usage``. Each run goes over real HTTP
+to the fake server at concurrency 256 and stops at the cap; the server's own count of what
+it billed is compared with the cap: it never passes it by more than one request's worst
+case."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from genwire.engine.checkpoint import checkpoint_dir
 from genwire.engine.ledger import RunLedger
 from genwire.engine.report import report_path
 from genwire.providers.budget import DEFAULT_OUTPUT_LIMIT, CostMeter
-from genwire.providers.pricing import Price, model_output_limits
+from genwire.providers.pricing import Price, dollars, model_output_limits
 from genwire.testing import FakeOpenAIServer
 from genwire.testing.fake_usage import RealisticUsage
 
@@ -94,7 +95,7 @@ def test_answers_that_grow_without_max_tokens_hold_the_models_output_limit(
     assert billed <= cap + one_request_worst_usd(2048, prices), f"billed ${billed:.4f} for a ${cap} cap"
 
 
-def test_a_model_that_ignores_max_tokens_holds_its_output_limit_after_its_first_answer(
+def test_a_model_that_ignores_max_tokens_under_a_known_output_limit_is_held_at_that_limit(
     server: FakeOpenAIServer, tmp_path: Path
 ) -> None:
     server.shape_answers("writer", tokens=2000, ignore_max_tokens=True)
@@ -102,8 +103,89 @@ def test_a_model_that_ignores_max_tokens_holds_its_output_limit_after_its_first_
     path = write(cfg, tmp_path / "genwire.yaml")
     code, _, err = run(path)
     assert code == 3, err
-    assert "answered 2,000 output tokens for max_tokens 50" in err
-    assert billed_usd(server) <= CAP + one_request_worst_usd(2000), f"billed ${billed_usd(server):.4f} for a ${CAP} cap"
+    assert billed_usd(server) <= CAP + one_request_worst_usd(4096), f"billed ${billed_usd(server):.4f} for a ${CAP} cap"
+
+
+def run_probed(path: Path, cap: float) -> tuple[int, dict[str, Any], str]:
+    """``run`` with the pre-flight on (the default), every probe sent."""
+    done = cli("run", path, "--json", "--no-cache", "--max-cost", repr(cap), timeout=300)
+    return done.returncode, json.loads(done.stdout), done.stderr
+
+
+CHEAP = (0.15, 0.60)  # gpt-4o-mini's: a request's worst case at 32,768 output tokens fits in a $0.30 cap
+
+
+def test_with_the_pre_flight_on_the_probes_long_answer_marks_a_model_that_ignores_max_tokens(
+    server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    # Issue 49: the probe is the model's first answer (awaited alone); its answer, longer
+    # than the probe's max_tokens, marks the model: its rows hold 32,768 tokens each.
+    server.shape_answers("writer", tokens=2000, ignore_max_tokens=True)
+    cfg = config(server, tmp_path, n=2000, prices=CHEAP, params={"max_tokens": 50})
+    code, _, err = run_probed(write(cfg, tmp_path / "genwire.yaml"), 0.30)
+    assert code == 3, err
+    assert "answered 2,000 output tokens for max_tokens 16" in err  # the probe's
+    billed = billed_usd(server, CHEAP)
+    assert 0.5 * 0.30 < billed <= 0.30 + one_request_worst_usd(DEFAULT_OUTPUT_LIMIT, CHEAP), f"billed ${billed:.4f}"
+
+
+def test_a_declared_output_limit_holds_against_a_model_that_keeps_max_tokens_then_grows_past_it(
+    server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    # Issue 49: 1,800 answers keep max_tokens 250 (the probe's included), most of the cap;
+    # then every answer is 2,000 tokens while up to 256 requests are in flight. Each held
+    # its output limit (2,048), not 250, so the server never billed more than the cap and
+    # one request's worst case (before: every request in flight at the jump overshot).
+    server.shape_answers("writer", tokens=2000, ignore_max_tokens=True, honoured=1800)
+    cfg = config(server, tmp_path, n=2400, prices=CHEAP, params={"max_tokens": 250}, max_output_tokens=2048)
+    code, summary, err = run_probed(write(cfg, tmp_path / "genwire.yaml"), 0.30)
+    assert code == 3, err
+    billed = billed_usd(server, CHEAP)
+    assert server.completion_tokens["writer"] > 1800 * 250  # answers did grow past max_tokens
+    assert billed <= 0.30 + one_request_worst_usd(2048, CHEAP), f"billed ${billed:.4f}"
+    # The reservations (2,048 tokens each) narrowed the 256 in flight: the run says so.
+    narrowed = summary["cost"]["narrowed"]
+    assert narrowed["model"] == "writer" and 0 < narrowed["in_flight"] < narrowed["max_concurrency"] == 256
+    assert narrowed["message"] in err and "the budget narrowed model writer's requests in flight" in err
+
+
+def test_an_answer_longer_than_a_declared_max_output_tokens_is_a_warning_and_holds_32768_after(
+    server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    server.shape_answers("writer", tokens=500)
+    cfg = config(server, tmp_path, n=50, prices=CHEAP, max_output_tokens=300)
+    cfg["providers"]["srv"]["max_concurrency"] = 1  # one answer at a time: the warning comes once, first
+    code, _, err = run(write(cfg, tmp_path / "genwire.yaml"), cap=100.0)
+    assert code == 0, err
+    assert err.count("more than its output limit of 300 tokens") == 1, err
+    assert "models.writer.max_output_tokens" in err and "32,768 tokens for each of its requests" in err
+
+
+async def test_a_known_output_limit_is_held_whatever_max_tokens_says_and_a_longer_answer_drops_it() -> None:
+    price = Price(1e-6, 1e-6, 1e-6, 1e-6, "test")
+    meter = CostMeter({"m": price}, output_limits={"m": 300}, max_cost_usd=10.0)
+    assert meter.output_bound("m", 50) == 300 and meter.output_bound("m", 1000) == 1000
+    first = await meter.reserve("m", 10, 50)
+    second = await meter.reserve("m", 10, 50)  # a known limit is held: no first answer alone
+    meter.settle(first, (5, 400), 0.1)
+    assert meter.output_bound("m", 50) == DEFAULT_OUTPUT_LIMIT
+    meter.release(second)
+
+
+def test_a_cap_at_40_percent_of_the_runs_cost_still_spends_most_of_it(server: FakeOpenAIServer, tmp_path: Path) -> None:
+    # The output limit (1,000) is four times what answers take (250): the reservations
+    # narrow the requests in flight near the cap, but the run spends most of it.
+    server.shape_answers("writer", tokens=250)
+    whole = write(config(server, tmp_path, n=300, max_output_tokens=1000), tmp_path / "whole.yaml")
+    code, summary, err = run(whole, cap=1000.0)
+    assert code == 0, err
+    cost = summary["cost"]["total_usd"]
+    cfg = config(server, tmp_path, n=300, max_output_tokens=1000)
+    cfg["pipeline"]["output"] = str(tmp_path / "capped.jsonl")
+    cfg["pipeline"]["columns"][1]["params"]["prompt"] = "Tell of {{ 'topic ' * k }}"  # not the cache's answers
+    code, summary, err = run(write(cfg, tmp_path / "capped.yaml"), cap=0.4 * cost)
+    assert code == 3, err
+    assert summary["cost"]["total_usd"] >= 0.75 * 0.4 * cost, (summary["cost"]["total_usd"], cost)
 
 
 def test_n_answers_per_request_are_reserved_n_times(server: FakeOpenAIServer, tmp_path: Path) -> None:
@@ -148,7 +230,7 @@ def test_a_request_without_max_tokens_holds_the_output_limit_of_the_config_the_t
     price = Price(0.0, 1e-6, 0.0, 1e-6, "test")
     meter = CostMeter({"set": price, "none": price}, output_limits=limits, max_cost_usd=10.0)
     assert meter.output_bound("set", 0) == 1000
-    assert meter.output_bound("set", 50) == 50
+    assert meter.output_bound("set", 50) == 1000  # a known limit is held: the model may ignore max_tokens
     assert meter.output_bound("none", 0) == DEFAULT_OUTPUT_LIMIT
 
 
@@ -181,9 +263,7 @@ async def test_under_a_cap_a_models_first_request_goes_alone() -> None:
     meter.release(third)
 
 
-def test_the_ledger_of_a_stopped_run_is_what_the_server_billed(
-    server: FakeOpenAIServer, tmp_path: Path
-) -> None:
+def test_the_ledger_of_a_stopped_run_is_what_the_server_billed(server: FakeOpenAIServer, tmp_path: Path) -> None:
     server.shape_answers("writer", tokens=300)
     path = write(config(server, tmp_path, params={"max_tokens": 300}), tmp_path / "genwire.yaml")
     code, _, err = run(path)
@@ -297,3 +377,81 @@ def test_a_non_finite_number_in_a_models_params_is_a_located_config_error(
     done = cli("validate", path)
     assert done.returncode == 2, done.stderr
     assert "models.writer.params" in done.stderr and "temperature: got nan" in done.stderr and "finite" in done.stderr
+
+
+def test_the_estimate_says_where_the_caps_reservations_narrow_concurrency(
+    server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    # $0.30 left, each request reserving its 4,096-token output limit (~$0.0028): about
+    # 100 in flight of 256.
+    server.shape_answers("writer", tokens=100)
+    cfg = config(server, tmp_path, n=2000, prices=CHEAP, params={"max_tokens": 200}, max_output_tokens=4096)
+    cfg["pipeline"]["budget"] = {"max_cost_usd": 0.30}
+    path = write(cfg, tmp_path / "genwire.yaml")
+    done = cli("estimate", path, "-k", "5", "--no-cache", "--json", timeout=300)
+    assert done.returncode == 0, done.stderr
+    narrowed = json.loads(done.stdout)["narrowed"]
+    assert len(narrowed) == 1 and "narrow model writer's requests in flight to about" in narrowed[0]
+    assert "of its max_concurrency 256" in narrowed[0] and "4,096 output tokens" in narrowed[0]
+    cfg["pipeline"]["budget"] = {"max_cost_usd": 300.0}  # room for 256 worst cases: nothing said
+    cfg["pipeline"]["output"] = str(tmp_path / "roomy.jsonl")
+    done = cli("estimate", write(cfg, tmp_path / "roomy.yaml"), "-k", "5", "--json", timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["narrowed"] == []
+
+
+def test_a_budget_stop_shows_a_small_spend_with_its_digits(server: FakeOpenAIServer, tmp_path: Path) -> None:
+    # Issue 49: "spent $0.0000 of the $0.0003 cap" for $0.000048.
+    server.shape_answers("writer", tokens=20)
+    cfg = config(server, tmp_path, n=200, prices=CHEAP, params={"max_tokens": 20})
+    code, summary, err = run(write(cfg, tmp_path / "genwire.yaml"), cap=0.0003)
+    assert code == 3, err
+    spent = summary["cost"]["total_usd"]
+    assert 0 < spent < 0.0003
+    assert f"spent {dollars(spent)} of the $0.0003 cap" in summary["error"]
+    assert "$0.0000 " not in summary["error"] and dollars(spent) != "$0.000000"
+
+
+def test_dollars_keep_two_significant_digits() -> None:
+    assert [dollars(v) for v in (0.0, 0.000048, 0.00000005, 0.0123, 12345.678)] == [
+        "$0",
+        "$0.000048",
+        "$0.000000050",
+        "$0.0123",
+        "$12,345.6780",
+    ]
+
+
+def test_a_gated_budget_stop_counts_the_candidates_begun_and_not_finished(tmp_path: Path) -> None:
+    # Issue 49: "from 0 candidates" after paid answers: the candidates whose question was
+    # paid for and whose verdict was not are counted, not left out.
+    import re
+
+    from test_gated_runs import judged
+
+    with FakeOpenAIServer() as server:
+        cfg = judged(server, tmp_path)
+        for model in cfg["models"].values():
+            model["price"] = {"input_per_mtok": CHEAP[0], "output_per_mtok": CHEAP[1]}
+            model["params"] = {"max_tokens": 20}
+        code, summary, err = run(write(cfg, tmp_path / "genwire.yaml"), cap=0.00005)
+        assert code == 3, err
+        begun = r"rows kept from (\d+) candidates \(acceptance [^)]*\), (\d+) more begun and not finished"
+        found = re.search(begun, summary["error"])
+        assert found is not None, summary["error"]
+        questions_without_verdict = server.requests["writer"] - server.requests["judge"]
+        assert int(found[2]) >= questions_without_verdict > 0
+
+
+async def test_what_the_drivers_probe_showed_reaches_a_workers_meter() -> None:
+    # A Ray worker's meter learns (the roster's ``learned``) that the driver's probe came
+    # back longer than its max_tokens: its first request already holds 32,768 tokens.
+    price = Price(1e-6, 1e-6, 1e-6, 1e-6, "test")
+    driver = CostMeter({"m": price}, max_cost_usd=10.0)
+    probe = await driver.reserve("m", 10, 16)
+    driver.settle(probe, (5, 2000), 0.1)
+    worker = CostMeter({"m": price}, max_cost_usd=10.0)
+    assert worker.output_bound("m", 50) == 50
+    worker.learn(driver.learned())
+    assert worker.output_bound("m", 50) == driver.output_bound("m", 50) == DEFAULT_OUTPUT_LIMIT
+    assert worker.stats["m"].answered == 1  # the probe was the model's first answer, awaited alone

@@ -23,11 +23,9 @@ __all__ = ["cost_table", "estimate_table", "run_estimate"]
 
 def usd(value: float | None) -> str:
     """Dollars for a table (rounded for display only); ``unknown`` without a price."""
-    if value is None:
-        return "unknown"
-    if value == 0:
-        return "$0"
-    return f"${value:,.4f}" if value >= 0.01 else f"${value:.6f}"
+    from genwire.providers.pricing import dollars
+
+    return "unknown" if value is None else dollars(value)
 
 
 def _tokens(value: float) -> str:
@@ -185,6 +183,8 @@ def run_estimate(
         emit_json({**found.as_dict(), "cost": result.cost, **extra})
         return
     out.print(estimate_table(found, unit="rows" if gates is None else "candidates"))
+    for line in found.narrowed:
+        out.print(line, markup=False)
     if gates is not None:
         table, projection = gates_table(gates, usd=usd, duration=_duration)
         out.print(table)

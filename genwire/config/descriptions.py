@@ -87,8 +87,9 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "probe_max_tokens": "Token budget of the pre-flight's chat probe; raise it for reasoning models.",
         "price": "What the model costs (USD per million tokens); without it, and without a pricing table, "
         "its cost is unknown (never 0).",
-        "max_output_tokens": "The most tokens one answer may have: a budget's worst case for a request without "
-        "max_tokens (default: the pricing table's max_output_tokens, else 32,768).",
+        "max_output_tokens": "The most tokens one answer may have: under a budget every request reserves it, "
+        "whatever its max_tokens, which makes the cap hard against a model that ignores max_tokens "
+        "(default: the pricing table's max_output_tokens, else max_tokens, else 32,768).",
     },
     "EndpointConfig": {
         "": "One endpoint of a model pool: a provider, optionally another name for the same model.",

@@ -260,8 +260,8 @@ class ModelConfig(StrictModel):
     health_check: bool = True
     probe_max_tokens: PositiveInt = 16  # raise for reasoning models that think before answering
     price: PriceConfig | None = None  # none here nor in pricing.source: cost "unknown", never 0
-    # The most tokens one answer may have: the budget's worst case for a request without
-    # max_tokens (else the price table's max_output_tokens, else a conservative default).
+    # The most tokens one answer may have: every request's output worst case under a budget
+    # (else the price table's max_output_tokens; else max_tokens, or a conservative default).
     max_output_tokens: PositiveInt | None = None
 
     @model_validator(mode="after")

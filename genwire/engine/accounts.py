@@ -13,6 +13,7 @@ process; a cluster-wide coordinator can stand behind the same calls).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -116,6 +117,11 @@ class RunAccounts:
         add_endpoints(self._workers_endpoints, receipt.endpoints)
         for entry in receipt.paid:
             self.budget.paid_elsewhere(entry)
+        meter = self.costs.meter
+        if receipt.narrowed is not None and meter.narrowed is None:  # said here: the summary's, the terminal's
+            # The worker's figure is what was left of its lease of the cap, not the cluster's.
+            meter.narrowed = dataclasses.replace(receipt.narrowed, left_usd=None)
+            log.warning("%s (on worker %d: its lease of the cap)", meter.narrowed.text(), receipt.worker)
         add_stats(self.costs.meter, receipt.stats)  # what the estimate measures
         self._workers_cpu_s[receipt.worker] = self._workers_cpu_s.get(receipt.worker, 0.0) + receipt.cpu_s
         if self.metrics is not None:

@@ -13,8 +13,15 @@ from genwire.container.core import WiredPipeline
 from genwire.engine.ledger import RunLedger
 from genwire.engine.receipt import LedgerEntry
 from genwire.errors import BudgetStopped, RunSetupError
-from genwire.providers.budget import CostMeter, answers_asked
-from genwire.providers.pricing import Price, PriceTable, load_price_table, model_output_limits, model_prices
+from genwire.providers.budget import CostMeter, Narrowed, answers_asked
+from genwire.providers.pricing import (
+    Price,
+    PriceTable,
+    dollars,
+    load_price_table,
+    model_output_limits,
+    model_prices,
+)
 from genwire.providers.probes import CHAT_PROBE_PROMPT, STRUCTURED_PROBE_TOKENS
 from genwire.providers.usage import ModelUsage
 
@@ -42,6 +49,16 @@ def output_limits(container: WiredPipeline) -> dict[str, int]:
     table, name = _price_table(container)
     limits = model_output_limits(container.config, table, name)
     return {alias: limit for alias, limit in limits.items() if alias in used_models(container)}
+
+
+def model_concurrency(container: WiredPipeline) -> dict[str, int]:
+    """Every used model's requests in flight at most: its providers' ``max_concurrency``
+    (a pool's members' together)."""
+    config = container.config
+    return {
+        alias: sum(config.providers[name].max_concurrency for name in config.models[alias].providers)
+        for alias in used_models(container)
+    }
 
 
 def priced_models(container: WiredPipeline) -> dict[str, Price | None]:
@@ -89,6 +106,7 @@ class RunCosts:
         self.engine = engine
         self.prices = priced_models(container)
         self.output_limits = output_limits(container)
+        self.concurrency = model_concurrency(container)
         budget = container.config.pipeline.budget
         self.max_cost_usd = max_cost_usd if max_cost_usd is not None else (budget.max_cost_usd if budget else None)
         self.max_tokens = max_tokens if max_tokens is not None else (budget.max_tokens if budget else None)
@@ -103,7 +121,11 @@ class RunCosts:
                 )
         self.ledger: RunLedger | None = None
         self.meter = CostMeter(
-            self.prices, output_limits=self.output_limits, max_cost_usd=self.max_cost_usd, max_tokens=self.max_tokens
+            self.prices,
+            output_limits=self.output_limits,
+            max_cost_usd=self.max_cost_usd,
+            max_tokens=self.max_tokens,
+            concurrency=self.concurrency,
         )
         self._clients: list[Any] = []
 
@@ -116,6 +138,7 @@ class RunCosts:
             output_limits=self.output_limits,
             max_cost_usd=self.max_cost_usd,
             max_tokens=self.max_tokens,
+            concurrency=self.concurrency,
             spent_usd=ledger.earlier_usd,
             spent_tokens=ledger.earlier_tokens,
             record=ledger.record,
@@ -205,7 +228,7 @@ class RunCosts:
         meter = self.meter
         parts = []
         if meter.max_cost_usd is not None:
-            parts.append(f"spent ${meter.spent_usd:.4f} of the ${meter.max_cost_usd:g} cap")
+            parts.append(f"spent {dollars(meter.spent_usd)} of the ${meter.max_cost_usd:g} cap")
         if meter.max_tokens is not None:
             parts.append(f"{meter.spent_tokens:,} of the {meter.max_tokens:,}-token cap")
         return BudgetStopped(
@@ -259,4 +282,20 @@ class RunCosts:
             "by_model": by_model,
             "max_cost_usd": self.max_cost_usd,
             "max_tokens": self.max_tokens,
+            "narrowed": narrowed_figures(self.meter.narrowed),
         }
+
+
+def narrowed_figures(narrowed: Narrowed | None) -> dict[str, Any] | None:
+    """The summary's ``cost.narrowed``: where the reservations first held a model's
+    requests in flight below its ``max_concurrency`` (None: they never did)."""
+    if narrowed is None:
+        return None
+    return {
+        "model": narrowed.alias,
+        "in_flight": narrowed.in_flight,
+        "max_concurrency": narrowed.max_concurrency,
+        "worst_case_usd": narrowed.worst_case_usd,
+        "left_usd": narrowed.left_usd,
+        "message": narrowed.text(),
+    }

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from genwire.config.schema import OpenAIProviderConfig
 from genwire.container.core import WiredPipeline
-from genwire.providers.budget import ModelStats, answers_asked, max_tokens_of, p95
+from genwire.providers.budget import CostMeter, ModelStats, answers_asked, max_tokens_of, p95
 from genwire.providers.pricing import Price
 
 __all__ = ["Estimate", "ModelProjection", "estimate_of", "project"]
@@ -80,6 +80,8 @@ class Estimate:
     worst_cost_usd: float | None
     duration_s: float
     binding_limit: str
+    # Where the cap's reservations would hold a model below its max_concurrency (SPEC §16).
+    narrowed: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -234,7 +236,7 @@ def estimate_of(container: WiredPipeline, sample: RunResult, *, batch: bool = Fa
         from genwire.engine.gated_estimate import candidate_counts
 
         rows, failed, total, done = candidate_counts(sample)
-    return project(
+    found = project(
         container,
         stats=meter.stats,
         prices=meter.prices,
@@ -250,3 +252,34 @@ def estimate_of(container: WiredPipeline, sample: RunResult, *, batch: bool = Fa
         sample_cpu_s=meter.rows_cpu_s,
         batch=batch,
     )
+    found.narrowed = narrowing(container, meter, found)
+    return found
+
+
+def narrowing(container: WiredPipeline, meter: CostMeter, found: Estimate) -> list[str]:
+    """Where the cost cap's reservations narrow a model's requests in flight: the budget
+    left is below its ``max_concurrency`` worst cases (each at the bound the budget holds)."""
+    if meter.max_cost_usd is None:
+        return []
+    said = [meter.narrowed.text() + " (in the sample)"] if meter.narrowed is not None else []
+    left = max(0.0, meter.max_cost_usd - meter.spent_usd)
+    config = container.config
+    for m in found.models:
+        model = config.models[m.alias]
+        limit = meter.concurrency.get(m.alias)
+        stats = meter.stats.get(m.alias)
+        if model.kind != "chat" or limit is None or not m.requests:
+            continue
+        if meter.narrowed is not None and meter.narrowed.alias == m.alias:
+            continue  # the sample said it already
+        ratio = stats.chars_per_token if stats is not None and stats.chars_per_token else 1.0
+        chars = math.ceil(m.input_tokens_p95 * ratio)
+        max_tokens = max_tokens_of(model.params)
+        _, worst = meter.worst_case(m.alias, chars, max_tokens, answers=answers_asked(model.params))
+        if worst > 0 and left < limit * worst:
+            said.append(
+                f"the budget will narrow model {m.alias}'s requests in flight to about {int(left // worst):,} of "
+                f"its max_concurrency {limit:,}: ${left:.3g} left is below {limit:,} worst cases of ${worst:.3g} "
+                f"(each reserves {meter.output_bound(m.alias, max_tokens):,} output tokens)"
+            )
+    return said

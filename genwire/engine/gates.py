@@ -109,6 +109,7 @@ class CandidatePlan:
         self.scheduled = 0  # this session
         self.recorded = 0  # this session
         self.retried: list[int] = []  # the failed candidates generated again (retry)
+        self._decided_before = funnel.decided  # by earlier sessions
 
     @property
     def in_flight(self) -> int:
@@ -196,7 +197,9 @@ class CandidatePlan:
     def at_budget(self, stop: BudgetStopped) -> BudgetStopped:
         """``--max-cost`` stopped a gated run: the same exit 3, with the funnel's figures."""
         stop.funnel = {**funnel_figures(self.funnel), "max_candidates": self.cap}
-        stop.args = (f"{stop}; {funnel_text(self.funnel)}",)
+        unfinished = self.scheduled - (self.funnel.decided - self._decided_before)  # begun, neither kept nor rejected
+        begun = f", {unfinished:,} more begun and not finished" if unfinished > 0 else ""
+        stop.args = (f"{stop}; {funnel_text(self.funnel)}{begun}",)
         return stop
 
     def suggested_cap(self) -> int:

@@ -138,7 +138,7 @@ from genwire.engine.batches import BatchResult, BatchRunner, batched
 from genwire.engine.block_rows import BlockRows
 from genwire.engine.cluster import ClusterBudget, Coordinator, worker_meter
 from genwire.engine.collector import collector_for_rows
-from genwire.engine.costs import attach_meter, priced_models
+from genwire.engine.costs import attach_meter, model_concurrency, priced_models
 from genwire.engine.receipt import Receipt, ReceiptBook
 from genwire.errors import GenwireError, RunError, exception_text
 from genwire.generators.base import Generator
@@ -185,6 +185,7 @@ class Roster:
     verdicts: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # the driver's, on pools
     coordinator: Any = None  # the run's coordinator actor (engine.cluster), when the budget is capped
     budget_caps: tuple[bool, bool] = (False, False)  # a cost cap, a token cap: spent in leases of the coordinator's
+    learned: dict[str, Any] = dataclasses.field(default_factory=dict)  # what the probes showed (CostMeter.learned)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,7 +258,12 @@ class BlockWorker:
                     self._cache = ResponseCache(self._spec.response_cache, writer=False)
                 self._runner = BatchRunner(self._container, self._cache, store_answers=False, keeper=self._spec.gates)
                 # Metered as on the driver: each paid answer goes to the driver's ledger.
-                meter = CostMeter(self._spec.prices, output_limits=self._spec.output_limits, record=self._book.paid)
+                meter = CostMeter(
+                    self._spec.prices,
+                    output_limits=self._spec.output_limits,
+                    concurrency=model_concurrency(self._container),  # this worker's share
+                    record=self._book.paid,
+                )
                 self._book.meter, self._book.worker = meter, self._spec.worker  # its measurements go with its rows
                 self._metered = attach_meter(self._container, self._spec.prices, meter)
                 self._container.endpoint_pools()  # built now: they start from the verdicts known so far
@@ -295,6 +301,8 @@ class BlockWorker:
         self._peers = [actor for index, actor in enumerate(roster.peers) if index != self._spec.worker]
         self._mark(roster.verdicts)
         meter = self._book.meter
+        if meter is not None:
+            meter.learn(roster.learned)  # a probe's over-long answer marks the model here too
         if any(roster.budget_caps) and meter is not None:  # the cap is the cluster's: spend leases of it
             worker_meter(meter, roster.budget_caps, roster.coordinator, self._spec.worker)
 
@@ -680,6 +688,7 @@ class RayBatches:
                 container.endpoint_verdicts(),  # the pre-flight's
                 coordinator,
                 budget.caps if budget is not None else (False, False),
+                learned=self._budget.costs.meter.learned() if self._budget is not None else {},
             )
             if keeper is not None:  # it runs no block: its roster now, before any worker's batch asks it
                 await keeper.actor.join.remote(roster)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from genwire.providers.budget import CostMeter, ModelStats, Paid
+from genwire.providers.budget import CostMeter, ModelStats, Narrowed, Paid
 from genwire.providers.metrics import AliasSecond, RequestRecorder
 from genwire.providers.pool import EndpointStats
 from genwire.providers.request_context import current_column, current_rows
@@ -40,6 +40,7 @@ class Receipt:
     stats: dict[str, ModelStats] = field(default_factory=dict)  # what the estimate measures, per model
     cpu_s: float = 0.0  # the worker process's CPU time
     worker: int = 0
+    narrowed: Narrowed | None = None  # the first time its budget's reservations narrowed its requests in flight
 
 
 class ReceiptBook:
@@ -64,6 +65,7 @@ class ReceiptBook:
         paid, self._paid = self._paid, []
         cpu_s, self._cpu_s = self._cpu_s, time.process_time()
         receipt = Receipt(paid=paid, seconds=self.recorder.take(), cpu_s=self._cpu_s - cpu_s, worker=self.worker)
+        receipt.narrowed = self.meter.narrowed if self.meter is not None else None
         if self.meter is not None:
             for alias, measured in self.meter.stats.items():
                 sent, sent_measured = self._stats.get(alias, (0, 0))

@@ -2,21 +2,29 @@
 
 Before a request is sent its worst case is *reserved*: input tokens estimated from the
 body's length with the smallest characters-per-token ratio the model's answers showed
-(a body is never fewer tokens than that), plus a margin, and its output: ``max_tokens``
-times the answers it asks for (``n``, ``best_of``); without ``max_tokens`` (or for a
-model that was seen to ignore it) the model's output limit (``output_limits``: the
-model's ``max_output_tokens``, the price table's, else ``DEFAULT_OUTPUT_LIMIT``). The
-answer's ``usage`` then *settles* it; an answer without ``usage`` is settled at what was
-held (its worst case), and teaches nothing. A request whose worst case does not fit in
+(a body is never fewer tokens than that), plus a margin, and its output times the answers
+it asks for (``n``, ``best_of``). The output reserved is the model's output limit whenever
+one is known (``output_limits``: its ``max_output_tokens``, or the price table's), since
+a model may ignore ``max_tokens`` at any point of a run; only where none is known is it
+``max_tokens`` (without one, or for a model seen to ignore it, ``DEFAULT_OUTPUT_LIMIT``).
+An answer longer than a known limit shows the limit is wrong: a warning, and that model's
+later requests reserve ``DEFAULT_OUTPUT_LIMIT``. The answer's ``usage`` then *settles* it;
+an answer without ``usage`` is settled at what was held (its worst case), and teaches
+nothing. A request whose worst case does not fit in
 what is left of the cap waits while other requests are in flight (their settlement frees
 what they did not use); when nothing is in flight and it still does not fit, the budget
 is exhausted: that request and every later one raise ``BudgetExhausted``.
 
-Under a cap a model's first request goes alone: its answer shows whether the model keeps
-``max_tokens`` and reports ``usage`` before a second one is sent. An answer longer than
-its reservation marks the model as not keeping ``max_tokens`` (its later requests hold its
-output limit), so such an overshoot is bounded by the requests already in flight when it
-came. Spend therefore never passes the cap by more than one request's worst case.
+With a known output limit, spend therefore never passes the cap by more than one
+request's worst case. Without one, under a cap a model's first request (the pre-flight's
+probe included) goes alone: its answer shows whether the model keeps ``max_tokens`` and
+reports ``usage`` before a second one is sent. An answer longer than its ``max_tokens``
+marks the model (its later requests hold ``DEFAULT_OUTPUT_LIMIT``), so an overshoot is
+bounded by the requests already in flight when it first came.
+
+Reservations narrow a model's requests in flight only when the budget left is below its
+``max_concurrency`` worst cases; the first time they do, a warning says so and
+``narrowed`` keeps the figures (the summary's and the estimate's).
 
 The meter also keeps what the estimate needs (per model: tokens, latencies, the
 endpoint's advertised limits) and hands each paid answer to ``record`` (the run's ledger).
@@ -35,14 +43,16 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from genwire.errors import BudgetExhausted
-from genwire.providers.pricing import Price
+from genwire.providers.pricing import Price, dollars
 from genwire.providers.usage import reported_tokens
 
 __all__ = [
     "DEFAULT_OUTPUT_LIMIT",
     "CostMeter",
     "Hold",
+    "Learned",
     "ModelStats",
+    "Narrowed",
     "Paid",
     "answers_asked",
     "metered_batch_call",
@@ -83,6 +93,7 @@ class ModelStats:
     # What every answer of the run taught (kept across begin_rows: the probes teach too).
     answered: int = 0  # settled answers
     ignores_max_tokens: bool = False  # an answer came longer than its max_tokens
+    past_limit: bool = False  # an answer came longer than the model's known output limit
     longest_answer: int = 0  # the most output tokens one answer (one choice) had
     without_usage: int = 0  # answers that reported no usage
 
@@ -124,6 +135,37 @@ class Hold:
 
 
 @dataclass(frozen=True)
+class Learned:
+    """What a model's answers showed about its worst case, passed to other meters (a Ray
+    worker's learns what the driver's pre-flight probe showed)."""
+
+    answered: int
+    ignores_max_tokens: bool
+    past_limit: bool
+    longest_answer: int
+
+
+@dataclass(frozen=True)
+class Narrowed:
+    """The first time the reservations held a model's requests in flight below its
+    ``max_concurrency``: the budget left was below that many worst cases."""
+
+    alias: str
+    in_flight: int  # the model's requests in flight when one had to wait for room
+    max_concurrency: int
+    worst_case_usd: float  # one request's
+    left_usd: float | None  # the cost cap's room left then (None: a token cap narrowed)
+
+    def text(self) -> str:
+        left = f"${self.left_usd:.3g} left" if self.left_usd is not None else "what is left of the budget"
+        return (
+            f"the budget narrowed model {self.alias}'s requests in flight to {self.in_flight:,} of its "
+            f"max_concurrency {self.max_concurrency:,}: {left} is below {self.max_concurrency:,} worst cases "
+            f"of ${self.worst_case_usd:.3g}"
+        )
+
+
+@dataclass(frozen=True)
 class Paid:
     """One paid answer, as the ledger records it."""
 
@@ -144,12 +186,15 @@ class CostMeter:
         output_limits: Mapping[str, int] | None = None,
         max_cost_usd: float | None = None,
         max_tokens: int | None = None,
+        concurrency: Mapping[str, int] | None = None,
         spent_usd: float = 0.0,
         spent_tokens: int = 0,
         record: Callable[[Paid], None] | None = None,
     ) -> None:
         self.prices = dict(prices)
         self.output_limits = dict(output_limits or {})
+        self.concurrency = dict(concurrency or {})  # per alias: its providers' max_concurrency
+        self.narrowed: Narrowed | None = None
         self.max_cost_usd = max_cost_usd
         self.max_tokens = max_tokens
         self.spent_usd = spent_usd  # the run's, earlier sessions included (the ledger)
@@ -207,14 +252,34 @@ class CostMeter:
     # --- before a request ----------------------------------------------------------------
 
     def output_bound(self, alias: str, max_tokens: int) -> int:
-        """The most output tokens one answer may have: ``max_tokens`` when set and kept,
-        else the model's output limit (or the longest answer seen, when longer)."""
+        """The most output tokens one answer may have: the model's known output limit
+        (or ``max_tokens``, when larger); without one, ``max_tokens`` when set and kept;
+        else ``DEFAULT_OUTPUT_LIMIT`` (or the longest answer seen, when longer)."""
         stats = self.stats.get(alias)
-        if max_tokens and (stats is None or not stats.ignores_max_tokens):
+        known = self.output_limits.get(alias)
+        if known is not None and (stats is None or not stats.past_limit):
+            return max(known, max_tokens)
+        if known is None and max_tokens and (stats is None or not stats.ignores_max_tokens):
             return max_tokens
-        limit = self.output_limits.get(alias, DEFAULT_OUTPUT_LIMIT)
         longest = stats.longest_answer if stats is not None else 0
-        return max(limit, math.ceil(longest * (1 + MARGIN)), max_tokens)
+        return max(DEFAULT_OUTPUT_LIMIT, math.ceil(longest * (1 + MARGIN)), max_tokens)
+
+    def learned(self) -> dict[str, Learned]:
+        """What each model's answers showed so far (for another process's meter)."""
+        return {
+            alias: Learned(s.answered, s.ignores_max_tokens, s.past_limit, s.longest_answer)
+            for alias, s in self.stats.items()
+            if s.answered
+        }
+
+    def learn(self, learned: Mapping[str, Learned]) -> None:
+        """What another meter's answers showed (the driver's probes, for a Ray worker)."""
+        for alias, what in learned.items():
+            stats = self.stats_of(alias)
+            stats.answered = max(stats.answered, what.answered)
+            stats.ignores_max_tokens |= what.ignores_max_tokens
+            stats.past_limit |= what.past_limit
+            stats.longest_answer = max(stats.longest_answer, what.longest_answer)
 
     def worst_case(
         self, alias: str, chars: int, max_tokens: int, *, output: bool = True, answers: int = 1
@@ -270,13 +335,14 @@ class CostMeter:
     ) -> Hold:
         """Hold the request's worst case, waiting for in-flight requests to settle if it
         does not fit yet; ``BudgetExhausted`` when it cannot fit at all. ``first_alone``:
-        until the model has answered once, no second request of it is sent (batch lines,
-        which are answered together, pass False)."""
+        until a model without a known output limit has answered once, no second request
+        of it is sent (batch lines, which are answered together, pass False)."""
         if self._rows_begun and self._rows_cpu_started is None:
             self._rows_cpu_started = time.process_time()
         if not self.capped:
             self._begin(alias)
             return Hold(alias, 0.0, 0, chars)
+        first_alone = first_alone and alias not in self.output_limits  # a known limit is held whatever comes
         while True:
             tokens, usd, input_tokens, output_tokens = self._worst(alias, chars, max_tokens, output, answers)
             if self.exhausted:
@@ -286,6 +352,8 @@ class CostMeter:
                 break
             if not untried and self.more_room is not None and await self.more_room(tokens, usd):
                 continue  # a larger share of the cap (a Ray worker's lease)
+            if not untried:
+                self._note_narrowed(alias, usd)
             if self._in_flight == 0:
                 self.exhausted = True  # nothing will free room: every waiter gives up too
                 self._refused = (alias, usd, max_tokens if output else -1)
@@ -305,6 +373,17 @@ class CostMeter:
         self._begin(alias)
         return Hold(alias, usd, tokens, chars, input_tokens, output_tokens, max_tokens if output else 0, answers)
 
+    def _note_narrowed(self, alias: str, usd: float) -> None:
+        """A request of ``alias`` waits for room: the first time with fewer of its requests
+        in flight than its ``max_concurrency``, say so (once a run)."""
+        limit = self.concurrency.get(alias)
+        in_flight = self._in_flight_of.get(alias, 0)
+        if self.narrowed is not None or limit is None or in_flight == 0 or in_flight >= limit:
+            return
+        left = None if self.max_cost_usd is None else max(0.0, self.max_cost_usd - self.spent_usd)
+        self.narrowed = Narrowed(alias, in_flight, limit, usd, left)
+        log.warning("%s", self.narrowed.text())
+
     def _begin(self, alias: str) -> None:
         self._in_flight += 1
         self._in_flight_of[alias] = self._in_flight_of.get(alias, 0) + 1
@@ -312,7 +391,7 @@ class CostMeter:
     def exhausted_message(self) -> str:
         caps = []
         if self.max_cost_usd is not None:
-            caps.append(f"${self.spent_usd:.4f} of ${self.max_cost_usd:g}")
+            caps.append(f"{dollars(self.spent_usd)} of ${self.max_cost_usd:g}")
         if self.max_tokens is not None:
             caps.append(f"{self.spent_tokens:,} of {self.max_tokens:,} tokens")
         return "not sent: the budget is spent (" + ", ".join(caps) + ")" + self.refusal_hint()
@@ -324,8 +403,10 @@ class CostMeter:
         if refused is None or self.max_cost_usd is None or refused[1] <= self.max_cost_usd - self.spent_usd:
             return ""
         alias, usd, max_tokens = refused
-        hint = f"; one request of {alias} may cost up to ${usd:.3g}"
-        if max_tokens == 0:
+        hint = f"; one request of {alias} may cost up to {dollars(usd)}"
+        if alias in self.output_limits and max_tokens >= 0:
+            hint += f" (its answer held at {self.output_bound(alias, max_tokens):,} tokens, the model's output limit)"
+        elif max_tokens == 0:
             hint += (
                 f" (its answer held at {self.output_bound(alias, 0):,} tokens, the model's output limit: "
                 f"set max_tokens in models.{alias}.params, or models.{alias}.max_output_tokens)"
@@ -377,10 +458,10 @@ class CostMeter:
             self._record(Paid(alias, input_tokens, output_tokens, usd, batched))
         self._free(hold)
 
-    @staticmethod
-    def _learn(stats: ModelStats, hold: Hold, usage: tuple[int, int]) -> None:
-        """What a reported ``usage`` shows: characters per token, and whether the model
-        keeps ``max_tokens`` (an answer longer than it: later requests hold the output limit)."""
+    def _learn(self, stats: ModelStats, hold: Hold, usage: tuple[int, int]) -> None:
+        """What a reported ``usage`` shows: characters per token; whether the model's known
+        output limit is wrong, or (without one) whether it keeps ``max_tokens``: an answer
+        longer than either and its later requests hold ``DEFAULT_OUTPUT_LIMIT``."""
         input_tokens, output_tokens = usage
         if input_tokens > 0:
             ratio = hold.chars / input_tokens
@@ -388,8 +469,23 @@ class CostMeter:
                 stats.chars_per_token = ratio
         per_answer = math.ceil(output_tokens / max(1, hold.answers))
         stats.longest_answer = max(stats.longest_answer, per_answer)
+        known = self.output_limits.get(hold.alias)
+        if known is not None and per_answer > known and not stats.past_limit:
+            stats.past_limit = True
+            log.warning(
+                "model %s answered %s output tokens, more than its output limit of %s tokens "
+                "(models.%s.max_output_tokens, or the pricing table's): that limit is wrong; the budget now holds "
+                "%s tokens for each of its requests",
+                hold.alias,
+                f"{per_answer:,}",
+                f"{known:,}",
+                hold.alias,
+                f"{max(DEFAULT_OUTPUT_LIMIT, math.ceil(per_answer * (1 + MARGIN))):,}",
+            )
         if hold.max_tokens and output_tokens > hold.max_tokens * hold.answers and not stats.ignores_max_tokens:
             stats.ignores_max_tokens = True
+            if known is not None:
+                return  # its known limit was held already
             log.warning(
                 "model %s answered %s output tokens for max_tokens %s: the budget now holds its output limit "
                 "for each of its requests",

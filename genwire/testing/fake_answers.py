@@ -19,14 +19,16 @@ FILLER_WORD = "token"
 class AnswerShape:
     """How long a model's chat answers are: ``first`` tokens, growing linearly to
     ``grow_to`` by the ``over``-th answer. ``max_tokens`` bounds them unless
-    ``ignore_max_tokens``. ``omit_usage``: answers carry no ``usage`` (the server still
-    counts what it billed). ``first == 0``: lengths as usual (only the other switches)."""
+    ``ignore_max_tokens`` (after the first ``honoured`` answers). ``omit_usage``: answers
+    carry no ``usage`` (the server still counts what it billed). ``first == 0``: lengths
+    as usual (only the other switches)."""
 
     first: int = 0
     grow_to: int | None = None
     over: int = 1
     ignore_max_tokens: bool = False
     omit_usage: bool = False
+    honoured: int = 0  # with ignore_max_tokens: the first answers that keep max_tokens all the same
     served: int = 0  # answers sized so far
 
     @property
@@ -39,7 +41,7 @@ class AnswerShape:
         tokens = self.first
         if self.grow_to is not None:
             tokens = round(self.first + (self.grow_to - self.first) * min(1.0, k / max(1, self.over)))
-        if max_tokens and not self.ignore_max_tokens:
+        if max_tokens and (not self.ignore_max_tokens or k < self.honoured):
             tokens = min(tokens, max_tokens)
         return max(1, tokens)
 

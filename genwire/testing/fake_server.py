@@ -378,14 +378,16 @@ class FakeOpenAIServer:
         over: int = 1,
         ignore_max_tokens: bool = False,
         omit_usage: bool = False,
+        honoured: int = 0,
     ) -> None:
         """Plain chat answers of ``model`` ("*": every model) are ``tokens`` tokens long,
         growing linearly to ``grow_to`` by the ``over``-th answer; bounded by the request's
-        ``max_tokens`` unless ``ignore_max_tokens``. ``omit_usage``: answers carry no
+        ``max_tokens`` unless ``ignore_max_tokens`` (after the first ``honoured`` answers:
+        a model that keeps it, then grows past it). ``omit_usage``: answers carry no
         ``usage`` (``prompt_tokens`` / ``completion_tokens`` still count what was billed).
         ``tokens=0`` keeps the usual lengths. A request with ``n`` gets ``n`` choices, and
         is billed for each. Called with ``model`` alone, it turns the shaping off."""
-        shape = AnswerShape(tokens, grow_to, over, ignore_max_tokens, omit_usage)
+        shape = AnswerShape(tokens, grow_to, over, ignore_max_tokens, omit_usage, honoured)
         with self._lock:
             if shape.sized or omit_usage:
                 self._shapes[model] = shape
