@@ -528,6 +528,13 @@ def run(
             err.print(str(exc), markup=False)
             sys.exit(3)
         raise
+    if result.already_complete:  # a finished output, untouched: nothing sent, nothing written
+        from genwire.cli.render import already_complete
+
+        if as_json:
+            emit_json(result.summary())
+        console.print(already_complete(result), markup=False)
+        return
     if as_json:
         emit_json(result.summary())
         say_report()
@@ -545,7 +552,8 @@ def _show_run(console: LazyConsole, result: Any) -> None:
     from genwire.cli.render import run_summary
 
     console.print(run_summary(result))
-    console.print(cost_table(result.cost, resumed=result.rows_resumed > 0))
+    cached = sum(u.cached for u in result.usage.values())
+    console.print(cost_table(result.cost, resumed=result.rows_resumed > 0, cached=cached))
 
 
 _CACHE_FILE = click.argument(
