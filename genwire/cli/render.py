@@ -203,7 +203,7 @@ def _clock(result: RunResult) -> str:
 def _in_flight(c: Concurrency) -> str:
     """Requests in flight against ``max_concurrency``; the adaptive limit only when 429s
     moved it (it starts at ``max_concurrency``, halves at a 429, grows back while answers come)."""
-    peak = f"peak {c.peak_in_flight} requests in flight (max_concurrency {c.max_concurrency})"
+    peak = f"peak {plural(c.peak_in_flight, 'request')} in flight (max_concurrency {c.max_concurrency})"
     if c.limit >= c.max_concurrency:
         return peak
     return f"{peak}; 429s lowered the limit, which ended at {c.limit}"
