@@ -27,7 +27,10 @@ def config(server: FakeOpenAIServer, root: Path, *, critic_price: bool = True, *
         critic["price"] = PRICE
     cfg = {
         "providers": {"srv": {"kind": "openai", "base_url": server.url, "retries": 0, "max_concurrency": 8}},
-        "models": {"writer": {"provider": "srv", "model": "writer-model", "kind": "chat", "price": PRICE}, "critic": critic},
+        "models": {
+            "writer": {"provider": "srv", "model": "writer-model", "kind": "chat", "price": PRICE},
+            "critic": critic,
+        },
         "cache": {"dir": str(root / "responses")},
         "pipeline": {"num_records": 6, "output": str(root / "out" / "data.jsonl"), "seed": 3, **pipeline},
     }
@@ -37,7 +40,9 @@ def config(server: FakeOpenAIServer, root: Path, *, critic_price: bool = True, *
 
 def files(folder: Path) -> dict[str, tuple[int, bytes]]:
     """Every file under ``folder``: its mtime (ns) and bytes."""
-    return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.rglob("*") if p.is_file()}
+    return {
+        str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.rglob("*") if p.is_file()
+    }
 
 
 def test_a_rerun_of_a_finished_run_says_it_is_complete_touches_nothing_and_sends_nothing(tmp_path: Path) -> None:

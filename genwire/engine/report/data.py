@@ -317,7 +317,7 @@ class _Session:
         if not isinstance(report, dict):
             return
         took = report.get("duration_s")
-        if type(took) in (int, float) and math.isfinite(took) and took >= 0:
+        if isinstance(took, int | float) and not isinstance(took, bool) and math.isfinite(took) and took >= 0:
             self.preflight_s = float(took)
         checks = report.get("checks")
         if isinstance(checks, list):

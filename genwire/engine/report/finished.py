@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FinishedRun", "finished_mark", "finished_run", "fingerprint_digest"]
+__all__ = ["FinishedRun", "fingerprint_digest", "finished_mark", "finished_run"]
 
 _PREFIX = "<!-- genwire-finished: "
 _SUFFIX = " -->"

@@ -12,8 +12,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from genwire.engine.report.finished import finished_mark
 from genwire.engine.report.data import ModelTotals, ReportData, cell_text, merged_latency, percentile
+from genwire.engine.report.finished import finished_mark
 from genwire.engine.report.svg import colour, latency_histogram, time_chart
 from genwire.errors import plural
 from genwire.providers.money import price_hint
@@ -121,9 +121,7 @@ def render(data: ReportData, *, version: str = "") -> str:
         " · one self-contained file: no script, nothing fetched</footer>",
     ]
     return (
-        '<!DOCTYPE html>\n'
-        + _mark(data)
-        + '<html lang="en"><head><meta charset="utf-8">'
+        "<!DOCTYPE html>\n" + _mark(data) + '<html lang="en"><head><meta charset="utf-8">'
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
         'img-src data:">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
@@ -281,10 +279,7 @@ def _models(data: ReportData) -> str:
             + cell("batched", m.count("batched"))
             + cell("prompt_tokens", m.count("prompt_tokens"))
             + cell("completion_tokens", m.count("completion_tokens"))
-            + (
-                f'<td class=n><span data-model="{a}" data-field="usd">'
-                f"{usd_text(usd)}</span></td>"
-            )
+            + (f'<td class=n><span data-model="{a}" data-field="usd">{usd_text(usd)}</span></td>')
             + cell(
                 "retries",
                 m.count("retries"),
