@@ -77,6 +77,26 @@ def test_a_rerun_of_a_finished_run_says_it_is_complete_touches_nothing_and_sends
         assert fresh.returncode == 0 and "already_complete" not in json.loads(fresh.stdout)
 
 
+def test_a_rerun_of_a_finished_gated_run_leaves_its_rejected_file_alone(tmp_path: Path) -> None:
+    columns = [
+        {"name": "n", "generator": "sampler", "params": {"kind": "uniform", "low": 0, "high": 10**9, "integer": True}},
+        {"name": "even", "generator": "keep-if", "params": {"expression": "n % 2 == 0"}},
+        *story_and_review()[1:],
+    ]
+    columns[2]["params"] = {"prompt": "Write about {{ n }}"}
+    with FakeOpenAIServer() as server:
+        cfg = config(server, tmp_path, columns=columns)
+        first = cli("run", cfg)
+        assert first.returncode == 0, first.stderr
+        before = files(tmp_path / "out")
+        assert "data.jsonl.rejected.jsonl" in before
+        server.reset_stats()
+        again = cli("run", cfg)
+        assert server.total_requests == 0
+        assert files(tmp_path / "out") == before
+    assert again.returncode == 0 and "already complete: 6 rows" in again.stdout, again.stderr
+
+
 def test_a_rerun_after_the_output_was_touched_runs_again(tmp_path: Path) -> None:
     with FakeOpenAIServer() as server:
         cfg = config(server, tmp_path)
