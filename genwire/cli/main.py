@@ -407,7 +407,11 @@ def _output_suffix(ctx: click.Context, param: click.Parameter, value: Path | Non
     help="Output file (.jsonl, .csv, .parquet).",
 )
 @click.option("--skip-preflight", is_flag=True, help="Generate without checking resources first.")
-@click.option("--fresh", is_flag=True, help="Discard the checkpoint of an earlier run and start over.")
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Discard the checkpoint of an earlier run and start over (a finished output is made again).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout (progress goes to stderr).")
 @click.option("--no-cache", is_flag=True, help="Probe everything, ignoring the probe cache.")
 @click.option(
