@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -45,18 +46,27 @@ def files(folder: Path) -> dict[str, tuple[int, bytes]]:
     }
 
 
+def run_again(
+    server: FakeOpenAIServer, cfg: Path, folder: Path, holds: str, *args: tuple[str, ...]
+) -> list[subprocess.CompletedProcess[str]]:
+    """Runs ``cfg`` to the end (``folder`` then ``holds`` the file named), then the same
+    command again (and with each of ``args``): no request is sent and every file under
+    ``folder`` keeps its bytes and mtime. Returns the reruns."""
+    first = cli("run", cfg)
+    assert first.returncode == 0, first.stderr
+    before = files(folder)
+    assert holds in before
+    server.reset_stats()
+    reruns = [cli("run", cfg), *(cli("run", cfg, *extra) for extra in args)]
+    assert server.total_requests == 0  # no pre-flight, no row: nothing sent
+    assert files(folder) == before  # the output, the page, the rejected file: same bytes, same mtimes
+    return reruns
+
+
 def test_a_rerun_of_a_finished_run_says_it_is_complete_touches_nothing_and_sends_nothing(tmp_path: Path) -> None:
     with FakeOpenAIServer() as server:
         cfg = config(server, tmp_path)
-        first = cli("run", cfg)
-        assert first.returncode == 0, first.stderr
-        before = files(tmp_path / "out")
-        assert "data.jsonl.report.html" in before
-        server.reset_stats()
-        again = cli("run", cfg)
-        as_json = cli("run", cfg, "--json")
-        assert server.total_requests == 0  # no pre-flight, no row: nothing sent
-        assert files(tmp_path / "out") == before  # the output, the page: same bytes, same mtimes
+        again, as_json = run_again(server, cfg, tmp_path / "out", "data.jsonl.report.html", ("--json",))
 
         output = tmp_path / "out" / "data.jsonl"
         assert again.returncode == 0, again.stderr
@@ -85,15 +95,9 @@ def test_a_rerun_of_a_finished_gated_run_leaves_its_rejected_file_alone(tmp_path
     ]
     columns[2]["params"] = {"prompt": "Write about {{ n }}"}
     with FakeOpenAIServer() as server:
-        cfg = config(server, tmp_path, columns=columns)
-        first = cli("run", cfg)
-        assert first.returncode == 0, first.stderr
-        before = files(tmp_path / "out")
-        assert "data.jsonl.rejected.jsonl" in before
-        server.reset_stats()
-        again = cli("run", cfg)
-        assert server.total_requests == 0
-        assert files(tmp_path / "out") == before
+        (again,) = run_again(
+            server, config(server, tmp_path, columns=columns), tmp_path / "out", "data.jsonl.rejected.jsonl"
+        )
     assert again.returncode == 0 and "already complete: 6 rows" in again.stdout, again.stderr
 
 
