@@ -19,7 +19,8 @@ from genwire.engine.checkpoint import checkpoint_dir
 from genwire.engine.ledger import RunLedger
 from genwire.engine.report import report_path
 from genwire.providers.budget import DEFAULT_OUTPUT_LIMIT, CostMeter
-from genwire.providers.pricing import Price, dollars, model_output_limits
+from genwire.providers.money import usd as dollars
+from genwire.providers.pricing import Price, model_output_limits
 from genwire.testing import FakeOpenAIServer
 from genwire.testing.fake_usage import RealisticUsage
 
@@ -412,11 +413,11 @@ def test_a_budget_stop_shows_a_small_spend_with_its_digits(server: FakeOpenAISer
     assert "$0.0000 " not in summary["error"] and dollars(spent) != "$0.000000"
 
 
-def test_dollars_keep_two_significant_digits() -> None:
+def test_dollars_keep_their_significant_digits() -> None:
     assert [dollars(v) for v in (0.0, 0.000048, 0.00000005, 0.0123, 12345.678)] == [
         "$0",
         "$0.000048",
-        "$0.000000050",
+        "$0.00000005",
         "$0.0123",
         "$12,345.6780",
     ]

@@ -76,8 +76,9 @@ def test_what_a_plugin_prints_during_a_json_run_goes_to_stderr(tmp_path: Path, n
     assert summary["ok"] is True and summary["rows_written"] == 2
     for text in PRINTED:
         assert text in result.stderr, text
-    # The run itself is untouched: without --json stdout is the human output, prints included.
-    plain = cli("run", config(tmp_path), "-n", "2", env=noisy_env)
+    # The run itself is untouched: without --json stdout is the human output, prints included
+    # (--fresh: the same command over the finished output would only say it is complete).
+    plain = cli("run", config(tmp_path), "-n", "2", "--fresh", env=noisy_env)
     assert plain.returncode == 0 and "GENERATE-PRINT" in plain.stdout and "dataset written to" in plain.stdout
 
 

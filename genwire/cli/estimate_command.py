@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from genwire.providers.money import price_hint, usd
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -19,13 +21,6 @@ if TYPE_CHECKING:
     from genwire.errors import GenwireError
 
 __all__ = ["cost_table", "estimate_table", "run_estimate"]
-
-
-def usd(value: float | None) -> str:
-    """Dollars for a table (rounded for display only); ``unknown`` without a price."""
-    from genwire.providers.pricing import dollars
-
-    return "unknown" if value is None else dollars(value)
 
 
 def _tokens(value: float) -> str:
@@ -40,15 +35,18 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def cost_table(cost: dict[str, Any] | None, *, resumed: bool = False) -> Table:
+def cost_table(cost: dict[str, Any] | None, *, resumed: bool = False, cached: int = 0) -> Table:
     """The run's cost (its ``"cost"`` object) per model and in total. Its tokens are the
     ledger's, every session's: a ``resumed`` run's title says so, beside the summary's
-    figures of this session alone."""
+    figures of this session alone. ``cached``: answers this session took from the response
+    cache (none: no "saved by the cache" row, there is nothing to say)."""
     from rich.markup import escape
     from rich.table import Table
 
     title = "Cost of the whole run (every session; this session's share below)" if resumed else "Cost"
-    table = Table(title=title, title_justify="left")
+    unpriced = [alias for alias, m in (cost or {}).get("by_model", {}).items() if m["usd"] is None]
+    hint = escape(price_hint(unpriced)) if unpriced else None
+    table = Table(title=title, title_justify="left", caption=hint, caption_justify="left")
     for name in ("model", "input tokens", "output tokens", "USD", "price from"):
         table.add_column(name, justify="left" if name in ("model", "price from") else "right")
     if not cost:
@@ -58,7 +56,8 @@ def cost_table(cost: dict[str, Any] | None, *, resumed: bool = False) -> Table:
         table.add_row(escape(alias), *tokens, usd(m["usd"]), escape(m["price_source"]))
     table.add_row("total (whole run)", "", "", usd(cost["total_usd"]), "")
     table.add_row("this session", "", "", usd(cost["this_session_usd"]), "")
-    table.add_row("saved by the cache", "", "", usd(cost["saved_by_cache_usd"]), "")
+    if cached:
+        table.add_row("saved by the cache", "", "", usd(cost["saved_by_cache_usd"]), "")
     return table
 
 

@@ -407,7 +407,11 @@ def _output_suffix(ctx: click.Context, param: click.Parameter, value: Path | Non
     help="Output file (.jsonl, .csv, .parquet).",
 )
 @click.option("--skip-preflight", is_flag=True, help="Generate without checking resources first.")
-@click.option("--fresh", is_flag=True, help="Discard the checkpoint of an earlier run and start over.")
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Discard the checkpoint of an earlier run and start over (a finished output is made again).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout (progress goes to stderr).")
 @click.option("--no-cache", is_flag=True, help="Probe everything, ignoring the probe cache.")
 @click.option(
@@ -528,6 +532,13 @@ def run(
             err.print(str(exc), markup=False)
             sys.exit(3)
         raise
+    if result.already_complete:  # a finished output, untouched: nothing sent, nothing written
+        from genwire.cli.render import already_complete
+
+        if as_json:
+            emit_json(result.summary())
+        console.print(already_complete(result), markup=False)
+        return
     if as_json:
         emit_json(result.summary())
         say_report()
@@ -545,7 +556,8 @@ def _show_run(console: LazyConsole, result: Any) -> None:
     from genwire.cli.render import run_summary
 
     console.print(run_summary(result))
-    console.print(cost_table(result.cost, resumed=result.rows_resumed > 0))
+    cached = sum(u.cached for u in result.usage.values())
+    console.print(cost_table(result.cost, resumed=result.rows_resumed > 0, cached=cached))
 
 
 _CACHE_FILE = click.argument(

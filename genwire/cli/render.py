@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from genwire.engine.run import RunResult
     from genwire.preflight.report import PreflightReport
     from genwire.providers.response_cache import CacheInfo
+    from genwire.providers.usage import Concurrency
 
 _STATUS_STYLE = {"ok": "green", "failed": "bold red", "skipped": "yellow", "degraded": "bold yellow"}
 
@@ -148,7 +149,7 @@ def run_summary(result: RunResult) -> Table:
         "rows failed", cell(str(result.rows_failed) + (f" → {result.errors_file}" if result.errors_file else ""))
     )
     session = " (this session)" if resumed else ""
-    table.add_row(f"time{session}", f"{result.duration_s:.2f}s ({result.rows_per_s:.1f} rows/s)")
+    table.add_row(f"time{session}", _clock(result))
     if result.funnel is not None:  # a gated run (SPEC §21)
         funnel = result.funnel
         rate = f"; acceptance {funnel.rate:.1%}" if funnel.rate is not None else ""
@@ -182,15 +183,30 @@ def run_summary(result: RunResult) -> Table:
         table.add_row("batches", ", ".join(f"{n} {status}" for status, n in statuses.items()))
     for name, c in sorted(result.concurrency.items()):
         paused = f", paused {c.pauses:,} times by 429s" if c.pauses else ""
-        table.add_row(
-            cell(f"provider {name}"),
-            f"peak {c.peak_in_flight} in flight of {c.max_concurrency}, ended at {c.limit}{paused}",
-        )
+        table.add_row(cell(f"provider {name}"), _in_flight(c) + paused)
     output = (
         str(result.output) if result.finished else f"{result.output} (not written yet: the rows are in the checkpoint)"
     )
     table.add_row("output", cell(output))
     return table
+
+
+def _clock(result: RunResult) -> str:
+    """The session's time split as the bar sees it: the bar starts after the pre-flight, so
+    its rate and this one are the same figure (rows per second of generating)."""
+    rate = f"{result.generating_s:.2f}s generating ({result.rows_per_s:.1f} rows/s)"
+    if result.preflight is None:
+        return rate
+    return f"{result.duration_s:.2f}s: pre-flight {result.preflight_s:.2f}s, then {rate}"
+
+
+def _in_flight(c: Concurrency) -> str:
+    """Requests in flight against ``max_concurrency``; the adaptive limit only when 429s
+    moved it (it starts at ``max_concurrency``, halves at a 429, grows back while answers come)."""
+    peak = f"peak {plural(c.peak_in_flight, 'request')} in flight (max_concurrency {c.max_concurrency})"
+    if c.limit >= c.max_concurrency:
+        return peak
+    return f"{peak}; 429s lowered the limit, which ended at {c.limit}"
 
 
 def _when(stamp: float | None) -> str:
@@ -304,6 +320,17 @@ def interrupted_message(directory: Path, kept: int, total: int, *, response_cach
         )
     were = "was" if paid == 1 else "were"
     return f"interrupted before any row was kept; {answers} {were} paid for and not kept (--no-response-cache)"
+
+
+def already_complete(result: RunResult) -> str:
+    """A rerun over a finished run's untouched output: what is there, and how to redo it."""
+    from genwire.engine.report import report_path
+
+    return (
+        f"already complete: {plural(result.rows_written, 'row')} in {result.output} "
+        f"(report page: {report_path(result.output)}); nothing was sent or written. "
+        "The configuration and the output are as that run left them: run with --fresh to make it again."
+    )
 
 
 def report_note(output: Path, since: float) -> str | None:

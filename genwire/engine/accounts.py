@@ -177,6 +177,11 @@ class RunAccounts:
                 self.trace.traced.set(trace_figures(usage))
             except Exception as exc:  # an exporter's trouble is not the run's
                 log.warning("cannot add the run's figures to its trace: %s", exc)
+        try:  # what it cost so far, however it ended: the page of a failed pre-flight knows its prices too
+            cost: dict[str, Any] | None = self.cost(usage)
+        except Exception as exc:
+            log.warning("cannot add the run's cost to its report: %s", exc)
+            cost = None
         end_session(
             self.metrics,
             self.trace,
@@ -186,6 +191,7 @@ class RunAccounts:
             counts=counts,
             usage=usage,
             summary=summary,
+            cost=cost,
             estimate=estimate,
         )
 

@@ -14,14 +14,8 @@ from genwire.engine.ledger import RunLedger
 from genwire.engine.receipt import LedgerEntry
 from genwire.errors import BudgetStopped, RunSetupError
 from genwire.providers.budget import CostMeter, Narrowed, answers_asked
-from genwire.providers.pricing import (
-    Price,
-    PriceTable,
-    dollars,
-    load_price_table,
-    model_output_limits,
-    model_prices,
-)
+from genwire.providers.money import usd as money
+from genwire.providers.pricing import Price, PriceTable, load_price_table, model_output_limits, model_prices
 from genwire.providers.probes import CHAT_PROBE_PROMPT, STRUCTURED_PROBE_TOKENS
 from genwire.providers.usage import ModelUsage
 
@@ -196,11 +190,11 @@ class RunCosts:
         left_tokens = None if self.max_tokens is None else self.max_tokens - self.meter.spent_tokens
         if (left_usd is not None and usd > left_usd) or (left_tokens is not None and tokens > left_tokens):
             if left_usd is not None:
-                left = f"${left_usd:.6f} of ${self.max_cost_usd:g} (${self.meter.spent_usd:.6f} spent)"
+                left = f"{money(left_usd)} of ${self.max_cost_usd:g} ({money(self.meter.spent_usd)} spent)"
             else:
                 left = f"{left_tokens:,} of {self.max_tokens:,} tokens ({self.meter.spent_tokens:,} spent)"
             raise RunSetupError(
-                f"the budget is below what the pre-flight alone may cost (up to ${usd:.6f}, {tokens:,} tokens; "
+                f"the budget is below what the pre-flight alone may cost (up to {money(usd)}, {tokens:,} tokens; "
                 f"left: {left}); raise --max-cost (or pipeline.budget), or run with --skip-preflight"
             )
 
@@ -228,7 +222,7 @@ class RunCosts:
         meter = self.meter
         parts = []
         if meter.max_cost_usd is not None:
-            parts.append(f"spent {dollars(meter.spent_usd)} of the ${meter.max_cost_usd:g} cap")
+            parts.append(f"spent {money(meter.spent_usd)} of the ${meter.max_cost_usd:g} cap")
         if meter.max_tokens is not None:
             parts.append(f"{meter.spent_tokens:,} of the {meter.max_tokens:,}-token cap")
         return BudgetStopped(

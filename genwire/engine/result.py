@@ -42,6 +42,8 @@ class RunResult:
     endpoints: dict[str, dict[str, EndpointStats]] = field(default_factory=dict)
     funnel: Funnel | None = None  # a gated run (SPEC §21): candidates → each gate → kept
     surplus: int = 0  # a gated run: kept candidates past the rows wanted (in the rejected file)
+    # A rerun over a finished run's untouched output: nothing was done (engine.report.finished).
+    already_complete: bool = False
 
     @property
     def rejected_file(self) -> Path:
@@ -52,9 +54,20 @@ class RunResult:
         return requests_of(self.usage)
 
     @property
+    def preflight_s(self) -> float:
+        """This session's pre-flight (0 when skipped): part of ``duration_s``."""
+        return min(self.preflight.duration_s, self.duration_s) if self.preflight is not None else 0.0
+
+    @property
+    def generating_s(self) -> float:
+        """This session's time after its pre-flight: what the progress bar's clock counts."""
+        return self.duration_s - self.preflight_s
+
+    @property
     def rows_per_s(self) -> float:
+        """Rows made per second of generating (the pre-flight left out, as the bar does)."""
         made = self.rows_written - self.rows_resumed
-        return made / self.duration_s if self.duration_s > 0 else 0.0
+        return made / self.generating_s if self.generating_s > 0 else 0.0
 
     def counts(self) -> dict[str, int]:
         """The row counts the report page shows."""
@@ -79,6 +92,7 @@ class RunResult:
             **({"batches": [b.as_dict() for b in self.batches]} if self.batches is not None else {}),
             **({"cost": self.cost} if self.cost is not None else {}),
             **(funnel_summary(self.funnel, self.surplus) if self.funnel is not None else {}),
+            **({"already_complete": True} if self.already_complete else {}),
         }
 
     def _model_summary(self, alias: str, usage: ModelUsage) -> dict[str, Any]:

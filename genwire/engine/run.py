@@ -9,6 +9,7 @@ session drives are in ``engine.session``; its figures in ``engine.accounts``.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,6 +48,9 @@ async def run_pipeline(
     opened), its accounting (a cap it cannot keep is refused), the checkpoint, then the
     session: the pre-flight, the rows, the output. However it ends, the report says how."""
     plan = plan_run(container, options)
+    finished = finished_output(container, options, plan)
+    if finished is not None:
+        return finished
     accounts = RunAccounts(container, max_cost_usd=options.max_cost_usd, engine=plan.engine)
     checkpoint = open_checkpoint(container, options, plan, accounts)
     session = RunSession(container, options, plan, checkpoint, accounts, progress)
@@ -85,6 +89,36 @@ def plan_run(container: WiredPipeline, options: RunOptions) -> RunPlan:
     check_output(target, protected=dataset_files(container), extra=[errors_path(target), directory])
     gated = gated_run(container, n, batch=bool(batching))  # SPEC §21; None without a gate
     return RunPlan(n, engine, batching, target, directory, gated)
+
+
+def finished_output(container: WiredPipeline, options: RunOptions, plan: RunPlan) -> RunResult | None:
+    """A rerun over the output a finished run of the same configuration wrote, untouched
+    since (its report page says so: ``report.finished``): that output, nothing opened,
+    sent or written. None to run: ``--fresh``, an estimate, a checkpoint in the way."""
+    from genwire.engine.report import report_path
+    from genwire.engine.report.finished import finished_run
+
+    if not options.resume or options.sample_rows is not None or plan.directory.exists():
+        return None
+    began = time.perf_counter()
+    found = finished_run(
+        plan.target,
+        report_path(plan.target),
+        lambda: fingerprint(container.loaded, container.columns),
+        plan.num_records,
+    )
+    if found is None:
+        return None
+    return RunResult(
+        output=plan.target,
+        rows_requested=plan.num_records,
+        rows_written=found.rows,
+        rows_failed=0,
+        errors_file=None,
+        duration_s=time.perf_counter() - began,
+        rows_resumed=found.rows,
+        already_complete=True,
+    )
 
 
 def open_checkpoint(container: WiredPipeline, options: RunOptions, plan: RunPlan, accounts: RunAccounts) -> Checkpoint:

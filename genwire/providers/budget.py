@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from genwire.errors import BudgetExhausted
-from genwire.providers.pricing import Price, dollars
+from genwire.providers.money import usd as dollars_text
+from genwire.providers.pricing import Price
 from genwire.providers.usage import reported_tokens
 
 __all__ = [
@@ -391,7 +392,7 @@ class CostMeter:
     def exhausted_message(self) -> str:
         caps = []
         if self.max_cost_usd is not None:
-            caps.append(f"{dollars(self.spent_usd)} of ${self.max_cost_usd:g}")
+            caps.append(f"{dollars_text(self.spent_usd)} of ${self.max_cost_usd:g}")
         if self.max_tokens is not None:
             caps.append(f"{self.spent_tokens:,} of {self.max_tokens:,} tokens")
         return "not sent: the budget is spent (" + ", ".join(caps) + ")" + self.refusal_hint()
@@ -403,7 +404,7 @@ class CostMeter:
         if refused is None or self.max_cost_usd is None or refused[1] <= self.max_cost_usd - self.spent_usd:
             return ""
         alias, usd, max_tokens = refused
-        hint = f"; one request of {alias} may cost up to {dollars(usd)}"
+        hint = f"; one request of {alias} may cost up to {dollars_text(usd)}"
         if alias in self.output_limits and max_tokens >= 0:
             hint += f" (its answer held at {self.output_bound(alias, max_tokens):,} tokens, the model's output limit)"
         elif max_tokens == 0:

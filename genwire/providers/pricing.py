@@ -16,7 +16,7 @@ from typing import Any
 from genwire.config.schema import GenwireConfig, ModelConfig
 from genwire.errors import ConfigError
 
-__all__ = ["Price", "PriceTable", "dollars", "load_price_table", "model_output_limits", "model_prices"]
+__all__ = ["Price", "PriceTable", "load_price_table", "model_output_limits", "model_prices"]
 
 PER_MTOK = 1_000_000
 
@@ -146,11 +146,3 @@ def model_output_limits(config: GenwireConfig, table: PriceTable | None, table_n
     return limits
 
 
-def dollars(value: float) -> str:
-    """Dollars for display, with the digits that matter: $0.000048, never $0.0000."""
-    if value == 0:
-        return "$0"
-    if abs(value) >= 0.01:
-        return f"${value:,.4f}"
-    decimals = max(6, 1 - math.floor(math.log10(abs(value))))  # two significant digits at least
-    return f"${value:.{decimals}f}"

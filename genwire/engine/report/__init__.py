@@ -64,12 +64,14 @@ def end_session(
     counts: dict[str, Any] | None = None,
     usage: dict[str, ModelUsage] | None = None,
     summary: dict[str, Any] | None = None,
+    cost: dict[str, Any] | None = None,
     estimate: bool = False,
 ) -> None:
     """The one hook every way a session ends goes through (completed, failed, stopped at
     the failure rate or a budget, interrupted, an estimate's sample): the last metrics,
     then the report page, while the checkpoint is still there. ``usage``: the run's final
-    totals per alias; ``summary``: a completed run's ``--json`` summary. Never raises: the
+    totals per alias; ``summary``: a completed run's ``--json`` summary; ``cost``: its
+    ``"cost"`` object, however the session ended. Never raises: the
     run's own outcome is what the user must see. ``trace``: the run's span, ended last.
 
     ``estimate``: the session is ``genwire estimate``'s sample. Its ending is its own
@@ -79,7 +81,8 @@ def end_session(
     try:
         if metrics is not None:
             ending = ESTIMATE_ENDING if estimate and error is None else None
-            metrics.end(error, usage=usage, summary=summary, ending=ending)
+            about = {"cost": cost} if cost is not None else {}
+            metrics.end(error, usage=usage, summary=summary, ending=ending, **about)
             if estimate:
                 return
             try:

@@ -97,11 +97,15 @@ class ReportData:
     sessions: int = 0
     started: float | None = None  # Unix time the first session began
     active_s: float = 0.0  # the sessions' durations, added up
+    preflight_s: float = 0.0  # the sessions' pre-flights, added up
+    generating_s: float = 0.0  # the sessions' time after a pre-flight that passed (or was skipped)
     rows_requested: int | None = None
     rows_written: int = 0
     rows_failed: int = 0
     rows_resumed: int = 0
     summary: dict[str, Any] | None = None  # a finished session's --json summary
+    ended_cost: dict[str, Any] | None = None  # the last session's "cost" object, however it ended
+    fingerprint: Any = None  # the checkpoint's (meta.json): a finished run's page marks it (report.finished)
     models: dict[str, ModelTotals] = field(default_factory=dict)
     points: list[Point] = field(default_factory=list)
     boundaries: list[float] = field(default_factory=list)  # x where a resumed session starts
@@ -195,6 +199,7 @@ def collect(
     with contextlib.suppress(OSError, ValueError):
         meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
         data.rows_requested = int(meta["num_records"])
+        data.fingerprint = meta.get("fingerprint")
     rows_files = _session_files(directory, _ROWS)
     if done is None:
         kept = _kept_indices(rows_files)
@@ -221,11 +226,12 @@ def collect(
 
 def _read_cost(directory: Path, data: ReportData) -> None:
     """USD per alias (SPEC §16): a finished run's summary says it (local models at $0
-    included); an unfinished run's ledger says what was paid so far. An alias without a
+    included), as does the ``end`` line of a session that ended otherwise (a priced model
+    that was paid nothing at $0); a killed run's ledger says what was paid so far. An alias without a
     known price keeps no ``usd`` counter, so the page says ``unknown``, never 0."""
     from genwire.engine.ledger import LEDGER_NAME, read_totals
 
-    cost = (data.summary or {}).get("cost")
+    cost = (data.summary or {}).get("cost") or data.ended_cost
     by_model = cost.get("by_model") if isinstance(cost, dict) else None
     usd: dict[str, Any]
     if isinstance(by_model, dict):
@@ -240,8 +246,7 @@ def _read_cost(directory: Path, data: ReportData) -> None:
 
 def _read_metrics(path: Path, data: ReportData) -> None:
     offset = 0.0
-    session_start: float | None = None
-    session_end = 0.0
+    session: _Session | None = None
     bad = 0
     try:
         handle = path.open("rb")
@@ -258,36 +263,74 @@ def _read_metrics(path: Path, data: ReportData) -> None:
                 bad += 1  # a line torn by a kill, or not of the shape the run writes: the rest still counts
                 continue
             if kind == "session":
-                if session_start is not None:
-                    offset += max(0.0, session_end - session_start)
+                if session is not None:
+                    offset += session.close(data)
                     data.boundaries.append(offset)
-                session_start = session_end = float(record.get("t", 0.0))
+                session = _Session(float(record.get("t", 0.0)))
                 data.sessions += 1
                 if data.started is None:
-                    data.started = session_start
-                data.outcome, data.message, data.summary = "unfinished", "", None
+                    data.started = session.start
+                data.outcome, data.message, data.summary, data.ended_cost = "unfinished", "", None, None
                 if isinstance(record.get("columns"), list):
                     data.columns = [str(c) for c in record["columns"]]
                 if isinstance(record.get("models"), dict):
                     data.served.update({str(a): str(m) for a, m in record["models"].items()})
-            elif kind == "tick" and session_start is not None:
+            elif kind == "tick" and session is not None:
                 t = float(record["t"])
-                session_end = max(session_end, t)
-                _add_tick(data, record, offset + t - session_start)
+                session.end = max(session.end, t)
+                _add_tick(data, record, offset + t - session.start)
             elif kind == "preflight":
                 data.preflight = record.get("report")
+                if session is not None:
+                    session.saw_preflight(data.preflight)
             elif kind == "end":
-                session_end = max(session_end, float(record.get("t", session_end)))
+                if session is not None:
+                    session.end = max(session.end, float(record.get("t", session.end)))
                 data.outcome = str(record.get("outcome", "unfinished"))
                 data.message = str(record.get("message", ""))
                 data.summary = record.get("summary")
-    if session_start is not None:
-        offset += max(0.0, session_end - session_start)
+                cost = record.get("cost")
+                data.ended_cost = cost if isinstance(cost, dict) else None
+    if session is not None:
+        offset += session.close(data)
     data.active_s = offset
     if bad:
         data.notes.append(
             f"{bad} line(s) of {path.name} could not be read (a kill tears the last one) and were skipped"
         )
+
+
+@dataclass
+class _Session:
+    """One session of the metrics file: its clock, split into its pre-flight and the time
+    after it (none after a pre-flight that failed: nothing was generated)."""
+
+    start: float
+    end: float = -1.0
+    preflight_s: float = 0.0
+    preflight_failed: bool = False
+
+    def __post_init__(self) -> None:
+        self.end = self.start
+
+    def saw_preflight(self, report: Any) -> None:
+        if not isinstance(report, dict):
+            return
+        took = report.get("duration_s")
+        if isinstance(took, int | float) and not isinstance(took, bool) and math.isfinite(took) and took >= 0:
+            self.preflight_s = float(took)
+        checks = report.get("checks")
+        if isinstance(checks, list):
+            self.preflight_failed = any(isinstance(c, dict) and c.get("status") == "failed" for c in checks)
+
+    def close(self, data: ReportData) -> float:
+        """Adds this session's pre-flight and generating time to ``data``; returns its length."""
+        length = max(0.0, self.end - self.start)
+        preflight = min(self.preflight_s, length)
+        data.preflight_s += preflight
+        if not self.preflight_failed:
+            data.generating_s += length - preflight
+        return length
 
 
 def _number(value: Any, *, whole: bool = False) -> float:

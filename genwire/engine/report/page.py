@@ -9,11 +9,15 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from html import escape
+from pathlib import Path
 from typing import Any
 
 from genwire.engine.report.data import ModelTotals, ReportData, cell_text, merged_latency, percentile
+from genwire.engine.report.finished import finished_mark
 from genwire.engine.report.svg import colour, latency_histogram, time_chart
 from genwire.errors import plural
+from genwire.providers.money import price_hint
+from genwire.providers.money import usd as usd_text
 
 QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
 OUTCOME_STYLE = {
@@ -117,13 +121,20 @@ def render(data: ReportData, *, version: str = "") -> str:
         " · one self-contained file: no script, nothing fetched</footer>",
     ]
     return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        "<!DOCTYPE html>\n" + _mark(data) + '<html lang="en"><head><meta charset="utf-8">'
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
         'img-src data:">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>genwire report · {t(data.output)}</title><style>{CSS}</style></head>"
         f"<body><main>{''.join(body)}</main></body></html>\n"
     )
+
+
+def _mark(data: ReportData) -> str:
+    """A run that finished with every row written marks it: a rerun leaves it alone."""
+    if data.outcome != "completed" or data.rows_failed:
+        return ""
+    return finished_mark(Path(data.output), data.fingerprint, data.rows_requested, data.rows_written)
 
 
 def _header(data: ReportData) -> str:
@@ -133,12 +144,22 @@ def _header(data: ReportData) -> str:
     out = [
         "<header><h1>genwire run report</h1>",
         f'<span class="badge {style}" data-metric="outcome">{t(data.outcome)}</span></header>',
-        f'<p class="sub">{t(data.output)} · started {t(started)} · {t(sessions)} · '
-        f"{t(seconds_text(data.active_s))} generating</p>",
+        f'<p class="sub">{t(data.output)} · started {t(started)} · {t(sessions)} · {t(_clock(data))}</p>',
     ]
     if data.message and data.outcome != "completed":
         out.append(f'<div class="message">{t(data.message)}</div>')
     return "".join(out)
+
+
+def _clock(data: ReportData) -> str:
+    """The sessions' time, split as the terminal's bar and summary split it: the pre-flight,
+    then generating (none when no pre-flight passed: nothing was generated)."""
+    total = seconds_text(data.active_s)
+    if not data.generating_s:
+        return f"{total}: pre-flight {seconds_text(data.preflight_s)}, nothing generated" if data.preflight_s else total
+    if not data.preflight_s:
+        return f"{total} generating"
+    return f"{total}: pre-flight {seconds_text(data.preflight_s)}, generating {seconds_text(data.generating_s)}"
 
 
 def _card(key: str, name: str, value: float, shown: str | None = None) -> str:
@@ -152,7 +173,7 @@ def _summary(data: ReportData) -> str:
     tokens_out = sum(m.count("completion_tokens") for m in models)
     cost = data.cost()
     made = data.rows_written - data.rows_resumed
-    rate = made / data.active_s if data.active_s > 0 else 0.0
+    rate = made / data.generating_s if data.generating_s > 0 else 0.0  # the bar's rate: the pre-flight left out
     cards = [
         _card("rows written", "rows_written", data.rows_written),
         _card("rows failed", "rows_failed", data.rows_failed),
@@ -161,15 +182,21 @@ def _summary(data: ReportData) -> str:
         _card("model requests", "requests", requests),
         _card("input tokens", "prompt_tokens", tokens_in),
         _card("output tokens", "completion_tokens", tokens_out),
-        _card("cost", "cost_usd", sum(cost.values()), f"${sum(cost.values()):,.4f}")
+        _card("cost", "cost_usd", sum(cost.values()), usd_text(sum(cost.values())))
         if cost is not None
         else '<div class="card"><div class="v"><span data-metric="cost_usd">unknown</span></div>'
-        '<div class="k">cost (no prices set)</div></div>',
-        _card("rows / s", "rows_per_s", round(rate, 2), f"{rate:,.1f}"),
+        f'<div class="k">cost ({t(_unpriced(data))})</div></div>',
+        _card("rows / s generating", "rows_per_s", round(rate, 2), f"{rate:,.1f}"),
     ]
     if data.rows_requested is not None:
         cards.insert(0, _card("rows asked for", "rows_requested", data.rows_requested))
     return '<h2>Summary</h2><div class="cards">' + "".join(cards) + "</div>"
+
+
+def _unpriced(data: ReportData) -> str:
+    """Why the cost is unknown, and how to know it (SPEC §16)."""
+    missing = [alias for alias, m in data.models.items() if "usd" not in m.counters]
+    return price_hint(missing) if missing else "no prices set"
 
 
 def _legend(names: Iterable[str]) -> str:
@@ -252,10 +279,7 @@ def _models(data: ReportData) -> str:
             + cell("batched", m.count("batched"))
             + cell("prompt_tokens", m.count("prompt_tokens"))
             + cell("completion_tokens", m.count("completion_tokens"))
-            + (
-                f'<td class=n><span data-model="{a}" data-field="usd">'
-                f"{'unknown' if usd is None else f'${usd:,.4f}'}</span></td>"
-            )
+            + (f'<td class=n><span data-model="{a}" data-field="usd">{usd_text(usd)}</span></td>')
             + cell(
                 "retries",
                 m.count("retries"),
@@ -394,7 +418,7 @@ def _funnel(data: ReportData) -> str:
     if funnel.surplus:
         kept += f" (+{n(funnel.surplus)} surplus)"
     cost = funnel.rejected_usd
-    paid = "unknown (a model has no price)" if cost is None else f"${cost:,.6f}"
+    paid = "unknown (a model has no price)" if cost is None else usd_text(cost)
     parts = [
         "<h2>Candidates and gates</h2>",
         f"<p>{' → '.join([*steps, kept])}</p>",
