@@ -104,12 +104,13 @@ local engine writes.
   paid for is in the cache, however loaded the machine (workers writing at once waited
   on each other's locks, and one that waited past ``WRITE_WAIT_S`` dropped the rest of
   its answers). Hits travel back in each ``BatchResult`` and in the workers' usage.
-* **Ray's lifetime.** An existing Ray (``ray.is_initialized()``) is used as is and never
-  shut down. Otherwise ``ray.init(address=...)`` (the ``ray_address`` given, else
-  Ray's own ``RAY_ADDRESS``) joins that cluster or starts a
-  local one, which is left running: starting Ray costs seconds, so a second run in the
-  same process reuses it, and Ray shuts it down at interpreter exit (its atexit hook).
-  The actors of a run are always killed at the end of the run.
+* **Ray's lifetime** (``engine.ray_instance``). An existing Ray (``ray.is_initialized()``)
+  is used as is and never shut down. Otherwise ``ray.init(address=...)`` (the
+  ``ray_address`` given, else Ray's own ``RAY_ADDRESS``) joins that cluster or starts a
+  local one (quietly, no dashboard), which is left running: starting Ray costs seconds, so
+  a second run in the same process reuses it; at interpreter exit genwire shuts it down and
+  a reaper process kills every process of it left (at once if genwire is killed). The
+  actors of a run are always killed at the end of the run.
 """
 
 from __future__ import annotations
@@ -139,6 +140,7 @@ from genwire.engine.block_rows import BlockRows
 from genwire.engine.cluster import ClusterBudget, Coordinator, worker_meter
 from genwire.engine.collector import collector_for_rows
 from genwire.engine.costs import attach_meter, priced_models
+from genwire.engine.ray_instance import ensure_ray
 from genwire.engine.receipt import Receipt, ReceiptBook
 from genwire.errors import GenwireError, RunError, exception_text
 from genwire.generators.base import Generator
@@ -391,24 +393,6 @@ def import_ray() -> ModuleType:
     return ray
 
 
-def ensure_ray(ray: ModuleType, address: str | None) -> None:
-    """Join the Ray the caller started, else ``address`` (or Ray's own $RAY_ADDRESS),
-    else start a local one."""
-    if ray.is_initialized():
-        return
-    try:
-        ray.init(
-            address=address,
-            ignore_reinit_error=True,
-            include_dashboard=False,
-            log_to_driver=False,  # worker output would garble the progress bar
-            logging_level=logging.WARNING,
-        )
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-        raise RunError(f"cannot start or join {where}: {exc}") from exc
-
-
 def requested_workers(ray: ModuleType, workers: int | None) -> int:
     """``workers`` when given, else one per CPU of the cluster."""
     if workers is not None:
@@ -595,8 +579,9 @@ class RayBatches:
                 f"the ray engine cannot carry container overrides to its workers (overridden: "
                 f"{', '.join(overridden)}); run with engine='local', or point the config at the resource"
             )
-        if not ray.is_initialized():  # starting Ray takes seconds: off the loop, beside the pre-flight
-            await asyncio.to_thread(ensure_ray, ray, self._address)
+        # Starting Ray takes seconds: off the loop, beside the pre-flight. Joined, it tells
+        # the reaper of an instance this process started about the workers it has now.
+        await asyncio.to_thread(ensure_ray, ray, self._address)
         caps = provider_caps(container)
         # At most the smallest cap: every worker needs one slot of each provider it calls.
         workers = min([requested_workers(ray, self._workers), *caps.values()])
