@@ -363,7 +363,7 @@ class BlockWorker:
         container = self._container
         if container is None:
             return self._book.take({}, {})
-        return self._book.take(container.usage_by_model(), container.endpoint_stats())
+        return self._book.take(container.usage_by_model(), container.endpoint_stats(), container.concurrency())
 
     async def close(self) -> Receipt:
         """Close the container; returns what this worker paid for since its last block
