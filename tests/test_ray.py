@@ -41,19 +41,27 @@ def ray_cluster() -> Iterator[Any]:
     # The test generators are imported by the workers from this directory: on their path
     # through the environment the local Ray inherits (as a plugin installed on every node),
     # not a job runtime_env, whose agent adds 0.7-1 s to every worker's start.
+    # Started as genwire starts its own (engine.ray_instance): at the end no process of it is left.
+    from genwire.engine.ray_instance import end_ray, ensure_ray, started_instance
+
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), before) if p)
     try:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        ensure_ray(ray, None, num_cpus=2)
     finally:
         if before is None:
             del os.environ["PYTHONPATH"]
         else:
             os.environ["PYTHONPATH"] = before
+    instance = started_instance()
+    assert instance is not None
     try:
         yield ray
     finally:
-        ray.shutdown()
+        pids = instance.pids()
+        assert len(pids) >= 3, pids  # the GCS, the raylet, its agents, the workers
+        end_ray(ray)
+        assert [pid for pid in pids if not wait_gone(pid, timeout=60)] == [], "a process of the Ray instance outlived it"
 
 
 @pytest.fixture
@@ -387,8 +395,8 @@ async def test_a_worker_only_reads_the_cache_and_the_driver_stores_its_answers(
     fake_openai_server: FakeOpenAIServer, tmp_path: Path
 ) -> None:
     """The driver is the cache's one writer: a worker (here in-process, as Ray runs it in
-    its actor) sends the answers it paid for back with its rows and writes nothing, not
-    even its hit count; the driver stores them."""
+    its actor) sends the answers it paid for back as they settle (its drains) and writes
+    nothing, not even its hit count; the driver stores them."""
     from genwire.engine.ray_engine import BlockWorker, WorkerSpec, store_worker_answers
     from genwire.providers.response_cache import ResponseCache
 
@@ -399,26 +407,28 @@ async def test_a_worker_only_reads_the_cache_and_the_driver_stores_its_answers(
     container = genwire.boot(cfg)
     spec = WorkerSpec(container.loaded, {c.generator_name: c.generator_cls for c in container.columns}, at)
 
-    async def block(rows: list[int]) -> list[Any]:
+    async def block(rows: list[int]) -> tuple[list[Any], list[Any]]:
         worker = BlockWorker(spec)
         try:
             out = await worker.run_block(rows, 8)
+            assert isinstance(out, tuple), out
+            drained = await worker.drain(0.0)
         finally:
             await worker.close()
-        assert isinstance(out, list), out
-        return out
+        assert drained.through == out[0]  # taken once the block had ended
+        return out[1], drained.answers
 
-    paid = await block(list(range(16)))
+    paid, answers = await block(list(range(16)))
     assert fake_openai_server.requests["writer"] == 16
-    assert sorted(e.row for r in paid for e in r.answers) == list(range(16))  # every answer comes back
+    assert sorted(e.row for e in answers) == list(range(16))  # every answer comes back
+    assert all(not r.answers for r in paid)  # by the drain, not with the rows
     assert cache_table(at, "SELECT COUNT(*) FROM answers") == [(0,)]  # and the worker stored none
-    await store_worker_answers(driver, paid)
+    driver.put_many(answers)
     assert cache_table(at, "SELECT COUNT(*) FROM answers") == [(16,)]
-    assert all(not r.answers for r in paid)  # stored: the rows go on without them
 
-    hit = await block(list(range(16)))
+    hit, answers = await block(list(range(16)))
     assert fake_openai_server.requests["writer"] == 16 and sum(r.cached for r in hit) == 16
-    assert all(not r.answers for r in hit)
+    assert answers == []
     assert cache_table(at, "SELECT * FROM meta") == []  # no hit count written by the worker either
     await store_worker_answers(driver, hit)
     driver.close()  # the driver records the workers' hits
@@ -1353,7 +1363,7 @@ async def test_a_worker_runs_a_later_block_first_and_its_batches_waiting_at_the_
             await asyncio.sleep(0)
         earlier = asyncio.create_task(worker.run_block(first, 1))
         done = await asyncio.wait_for(asyncio.gather(earlier, later), 60)
-        results = [result for block in done for result in block]
+        results = [result for block in done if isinstance(block, tuple) for result in block[1]]
         kept = sorted(i for r in results for i in r.indices)
         rejected = sorted(r["candidate"] for result in results for r in result.rejected)
         assert sorted(kept + rejected) == list(range(2 * size)) and 0 < len(kept) <= 3

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from genwire.providers.budget import CostMeter, ModelStats, Paid
@@ -56,9 +56,11 @@ class ReceiptBook:
         self._cpu_s = time.process_time()
         self.worker = 0
         self.meter: CostMeter | None = None  # the worker's, once it has one
+        self.on_paid: Callable[[], None] = lambda: None  # told of every paid answer
 
     def paid(self, paid: Paid) -> None:
         self._paid.append(LedgerEntry(paid, tuple(current_rows()), current_column()))
+        self.on_paid()
 
     def take(
         self,
