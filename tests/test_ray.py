@@ -1371,3 +1371,59 @@ async def test_a_worker_runs_a_later_block_first_and_its_batches_waiting_at_the_
         await worker.close()
         await keeper.close()
         await container.aclose()
+
+
+# --- a Ray instance genwire starts itself: quiet, reaped, and a killed driver loses nothing paid ----
+
+
+def ray_processes(mark: str) -> list[int]:
+    """The PIDs of the processes carrying ``mark`` in their environment (a driver's Ray instance)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get("GENWIRE_TEST_MARK") == mark:
+                found.append(proc.pid)
+    return found
+
+
+def test_a_killed_ray_driver_leaves_no_process_and_its_resume_pays_at_most_what_was_in_flight(tmp_path: Path) -> None:
+    """kill -9 of a CLI driver that started its own Ray mid-run: every process of that
+    instance ends (by PID), the server sees no more requests than were in flight, and the
+    resume (which starts and ends its own instance too) pays again only for those: every
+    answer settled before the kill was on disk. The resume's stderr holds no line of Ray's,
+    and its summary shows the cluster's peak in flight, not the driver's."""
+    rows, cap = 48, 4
+    with FakeOpenAIServer(latency=0.4) as server:
+        cfg = pipeline(server, tmp_path, n=rows, max_concurrency=cap, batch_size=4)
+        path = write_json(cfg, tmp_path / "genwire.yaml")
+        command = [sys.executable, "-m", "genwire.cli.main", "run", str(path), "--engine", "ray", "--workers", "2"]
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        env["GENWIRE_TEST_MARK"] = mark = f"killed-{os.getpid()}-{time.monotonic_ns()}"
+        driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        try:
+            deadline = time.monotonic() + 240
+            while server.requests["writer"] < rows // 2 and driver.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert driver.poll() is None, "the run ended before it was killed"
+            instance = [pid for pid in ray_processes(mark) if pid != driver.pid]
+        finally:
+            driver.kill()  # kill -9
+            driver.wait(timeout=60)
+        at_kill = server.requests["writer"]
+        assert len(instance) >= 3, instance  # the GCS, the raylet, its agents, the workers
+        assert [pid for pid in instance if not wait_gone(pid, timeout=60)] == []
+        first = server.requests["writer"]
+        assert first <= at_kill + cap  # the workers stopped paying with the driver gone
+
+        env["GENWIRE_TEST_MARK"] = mark = mark + "-resume"
+        resume = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+        assert resume.returncode == 0, resume.stdout + resume.stderr
+        assert resume.stderr == ""  # nothing of Ray's on the terminal without --debug
+        assert len(read_rows(tmp_path / "out.jsonl")) == rows
+        probes = 2  # the pre-flight's, one per session
+        assert server.requests["writer"] <= rows + cap + probes
+        peak = int(resume.stdout.split("peak ", 1)[1].split()[0])
+        assert 2 <= peak <= cap  # the workers' gates add up (the driver's own peak is its probe's: 1)
+        assert [pid for pid in ray_processes(mark) if not wait_gone(pid, timeout=60)] == []
