@@ -12,7 +12,6 @@ import dataclasses
 import gc
 import itertools
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -61,7 +60,8 @@ def ray_cluster() -> Iterator[Any]:
         pids = instance.pids()
         assert len(pids) >= 3, pids  # the GCS, the raylet, its agents, the workers
         end_ray(ray)
-        assert [pid for pid in pids if not wait_gone(pid, timeout=60)] == [], "a process of the Ray instance outlived it"
+        left = [pid for pid in pids if not wait_gone(pid, timeout=60)]
+        assert left == [], f"processes of the Ray instance outlived it: {left}"
 
 
 @pytest.fixture
