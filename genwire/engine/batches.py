@@ -129,14 +129,14 @@ class BatchRunner:
         self.turns = GateTurns([g.column for g in self.generators if g.metadata.gate and g.in_order])
         # store_answers=False (a Ray worker, which sends answers as they come): the running
         # batches' scopes, and the answers of the batches that ended, not yet taken.
-        self.open_scopes: list[BatchScope] = []
+        self.open_scopes: dict[int, BatchScope] = {}  # by id: scopes with the same fields are equal
         self.unsent: list[Entry] = []
 
     def take_answers(self) -> list[Entry]:
         """store_answers=False: the answers kept since the last call (the caller stores them)."""
         taken: list[Entry] = self.unsent
         self.unsent = []
-        for scope in self.open_scopes:
+        for scope in self.open_scopes.values():
             taken.extend(scope.take_kept())
         return taken
 
@@ -148,12 +148,12 @@ class BatchRunner:
         indices = list(indices)
         with batch_scope(self.cache, self.seed) as scope, batch_span(indices) as traced:
             if scope is not None:
-                self.open_scopes.append(scope)
+                self.open_scopes[id(scope)] = scope
             try:
                 result = await self._run(indices, scope)
             finally:
                 if scope is not None:
-                    self.open_scopes.remove(scope)
+                    del self.open_scopes[id(scope)]
                     if self.store_answers:  # a cancelled batch's answers: still stored
                         scope.cache.put_many(scope.take_kept())
                     else:

@@ -23,13 +23,15 @@ import os
 import subprocess
 import sys
 from types import ModuleType
-from typing import IO
+from typing import IO, Any
 
 from genwire.engine import ray_reaper
 from genwire.errors import RunError
 from genwire.scrub import tracebacks_shown
 
 __all__ = ["RayInstance", "ensure_ray", "started_instance"]
+
+log = logging.getLogger("genwire.ray")
 
 REAP_WAIT_S = 10.0  # at exit: how long genwire waits for the reaper to finish
 
@@ -109,7 +111,7 @@ def ensure_ray(ray: ModuleType, address: str | None, **options: object) -> None:
         return
     before = set(ray_reaper.processes(os.getpid())) if sys.platform.startswith("linux") else set()
     try:
-        quiet_ray()
+        quiet_ray(ray)
         ray.init(
             address=address,
             ignore_reinit_error=True,
@@ -140,6 +142,20 @@ def _end_at_exit(ray: ModuleType) -> None:
     end_ray(ray)
 
 
-def quiet_ray() -> None:
-    """Ray's own logger shows errors only (from ``ray.init`` on), unless ``--debug``."""
-    logging.getLogger("ray").setLevel(logging.DEBUG if tracebacks_shown() else logging.ERROR)
+def quiet_ray(ray: ModuleType) -> None:
+    """Ray's own logger shows errors only, and the raylet's messages that the driver prints
+    ("Task … failed. There are 3 retries remaining…", raw colour codes and all, on stdout)
+    go to genwire's debug log, unless ``--debug``."""
+    debug = tracebacks_shown()
+    logging.getLogger("ray").setLevel(logging.DEBUG if debug else logging.ERROR)
+    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    printer = getattr(worker, "print_to_stdstream", None)  # what Ray's error listener thread calls
+    if debug or worker is None or printer is None or getattr(printer, "quiet", False):
+        return
+
+    def to_debug_log(data: dict[str, Any], ignore_prefix: bool = False) -> None:
+        for line in data.get("lines", ()):
+            log.debug("ray (%s): %s", data.get("pid"), line)
+
+    to_debug_log.quiet = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_debug_log
