@@ -99,6 +99,15 @@ class Drains:
         if self._failed is not None:
             raise self._failed
 
+    async def last(self, actors: list[Any]) -> None:
+        """One more drain of every worker, now: what its cancelled batches kept (their
+        finished rows' answers) is stored before the workers close."""
+        drains = await asyncio.gather(*(actor.drain.remote(0.0) for actor in actors), return_exceptions=True)
+        for drained in drains:
+            if not isinstance(drained, BaseException):
+                await self.store(drained.answers)
+                self._feed(drained.receipt)
+
     def closing(self) -> None:
         """No drain after the ones in flight (the workers' ``close`` ends their wait)."""
         self._closing = True

@@ -510,6 +510,8 @@ async def close_workers(
     try:
         if drains is not None:
             drains.closing()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(drains.last(actors), CLOSE_TIMEOUT_S)
         if actors:
             closing = asyncio.gather(*(actor.close.remote() for actor in actors), return_exceptions=True)
             with contextlib.suppress(asyncio.TimeoutError):
