@@ -87,6 +87,11 @@ def show_tracebacks(show: bool = True) -> None:
     _debug = show
 
 
+def tracebacks_shown() -> bool:
+    """Whether ``--debug`` was given: libraries (Ray) may speak on the terminal then."""
+    return _debug
+
+
 class _ScrubbingHandler(logging.Handler):
     """Writes a library's records to the current ``sys.stderr``, scrubbed, with no traceback
     unless ``--debug``."""

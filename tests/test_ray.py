@@ -12,7 +12,6 @@ import dataclasses
 import gc
 import itertools
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -41,19 +40,28 @@ def ray_cluster() -> Iterator[Any]:
     # The test generators are imported by the workers from this directory: on their path
     # through the environment the local Ray inherits (as a plugin installed on every node),
     # not a job runtime_env, whose agent adds 0.7-1 s to every worker's start.
+    # Started as genwire starts its own (engine.ray_instance): at the end no process of it is left.
+    from genwire.engine.ray_instance import end_ray, ensure_ray, started_instance
+
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), before) if p)
     try:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        ensure_ray(ray, None, num_cpus=2)
     finally:
         if before is None:
             del os.environ["PYTHONPATH"]
         else:
             os.environ["PYTHONPATH"] = before
+    instance = started_instance()
+    assert instance is not None
     try:
         yield ray
     finally:
-        ray.shutdown()
+        pids = instance.pids()
+        assert len(pids) >= 3, pids  # the GCS, the raylet, its agents, the workers
+        end_ray(ray)
+        left = [pid for pid in pids if not wait_gone(pid, timeout=60)]
+        assert left == [], f"processes of the Ray instance outlived it: {left}"
 
 
 @pytest.fixture
@@ -387,8 +395,8 @@ async def test_a_worker_only_reads_the_cache_and_the_driver_stores_its_answers(
     fake_openai_server: FakeOpenAIServer, tmp_path: Path
 ) -> None:
     """The driver is the cache's one writer: a worker (here in-process, as Ray runs it in
-    its actor) sends the answers it paid for back with its rows and writes nothing, not
-    even its hit count; the driver stores them."""
+    its actor) sends the answers it paid for back as they settle (its drains) and writes
+    nothing, not even its hit count; the driver stores them."""
     from genwire.engine.ray_engine import BlockWorker, WorkerSpec, store_worker_answers
     from genwire.providers.response_cache import ResponseCache
 
@@ -399,26 +407,28 @@ async def test_a_worker_only_reads_the_cache_and_the_driver_stores_its_answers(
     container = genwire.boot(cfg)
     spec = WorkerSpec(container.loaded, {c.generator_name: c.generator_cls for c in container.columns}, at)
 
-    async def block(rows: list[int]) -> list[Any]:
+    async def block(rows: list[int]) -> tuple[list[Any], list[Any]]:
         worker = BlockWorker(spec)
         try:
             out = await worker.run_block(rows, 8)
+            assert isinstance(out, tuple), out
+            drained = await worker.drain(0.0)
         finally:
             await worker.close()
-        assert isinstance(out, list), out
-        return out
+        assert drained.through == out[0]  # taken once the block had ended
+        return out[1], drained.answers
 
-    paid = await block(list(range(16)))
+    paid, answers = await block(list(range(16)))
     assert fake_openai_server.requests["writer"] == 16
-    assert sorted(e.row for r in paid for e in r.answers) == list(range(16))  # every answer comes back
+    assert sorted(e.row for e in answers) == list(range(16))  # every answer comes back
+    assert all(not r.answers for r in paid)  # by the drain, not with the rows
     assert cache_table(at, "SELECT COUNT(*) FROM answers") == [(0,)]  # and the worker stored none
-    await store_worker_answers(driver, paid)
+    driver.put_many(answers)
     assert cache_table(at, "SELECT COUNT(*) FROM answers") == [(16,)]
-    assert all(not r.answers for r in paid)  # stored: the rows go on without them
 
-    hit = await block(list(range(16)))
+    hit, answers = await block(list(range(16)))
     assert fake_openai_server.requests["writer"] == 16 and sum(r.cached for r in hit) == 16
-    assert all(not r.answers for r in hit)
+    assert answers == []
     assert cache_table(at, "SELECT * FROM meta") == []  # no hit count written by the worker either
     await store_worker_answers(driver, hit)
     driver.close()  # the driver records the workers' hits
@@ -1353,7 +1363,7 @@ async def test_a_worker_runs_a_later_block_first_and_its_batches_waiting_at_the_
             await asyncio.sleep(0)
         earlier = asyncio.create_task(worker.run_block(first, 1))
         done = await asyncio.wait_for(asyncio.gather(earlier, later), 60)
-        results = [result for block in done for result in block]
+        results = [result for block in done if isinstance(block, tuple) for result in block[1]]
         kept = sorted(i for r in results for i in r.indices)
         rejected = sorted(r["candidate"] for result in results for r in result.rejected)
         assert sorted(kept + rejected) == list(range(2 * size)) and 0 < len(kept) <= 3
@@ -1361,3 +1371,59 @@ async def test_a_worker_runs_a_later_block_first_and_its_batches_waiting_at_the_
         await worker.close()
         await keeper.close()
         await container.aclose()
+
+
+# --- a Ray instance genwire starts itself: quiet, reaped, and a killed driver loses nothing paid ----
+
+
+def ray_processes(mark: str) -> list[int]:
+    """The PIDs of the processes carrying ``mark`` in their environment (a driver's Ray instance)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get("GENWIRE_TEST_MARK") == mark:
+                found.append(proc.pid)
+    return found
+
+
+def test_a_killed_ray_driver_leaves_no_process_and_its_resume_pays_at_most_what_was_in_flight(tmp_path: Path) -> None:
+    """kill -9 of a CLI driver that started its own Ray mid-run: every process of that
+    instance ends (by PID), the server sees no more requests than were in flight, and the
+    resume (which starts and ends its own instance too) pays again only for those: every
+    answer settled before the kill was on disk. The resume's stderr holds no line of Ray's,
+    and its summary shows the cluster's peak in flight, not the driver's."""
+    rows, cap = 48, 4
+    with FakeOpenAIServer(latency=0.4) as server:
+        cfg = pipeline(server, tmp_path, n=rows, max_concurrency=cap, batch_size=4)
+        path = write_json(cfg, tmp_path / "genwire.yaml")
+        command = [sys.executable, "-m", "genwire.cli.main", "run", str(path), "--engine", "ray", "--workers", "2"]
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        env["GENWIRE_TEST_MARK"] = mark = f"killed-{os.getpid()}-{time.monotonic_ns()}"
+        driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        try:
+            deadline = time.monotonic() + 240
+            while server.requests["writer"] < rows // 2 and driver.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert driver.poll() is None, "the run ended before it was killed"
+            instance = [pid for pid in ray_processes(mark) if pid != driver.pid]
+        finally:
+            driver.kill()  # kill -9
+            driver.wait(timeout=60)
+        at_kill = server.requests["writer"]
+        assert len(instance) >= 3, instance  # the GCS, the raylet, its agents, the workers
+        assert [pid for pid in instance if not wait_gone(pid, timeout=60)] == []
+        first = server.requests["writer"]
+        assert first <= at_kill + cap  # the workers stopped paying with the driver gone
+
+        env["GENWIRE_TEST_MARK"] = mark = mark + "-resume"
+        resume = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+        assert resume.returncode == 0, resume.stdout + resume.stderr
+        assert resume.stderr == ""  # nothing of Ray's on the terminal without --debug
+        assert len(read_rows(tmp_path / "out.jsonl")) == rows
+        probes = 2  # the pre-flight's, one per session
+        assert server.requests["writer"] <= rows + cap + probes
+        peak = int(resume.stdout.split("peak ", 1)[1].split()[0])
+        assert 2 <= peak <= cap  # the workers' gates add up (the driver's own peak is its probe's: 1)
+        assert [pid for pid in ray_processes(mark) if not wait_gone(pid, timeout=60)] == []

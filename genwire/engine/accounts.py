@@ -22,7 +22,16 @@ from typing import Any, Protocol
 from genwire.container.core import WiredPipeline
 from genwire.engine.costs import RunCosts
 from genwire.engine.metrics import RunMetrics
-from genwire.engine.receipt import Endpoints, LedgerEntry, Receipt, add_endpoints, add_seconds, add_stats
+from genwire.engine.receipt import (
+    Endpoints,
+    LedgerEntry,
+    Receipt,
+    add_endpoints,
+    add_seconds,
+    add_stats,
+    cluster_concurrency,
+    latest_gates,
+)
 from genwire.engine.report import end_session
 from genwire.errors import BudgetStopped
 from genwire.providers.budget import CostMeter
@@ -61,6 +70,7 @@ class RunAccounts:
         self._workers_usage: dict[str, ModelUsage] = {}  # what Ray's workers' receipts said
         self._workers_endpoints: Endpoints = {}
         self._workers_cpu_s: dict[int, float] = {}  # per worker: its process's CPU time
+        self._workers_gates: dict[int, dict[str, Concurrency]] = {}  # per worker: its providers' gates
 
     # --- the session ---------------------------------------------------------------------
 
@@ -124,6 +134,10 @@ class RunAccounts:
             log.warning("%s (on worker %d: its lease of the cap)", meter.narrowed.text(), receipt.worker)
         add_stats(self.costs.meter, receipt.stats)  # what the estimate measures
         self._workers_cpu_s[receipt.worker] = self._workers_cpu_s.get(receipt.worker, 0.0) + receipt.cpu_s
+        if receipt.concurrency:
+            self._workers_gates[receipt.worker] = latest_gates(
+                self._workers_gates.get(receipt.worker, {}), receipt.concurrency
+            )
         if self.metrics is not None:
             add_seconds(self.metrics.recorder, receipt.seconds)
 
@@ -150,7 +164,8 @@ class RunAccounts:
         return dict(sorted(total.items()))
 
     def concurrency(self) -> dict[str, Concurrency]:
-        return self.container.concurrency()
+        """This process's gates, with a Ray run's workers' (their peaks add up)."""
+        return cluster_concurrency(self.container.concurrency(), self._workers_gates)
 
     def cost(self, usage: dict[str, ModelUsage]) -> dict[str, Any]:
         """The summary's ``"cost"`` (SPEC §16)."""

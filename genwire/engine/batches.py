@@ -127,6 +127,18 @@ class BatchRunner:
         self.earlier = earlier
         self.keeper = keeper
         self.turns = GateTurns([g.column for g in self.generators if g.metadata.gate and g.in_order])
+        # store_answers=False (a Ray worker, which sends answers as they come): the running
+        # batches' scopes, and the answers of the batches that ended, not yet taken.
+        self.open_scopes: dict[int, BatchScope] = {}  # by id: scopes with the same fields are equal
+        self.unsent: list[Entry] = []
+
+    def take_answers(self) -> list[Entry]:
+        """store_answers=False: the answers kept since the last call (the caller stores them)."""
+        taken: list[Entry] = self.unsent
+        self.unsent = []
+        for scope in self.open_scopes.values():
+            taken.extend(scope.take_kept())
+        return taken
 
     async def run(self, indices: list[int]) -> BatchResult:
         """Rows ``indices`` (global positions; any set, e.g. the rows a resumed run still
@@ -135,11 +147,17 @@ class BatchRunner:
         generator) the row: ``providers.request_context``."""
         indices = list(indices)
         with batch_scope(self.cache, self.seed) as scope, batch_span(indices) as traced:
+            if scope is not None:
+                self.open_scopes[id(scope)] = scope
             try:
                 result = await self._run(indices, scope)
             finally:
-                if scope is not None and self.store_answers:  # a cancelled batch's answers: still stored
-                    scope.cache.put_many(scope.take_kept())
+                if scope is not None:
+                    del self.open_scopes[id(scope)]
+                    if self.store_answers:  # a cancelled batch's answers: still stored
+                        scope.cache.put_many(scope.take_kept())
+                    else:
+                        self.unsent.extend(scope.take_kept())
             result.size = len(indices)
             if scope is not None:
                 result.cached = scope.hits

@@ -104,12 +104,13 @@ local engine writes.
   paid for is in the cache, however loaded the machine (workers writing at once waited
   on each other's locks, and one that waited past ``WRITE_WAIT_S`` dropped the rest of
   its answers). Hits travel back in each ``BatchResult`` and in the workers' usage.
-* **Ray's lifetime.** An existing Ray (``ray.is_initialized()``) is used as is and never
-  shut down. Otherwise ``ray.init(address=...)`` (the ``ray_address`` given, else
-  Ray's own ``RAY_ADDRESS``) joins that cluster or starts a
-  local one, which is left running: starting Ray costs seconds, so a second run in the
-  same process reuses it, and Ray shuts it down at interpreter exit (its atexit hook).
-  The actors of a run are always killed at the end of the run.
+* **Ray's lifetime** (``engine.ray_instance``). An existing Ray (``ray.is_initialized()``)
+  is used as is and never shut down. Otherwise ``ray.init(address=...)`` (the
+  ``ray_address`` given, else Ray's own ``RAY_ADDRESS``) joins that cluster or starts a
+  local one (quietly, no dashboard), which is left running: starting Ray costs seconds, so
+  a second run in the same process reuses it; at interpreter exit genwire shuts it down and
+  a reaper process kills every process of it left (at once if genwire is killed). The
+  actors of a run are always killed at the end of the run.
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ import math
 import pickle
 import re
 import traceback
+import uuid
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterator
 from pathlib import Path
@@ -139,6 +141,8 @@ from genwire.engine.block_rows import BlockRows
 from genwire.engine.cluster import ClusterBudget, Coordinator, worker_meter
 from genwire.engine.collector import collector_for_rows
 from genwire.engine.costs import attach_meter, model_concurrency, priced_models
+from genwire.engine.ray_drain import Drains
+from genwire.engine.ray_instance import ensure_ray
 from genwire.engine.receipt import Receipt, ReceiptBook
 from genwire.errors import GenwireError, RunError, exception_text
 from genwire.generators.base import Generator
@@ -154,6 +158,7 @@ BATCHES_IN_FLIGHT = 4  # per worker, across its blocks: keeps its provider slots
 MAX_RESTARTS = 3  # a worker process that dies is restarted this many times
 MAX_TASK_RETRIES = 3  # a block whose worker died is re-run this many times
 CLOSE_TIMEOUT_S = 30.0
+SETTLE_S = 0.01  # a drain woken by an answer lets its row commit it first
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 log = logging.getLogger("genwire.ray")
@@ -186,6 +191,19 @@ class Roster:
     coordinator: Any = None  # the run's coordinator actor (engine.cluster), when the budget is capped
     budget_caps: tuple[bool, bool] = (False, False)  # a cost cap, a token cap: spent in leases of the coordinator's
     learned: dict[str, Any] = dataclasses.field(default_factory=dict)  # what the probes showed (CostMeter.learned)
+
+
+@dataclasses.dataclass(frozen=True)
+class Drained:
+    """What a worker settled since its last drain: answers for the cache and what it paid
+    (the ledger's entries...), sent as they come, not with the block's rows, so a driver
+    killed mid-block has them on disk. ``through``: the worker process and how many of its
+    blocks had ended when it was taken (the driver checkpoints a block's rows only once a
+    drain taken after the block's end is stored)."""
+
+    answers: list[Any]
+    receipt: Receipt
+    through: tuple[str, int]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,6 +265,11 @@ class BlockWorker:
         self._boot_lock: asyncio.Lock | None = None
         self._slots: asyncio.Semaphore | None = None
         self._collector = contextlib.ExitStack()  # the rows' collector (engine.collector), from boot to close
+        self._process = uuid.uuid4().hex  # this process (a worker Ray restarts counts its blocks afresh)
+        self._blocks_ended = 0
+        self._draining = 0  # drains under way (``close`` lets them return first)
+        self._settle = asyncio.Event()  # an answer paid or a block ended: a drain waiting returns
+        self._book.on_paid = self._settle.set
 
     async def _ready(self) -> tuple[BatchRunner, asyncio.Semaphore]:
         if self._boot_lock is None:
@@ -308,9 +331,10 @@ class BlockWorker:
 
     async def run_block(
         self, indices: list[int], batch_size: int, roster: Roster | None = None
-    ) -> list[BatchResult] | RemoteError:
-        """The block's batches in order, or the first error in row order (as the local
-        engine would raise it)."""
+    ) -> tuple[tuple[str, int], list[BatchResult]] | RemoteError:
+        """The block's number in this process and its batches in order, or the first error
+        in row order (as the local engine would raise it). Their answers and receipts go by
+        ``drain``."""
         recording = start_recording(self._book.recorder)  # the block's tasks inherit it
         try:
             runner, slots = await self._ready()
@@ -332,13 +356,28 @@ class BlockWorker:
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
-            if results:
-                results[-1].receipt = self._receipt()
-            return results
+            self._blocks_ended += 1
+            self._settle.set()  # the drain that covers this block goes now
+            return (self._process, self._blocks_ended), results
         except Exception as exc:
             return RemoteError.capture(exc)
         finally:
             stop_recording(recording)
+
+    async def drain(self, wait_s: float) -> Drained:
+        """What settled since the last drain (answers, what was paid), once something did
+        or after ``wait_s``: the driver keeps one such call waiting on every worker."""
+        self._draining += 1
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._settle.wait(), wait_s)
+            self._settle.clear()
+            await asyncio.sleep(SETTLE_S)  # the rows whose answers just came commit them to their batch
+            through = (self._process, self._blocks_ended)
+            answers = self._runner.take_answers() if self._runner is not None else []
+            return Drained(answers, self._receipt(), through)
+        finally:
+            self._draining -= 1
 
     def _braked(self, provider: str, model: str, wait: float) -> None:
         for peer in self._peers:  # not awaited: a worker that is gone misses it
@@ -369,11 +408,14 @@ class BlockWorker:
         container = self._container
         if container is None:
             return self._book.take({}, {})
-        return self._book.take(container.usage_by_model(), container.endpoint_stats())
+        return self._book.take(container.usage_by_model(), container.endpoint_stats(), container.concurrency())
 
     async def close(self) -> Receipt:
-        """Close the container; returns what this worker paid for since its last block
-        (a block cancelled or failed midway)."""
+        """Close the container; returns what this worker paid for since its last drain
+        (a block cancelled or failed midway). A drain waiting returns first."""
+        self._settle.set()  # a drain waiting returns: the driver reads it before killing this actor
+        while self._draining:
+            await asyncio.sleep(SETTLE_S)
         receipt = self._receipt()
         container, self._container, self._runner = self._container, None, None
         cache, self._cache = self._cache, None
@@ -397,24 +439,6 @@ def import_ray() -> ModuleType:
     except ImportError:
         raise RunError(INSTALL_HINT) from None
     return ray
-
-
-def ensure_ray(ray: ModuleType, address: str | None) -> None:
-    """Join the Ray the caller started, else ``address`` (or Ray's own $RAY_ADDRESS),
-    else start a local one."""
-    if ray.is_initialized():
-        return
-    try:
-        ray.init(
-            address=address,
-            ignore_reinit_error=True,
-            include_dashboard=False,
-            log_to_driver=False,  # worker output would garble the progress bar
-            logging_level=logging.WARNING,
-        )
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-        raise RunError(f"cannot start or join {where}: {exc}") from exc
 
 
 def requested_workers(ray: ModuleType, workers: int | None) -> int:
@@ -485,10 +509,17 @@ def last_line(exc: BaseException) -> str:
     return _lines(exc)[-1]
 
 
-async def close_workers(ray: ModuleType, actors: list[Any], feed: Callable[[Receipt], None]) -> None:
+async def close_workers(
+    ray: ModuleType, actors: list[Any], feed: Callable[[Receipt], None], drains: Drains | None = None
+) -> None:
     """Close every worker's container (bounded wait) and free the actors' CPUs; ``feed``
-    gets what the workers paid for since their last block."""
+    gets what the workers paid for since their last drain, ``drains`` their last drains
+    (before the actors are killed)."""
     try:
+        if drains is not None:
+            drains.closing()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(drains.last(actors), CLOSE_TIMEOUT_S)
         if actors:
             closing = asyncio.gather(*(actor.close.remote() for actor in actors), return_exceptions=True)
             with contextlib.suppress(asyncio.TimeoutError):
@@ -496,6 +527,8 @@ async def close_workers(ray: ModuleType, actors: list[Any], feed: Callable[[Rece
                     if isinstance(receipt, Receipt):
                         feed(receipt)
     finally:
+        if drains is not None:
+            await drains.close()
         for actor in actors:
             with contextlib.suppress(Exception):
                 ray.kill(actor)
@@ -581,6 +614,7 @@ class RayBatches:
         self._coordinator: Any = None  # a capped run's (engine.cluster), made with the workers
         self._gates = gates
         self._keeper: Any = None  # the gates' keeper's client (engine.ray_gates), made with the workers
+        self._drains: Drains | None = None  # what the workers settle, stored as it comes (engine.ray_drain)
 
     def live_rows(self) -> int:
         return 0  # batch mode, which counts them, runs on the local engine only
@@ -603,8 +637,9 @@ class RayBatches:
                 f"the ray engine cannot carry container overrides to its workers (overridden: "
                 f"{', '.join(overridden)}); run with engine='local', or point the config at the resource"
             )
-        if not ray.is_initialized():  # starting Ray takes seconds: off the loop, beside the pre-flight
-            await asyncio.to_thread(ensure_ray, ray, self._address)
+        # Starting Ray takes seconds: off the loop, beside the pre-flight. Joined, it tells
+        # the reaper of an instance this process started about the workers it has now.
+        await asyncio.to_thread(ensure_ray, ray, self._address)
         caps = provider_caps(container)
         # At most the smallest cap: every worker needs one slot of each provider it calls.
         workers = min([requested_workers(ray, self._workers), *caps.values()])
@@ -650,8 +685,9 @@ class RayBatches:
             starting.cancel()  # a no-op once started; else no (more) actors are made
             await asyncio.gather(starting, return_exceptions=True)
         actors, self._actors = self._actors, []
+        drains, self._drains = self._drains, None
         if actors:
-            await close_workers(import_ray(), actors, self._feed)
+            await close_workers(import_ray(), actors, self._feed, drains)
         keeper, self._keeper = self._keeper, None
         if keeper is not None and self._gates is not None:
             await self._gates.close(import_ray(), self._feed)
@@ -692,6 +728,7 @@ class RayBatches:
             )
             if keeper is not None:  # it runs no block: its roster now, before any worker's batch asks it
                 await keeper.actor.join.remote(roster)
+            self._drains = Drains(ray, actors, self._cache, self._feed)
             dispatch = self._dispatch(ray, roster, todo, feed is not None, batch_size, block_rows, budget, pending)
             async with contextlib.aclosing(dispatch):
                 async for result in dispatch:
@@ -786,6 +823,9 @@ class RayBatches:
                 raise driver_error(ray, exc, block.rows[0], block.rows[-1] + 1) from exc
             if isinstance(out, RemoteError):
                 raise out.rebuild()
+            through, out = out
+            assert self._drains is not None
+            await self._drains.covered(block.worker, through)  # its answers and receipts stored and fed
             rows_done += sum(len(result.indices) for result in out)
             if budget is not None and coordinator is not None:
                 budget.note(await coordinator.status.remote())
@@ -794,10 +834,6 @@ class RayBatches:
                 self._feed(await gates.settled(batch_keys(block.rows, batch_size)))
             if cache is not None:
                 await store_worker_answers(cache, out)
-            for result in out:  # paid for before its rows are checkpointed, as locally
-                receipt, result.receipt = result.receipt, None
-                if receipt is not None:
-                    self._feed(receipt)
             for result in out:
                 yield result
             submit()  # a gated run's plan has recorded these rows: it may take more now

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from genwire.providers.budget import CostMeter, ModelStats, Narrowed, Paid
 from genwire.providers.metrics import AliasSecond, RequestRecorder
 from genwire.providers.pool import EndpointStats
 from genwire.providers.request_context import current_column, current_rows
-from genwire.providers.usage import ModelUsage
+from genwire.providers.usage import Concurrency, ModelUsage
 
 __all__ = ["LedgerEntry", "Receipt", "ReceiptBook"]
 
@@ -41,6 +41,7 @@ class Receipt:
     cpu_s: float = 0.0  # the worker process's CPU time
     worker: int = 0
     narrowed: Narrowed | None = None  # the first time its budget's reservations narrowed its requests in flight
+    concurrency: dict[str, Concurrency] = field(default_factory=dict)  # per provider: the worker's gates now
 
 
 class ReceiptBook:
@@ -56,16 +57,24 @@ class ReceiptBook:
         self._cpu_s = time.process_time()
         self.worker = 0
         self.meter: CostMeter | None = None  # the worker's, once it has one
+        self.on_paid: Callable[[], None] = lambda: None  # told of every paid answer
 
     def paid(self, paid: Paid) -> None:
         self._paid.append(LedgerEntry(paid, tuple(current_rows()), current_column()))
+        self.on_paid()
 
-    def take(self, usage: Mapping[str, ModelUsage], endpoints: Endpoints) -> Receipt:
+    def take(
+        self,
+        usage: Mapping[str, ModelUsage],
+        endpoints: Endpoints,
+        concurrency: Mapping[str, Concurrency] | None = None,
+    ) -> Receipt:
         """The receipt since the last one, given the worker's totals now."""
         paid, self._paid = self._paid, []
         cpu_s, self._cpu_s = self._cpu_s, time.process_time()
         receipt = Receipt(paid=paid, seconds=self.recorder.take(), cpu_s=self._cpu_s - cpu_s, worker=self.worker)
         receipt.narrowed = self.meter.narrowed if self.meter is not None else None
+        receipt.concurrency = dict(concurrency or {})
         if self.meter is not None:
             for alias, measured in self.meter.stats.items():
                 sent, sent_measured = self._stats.get(alias, (0, 0))
@@ -126,3 +135,37 @@ def add_seconds(recorder: RequestRecorder, seconds: Mapping[str, AliasSecond]) -
     """Add a worker's request figures to this interval of ``recorder``."""
     for alias, extra in seconds.items():
         recorder.add(alias, extra)
+
+
+def cluster_concurrency(
+    driver: Mapping[str, Concurrency], workers: Mapping[int, Mapping[str, Concurrency]]
+) -> dict[str, Concurrency]:
+    """Per provider, the driver's gates with its workers' (each worker's latest word): the
+    workers' peaks add up (each had its own share of ``max_concurrency`` in flight; their
+    sum bounds the cluster's peak and is what a server saw when they peaked together, as
+    they do at a run's start), as do their limits, pauses and queues; the driver's own
+    peak (its pre-flight's probes) counts when it is higher."""
+    merged = dict(driver)
+    for name in {name for gates in workers.values() for name in gates}:
+        shares = [gates[name] for gates in workers.values() if name in gates]
+        own = driver.get(name)
+        peak = sum(share.peak_in_flight for share in shares)
+        merged[name] = Concurrency(
+            in_flight=sum(share.in_flight for share in shares),
+            limit=sum(share.limit for share in shares),
+            max_concurrency=own.max_concurrency if own is not None else sum(s.max_concurrency for s in shares),
+            peak_in_flight=max(peak, own.peak_in_flight if own is not None else 0),
+            pauses=sum(share.pauses for share in shares),
+            waiting=sum(share.waiting for share in shares),
+        )
+    return merged
+
+
+def latest_gates(before: Mapping[str, Concurrency], now: Mapping[str, Concurrency]) -> dict[str, Concurrency]:
+    """A worker's latest gates, each with the highest peak it reported (a worker Ray
+    restarted starts its gates afresh)."""
+    latest = dict(before)
+    for name, gate in now.items():
+        peak = max(gate.peak_in_flight, before[name].peak_in_flight if name in before else 0)
+        latest[name] = dataclasses.replace(gate, peak_in_flight=peak)
+    return latest
