@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 import genwire
-from genwire.engine.options import RunOptions
+from genwire.engine.run.options import RunOptions
 from genwire.errors import BudgetStopped
 from genwire.providers.budget import DEFAULT_OUTPUT_LIMIT
 from genwire.testing import FakeOpenAIServer

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from genwire.engine import fingerprint
+from genwire.engine.records import fingerprint
 
 CHUNK = 1 << 20
 

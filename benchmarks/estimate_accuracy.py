@@ -34,8 +34,8 @@ import yaml
 from pydantic import BaseModel
 
 import genwire
-from genwire.engine.estimate import Estimate, estimate_of
-from genwire.engine.options import RunOptions
+from genwire.engine.money.estimate import Estimate, estimate_of
+from genwire.engine.run.options import RunOptions
 from genwire.errors import BudgetStopped
 from genwire.generators.base import Generator
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from genwire.engine.metrics import METRICS_FILE
+from genwire.engine.records.metrics import METRICS_FILE
 from genwire.engine.report import write_report
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from genwire.engine.checkpoint import checkpoint_dir, kept_rows
+from genwire.engine.records.checkpoint import checkpoint_dir, kept_rows
 from genwire.testing import FakeOpenAIServer
 
 

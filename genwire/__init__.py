@@ -9,8 +9,8 @@ from genwire.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from genwire.app import Container, boot
-    from genwire.engine.options import RunOptions
-    from genwire.engine.run import RunResult
+    from genwire.engine.run.conductor import RunResult
+    from genwire.engine.run.options import RunOptions
     from genwire.errors import (
         ConfigError,
         DatasetError,
@@ -55,8 +55,8 @@ __all__ = [
 _WHERE = {
     "Container": "genwire.app",
     "boot": "genwire.app",
-    "RunOptions": "genwire.engine.options",
-    "RunResult": "genwire.engine.run",
+    "RunOptions": "genwire.engine.run.options",
+    "RunResult": "genwire.engine.run.conductor",
     "CheckResult": "genwire.preflight.report",
     "PreflightError": "genwire.preflight.report",
     "PreflightReport": "genwire.preflight.report",

@@ -8,9 +8,9 @@ from typing import Any
 
 from genwire.container.boot import Source, boot_container
 from genwire.container.core import WiredPipeline
-from genwire.engine.options import RunOptions
-from genwire.engine.run import RunResult, run_pipeline
-from genwire.engine.sink import Progress
+from genwire.engine.run.conductor import RunResult, run_pipeline
+from genwire.engine.run.options import RunOptions
+from genwire.engine.run.sink import Progress
 from genwire.generators.base import Generator
 from genwire.preflight.report import PreflightReport
 from genwire.preflight.runner import run_preflight

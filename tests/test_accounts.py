@@ -1,4 +1,4 @@
-"""A run's accounting in one place (``engine.accounts``, SPEC §22): a Ray worker's
+"""A run's accounting in one place (``engine.money.accounts``, SPEC §22): a Ray worker's
 receipts add up to exactly what it did, and the driver's ``RunAccounts`` counts them as
 its own requests — usage, ledger (with rows and column), cost, per-endpoint figures."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import genwire
-from genwire.engine.accounts import RunAccounts
-from genwire.engine.ledger import LEDGER_NAME
-from genwire.engine.receipt import LedgerEntry, Receipt, ReceiptBook, add_stats
+from genwire.engine.money.accounts import RunAccounts
+from genwire.engine.records.ledger import LEDGER_NAME
+from genwire.engine.records.receipt import LedgerEntry, Receipt, ReceiptBook, add_stats
 from genwire.providers.budget import Paid
 from genwire.providers.metrics import AliasSecond
 from genwire.providers.pool import EndpointStats

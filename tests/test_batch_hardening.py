@@ -21,8 +21,8 @@ import pytest
 from support import cli, start_cli, write
 from test_batch_mode import KEY, N, journal_events, pipeline, run_json, wait_until
 
-from genwire.engine.batch_journal import JOURNAL_NAME
-from genwire.engine.checkpoint import checkpoint_dir
+from genwire.engine.records.batch_journal import JOURNAL_NAME
+from genwire.engine.records.checkpoint import checkpoint_dir
 from genwire.testing import FakeOpenAIServer
 
 

@@ -14,8 +14,8 @@ import pytest
 from support import cli, start_cli, write
 
 import genwire
-from genwire.engine.batch_journal import JOURNAL_NAME
-from genwire.engine.checkpoint import checkpoint_dir
+from genwire.engine.records.batch_journal import JOURNAL_NAME
+from genwire.engine.records.checkpoint import checkpoint_dir
 from genwire.testing import FakeOpenAIServer
 
 KEY = "sk-batch-canary-5f0e1d2c3b4a"

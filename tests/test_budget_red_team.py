@@ -15,8 +15,8 @@ import pytest
 from support import cli, write
 
 from genwire.config.loader import load_config
-from genwire.engine.checkpoint import checkpoint_dir
-from genwire.engine.ledger import RunLedger
+from genwire.engine.records.checkpoint import checkpoint_dir
+from genwire.engine.records.ledger import RunLedger
 from genwire.engine.report import report_path
 from genwire.providers.budget import DEFAULT_OUTPUT_LIMIT, CostMeter
 from genwire.providers.money import usd as dollars

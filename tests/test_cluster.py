@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from genwire.engine.cluster import Coordinator, worker_meter
+from genwire.engine.cluster.shared import Coordinator, worker_meter
 from genwire.errors import BudgetExhausted
 from genwire.providers.budget import CostMeter
 from genwire.providers.pricing import Price

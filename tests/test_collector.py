@@ -1,4 +1,4 @@
-"""The garbage collector while rows are generated (``engine.collector``): the objects made
+"""The garbage collector while rows are generated (``engine.rows.collector``): the objects made
 before the rows frozen, the youngest generation collected less often, all put back after."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import genwire
-from genwire.engine.collector import YOUNG_THRESHOLD, collector_for_rows
+from genwire.engine.rows.collector import YOUNG_THRESHOLD, collector_for_rows
 
 
 @pytest.fixture(autouse=True)

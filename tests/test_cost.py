@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from support import cli, start_cli, write
 
-from genwire.engine.checkpoint import checkpoint_dir
-from genwire.engine.ledger import LEDGER_NAME, RunLedger
+from genwire.engine.records.checkpoint import checkpoint_dir
+from genwire.engine.records.ledger import LEDGER_NAME, RunLedger
 from genwire.providers.budget import CostMeter, Paid
 from genwire.providers.pricing import Price
 from genwire.testing import FakeOpenAIServer

@@ -17,7 +17,7 @@ import pytest
 from support import StopAfter, cli, write
 
 import genwire
-from genwire.engine.checkpoint import checkpoint_dir
+from genwire.engine.records.checkpoint import checkpoint_dir
 from genwire.testing import FakeOpenAIServer
 
 N = 20

@@ -16,7 +16,7 @@ import yaml
 from support import StopAfter, cli
 
 import genwire
-from genwire.engine.checkpoint import checkpoint_dir
+from genwire.engine.records.checkpoint import checkpoint_dir
 from genwire.testing import FakeOpenAIServer
 
 NAMES = ["Ann", "Bob", "Cid", "Dee", "Eve", "Fay", "Gus", "Hal"]

@@ -17,7 +17,7 @@ import pytest
 from support import StopAfter, cli, start_cli, write
 
 import genwire
-from genwire.engine.checkpoint import Checkpoint, checkpoint_dir, kept_rows
+from genwire.engine.records.checkpoint import Checkpoint, checkpoint_dir, kept_rows
 from genwire.errors import RunSetupError, RunStopped
 from genwire.testing import FakeOpenAIServer
 

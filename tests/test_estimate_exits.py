@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from support import cli, start_cli, write
 
-from genwire.engine.checkpoint import checkpoint_dir
+from genwire.engine.records.checkpoint import checkpoint_dir
 from genwire.testing import FakeOpenAIServer
 
 

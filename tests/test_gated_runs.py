@@ -19,7 +19,7 @@ from typing import Any
 
 from support import cli, start_cli, write
 
-from genwire.engine.checkpoint import checkpoint_dir, kept_rows
+from genwire.engine.records.checkpoint import checkpoint_dir, kept_rows
 from genwire.providers.response_cache import DB_NAME
 from genwire.testing import FakeOpenAIServer
 

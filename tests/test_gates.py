@@ -15,8 +15,9 @@ from click.testing import CliRunner
 
 import genwire
 from genwire.cli.main import cli
-from genwire.engine.batches import BatchResult
-from genwire.engine.gates import CandidatePlan, Funnel
+from genwire.engine.gates.plan import CandidatePlan
+from genwire.engine.records.batch_result import BatchResult
+from genwire.engine.records.funnel import Funnel
 from genwire.errors import PluginError
 from genwire.generators import Generator, GeneratorMetadata, Verdict
 from genwire.generators.builtin.keep_if import KeepIf
@@ -306,7 +307,7 @@ def test_the_plan_schedules_from_the_measured_rate_and_stops_at_the_target() -> 
 def test_ray_blocks_take_the_plans_candidates_only_as_blocks_start_them() -> None:
     """The Ray driver's rows (``BlockRows``) asks the plan for candidates as the local
     engine does, batch by batch as blocks take them: none is started past the target."""
-    from genwire.engine.block_rows import BlockRows
+    from genwire.engine.cluster.block_rows import BlockRows
 
     plan = CandidatePlan(wanted=10, cap=1000, pending=iter(range(1000)), funnel=Funnel(wanted=10))
     rows = BlockRows(iter(()), plan.feed(4))
@@ -335,7 +336,7 @@ def test_the_plan_reports_the_cap() -> None:
 def test_a_damaged_rejected_line_is_warned_about_and_its_candidate_generated_again(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from genwire.engine.checkpoint import Checkpoint
+    from genwire.engine.records.checkpoint import Checkpoint
 
     directory = tmp_path / "o.jsonl.checkpoint"
     opened = Checkpoint.open(directory, {"k": "v"}, 5, fresh=False, fresh_hint="--fresh", candidates=50)

@@ -11,8 +11,8 @@ from typing import Any
 
 from support import cli, write
 
-from genwire.engine.checkpoint import checkpoint_dir
-from genwire.engine.metrics import METRICS_FILE
+from genwire.engine.records.checkpoint import checkpoint_dir
+from genwire.engine.records.metrics import METRICS_FILE
 from genwire.engine.report import report_path
 
 MAX_TOKENS = 12

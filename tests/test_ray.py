@@ -40,8 +40,8 @@ def ray_cluster() -> Iterator[Any]:
     # The test generators are imported by the workers from this directory: on their path
     # through the environment the local Ray inherits (as a plugin installed on every node),
     # not a job runtime_env, whose agent adds 0.7-1 s to every worker's start.
-    # Started as genwire starts its own (engine.ray_instance): at the end no process of it is left.
-    from genwire.engine.ray_instance import end_ray, ensure_ray, started_instance
+    # Started as genwire starts its own (engine.cluster.instance): at the end no process of it is left.
+    from genwire.engine.cluster.instance import end_ray, ensure_ray, started_instance
 
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), before) if p)
@@ -218,10 +218,10 @@ class Known(Generator[Any]):
     metadata = GeneratorMetadata(name="known", description="the worker's roster", required_resources={})
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
-        from genwire.engine.ray_engine import BlockWorker
+        from genwire.engine.cluster.engine import BlockWorker
 
         # The actor's instance (Ray's class objects for it are BlockWorker subclasses too),
-        # made before the worker froze what it had for the rows (engine.collector): the
+        # made before the worker froze what it had for the rows (engine.rows.collector): the
         # collector lists frozen objects only once they are back in its generations.
         frozen = gc.get_freeze_count()
         gc.unfreeze()
@@ -397,7 +397,7 @@ async def test_a_worker_only_reads_the_cache_and_the_driver_stores_its_answers(
     """The driver is the cache's one writer: a worker (here in-process, as Ray runs it in
     its actor) sends the answers it paid for back as they settle (its drains) and writes
     nothing, not even its hit count; the driver stores them."""
-    from genwire.engine.ray_engine import BlockWorker, WorkerSpec, store_worker_answers
+    from genwire.engine.cluster.engine import BlockWorker, WorkerSpec, store_worker_answers
     from genwire.providers.response_cache import ResponseCache
 
     cfg = pipeline(fake_openai_server, tmp_path, n=16)
@@ -674,8 +674,8 @@ async def test_a_ray_run_reports_the_same_per_model_figures_as_a_local_run(
 ) -> None:
     """The metrics (sent, answered, latencies), the ledger and the cost of a Ray run are
     those of a local run of the same work: the workers' receipts reach the driver."""
-    from genwire.engine.checkpoint import checkpoint_dir
-    from genwire.engine.ledger import LEDGER_NAME, read_totals
+    from genwire.engine.records.checkpoint import checkpoint_dir
+    from genwire.engine.records.ledger import LEDGER_NAME, read_totals
     from genwire.engine.report.data import collect
 
     cfg = pipeline(fake_openai_server, tmp_path, n=40)
@@ -767,8 +767,8 @@ def cli_on_ray(ray: Any, *args: str | Path) -> subprocess.CompletedProcess[str]:
 def test_max_cost_holds_across_the_cluster_stops_with_exit_3_and_a_higher_cap_finishes(
     ray_workers: Any, tmp_path: Path
 ) -> None:
-    from genwire.engine.checkpoint import checkpoint_dir
-    from genwire.engine.ledger import LEDGER_NAME, read_totals
+    from genwire.engine.records.checkpoint import checkpoint_dir
+    from genwire.engine.records.ledger import LEDGER_NAME, read_totals
     from genwire.providers.budget import CostMeter
     from genwire.providers.pricing import Price
     from genwire.testing.fake_usage import RealisticUsage
@@ -1247,8 +1247,8 @@ async def test_the_keeper_judges_the_clusters_batches_in_key_order_and_a_rerun_b
     whatever order the workers ask in, a re-run batch not judged against itself, a batch
     that left before the driver's word holding nothing up, a worker's call that comes
     before the driver's word waiting for it."""
-    from genwire.engine.ray_engine import WorkerSpec
-    from genwire.engine.ray_gates import Answer, GateKeeper
+    from genwire.engine.cluster.engine import WorkerSpec
+    from genwire.engine.cluster.keeper import Answer, GateKeeper
 
     cfg = {
         "pipeline": {
@@ -1335,8 +1335,8 @@ async def test_a_worker_runs_a_later_block_first_and_its_batches_waiting_at_the_
     """Ray runs an async actor's calls in no guaranteed order: a worker may start a later
     block before an earlier one. That block's batches, waiting at the keeper for the earlier
     block's, must not hold every slot the earlier block's batches need (a deadlock)."""
-    from genwire.engine.ray_engine import BATCHES_IN_FLIGHT, BlockWorker, WorkerSpec
-    from genwire.engine.ray_gates import GateKeeper, KeeperClient
+    from genwire.engine.cluster.engine import BATCHES_IN_FLIGHT, BlockWorker, WorkerSpec
+    from genwire.engine.cluster.keeper import GateKeeper, KeeperClient
 
     cfg = {
         "pipeline": {

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from genwire.engine.metrics import METRICS_FILE
+from genwire.engine.records.metrics import METRICS_FILE
 from genwire.engine.report import report_path, write_report
 from genwire.testing import FakeOpenAIServer
 from genwire.testing.fake_server import FakeResponse

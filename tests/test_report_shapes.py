@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from genwire.engine.checkpoint import checkpoint_dir
-from genwire.engine.metrics import METRICS_FILE
+from genwire.engine.records.checkpoint import checkpoint_dir
+from genwire.engine.records.metrics import METRICS_FILE
 from genwire.engine.report import write_report
 from genwire.engine.report.svg import latency_histogram, time_chart
 from genwire.providers.metrics import latency_bucket

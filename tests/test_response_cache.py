@@ -14,7 +14,7 @@ import pytest
 from support import StopAfter, cli, start_cli, write
 
 import genwire
-from genwire.engine.checkpoint import checkpoint_dir, kept_rows
+from genwire.engine.records.checkpoint import checkpoint_dir, kept_rows
 from genwire.providers import response_cache
 from genwire.providers.response_cache import DB_NAME, CachedAnswer, Entry, ResponseCache
 from genwire.testing import FakeOpenAIServer

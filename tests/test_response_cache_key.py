@@ -282,7 +282,7 @@ async def test_a_cache_whose_writes_fail_is_one_warning(
 async def test_hits_are_looked_up_once_per_batch_and_column(
     fake_openai_server: FakeOpenAIServer, tmp_path: Path
 ) -> None:
-    from genwire.engine.batches import BatchRunner
+    from genwire.engine.rows.runner import BatchRunner
     from genwire.providers.response_cache import ResponseCache
 
     columns = [

@@ -11,7 +11,7 @@ import pytest
 from support import cli, write
 
 import genwire
-from genwire.engine.checkpoint import Checkpoint
+from genwire.engine.records.checkpoint import Checkpoint
 from genwire.errors import ConfigError
 
 # Every row fails at its second column: the failure-rate stop ends the run after one batch.

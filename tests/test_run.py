@@ -92,7 +92,7 @@ def full_pipeline(
 COLUMNS = ["passage", "style", "n", "uid", "question", "positive_id", "qvec", "variants", "hard_negatives"]
 
 
-async def run(cfg: dict[str, Any], **kwargs: Any) -> genwire.engine.run.RunResult:  # type: ignore[name-defined]
+async def run(cfg: dict[str, Any], **kwargs: Any) -> genwire.engine.run.conductor.RunResult:  # type: ignore[name-defined]
     container = genwire.boot(cfg)
     async with container:
         return await container.run(**kwargs)
@@ -176,7 +176,7 @@ async def test_an_engine_that_gives_back_fewer_rows_stops_the_run_and_the_rerun_
     """A batch lost between the engine and the sink (the shape of a race once found on
     Ray) never ends as a finished run short of rows: the run stops with the rows it has
     kept, and the rerun makes the lost ones only."""
-    from genwire.engine.local_engine import LocalBatches
+    from genwire.engine.rows.local import LocalBatches
 
     batches = LocalBatches.batches
 

@@ -24,15 +24,15 @@ _OUTPUT = click.option(
 
 
 def _journal_dir(container: Any, output: Path | None) -> Path:
-    from genwire.engine.checkpoint import checkpoint_dir
-    from genwire.engine.run import output_path
+    from genwire.engine.records.checkpoint import checkpoint_dir
+    from genwire.engine.run.conductor import output_path
 
     return checkpoint_dir(output_path(container, output))
 
 
 def interrupted_hint(file: Path, directory: Path) -> str | None:
     """What to say when a batch-mode run stops with batches still open, else None."""
-    from genwire.engine.batch_journal import open_batch_ids
+    from genwire.engine.records.batch_journal import open_batch_ids
 
     open_batches = open_batch_ids(directory)
     if not open_batches:
@@ -63,7 +63,7 @@ def local_provider_notes(container: Any) -> list[str]:
 
 
 async def _states(container: Any, directory: Path, cancel: bool) -> list[dict[str, Any]]:
-    from genwire.engine.batch_journal import JOURNAL_NAME, JournalState, journal_batches, journal_tag
+    from genwire.engine.records.batch_journal import JOURNAL_NAME, JournalState, journal_batches, journal_tag
     from genwire.errors import ModelError
     from genwire.providers.batch.control import find_batches
 
@@ -173,7 +173,7 @@ def _show(rows: list[dict[str, Any]], directory: Path, as_json: bool, verb: str)
 def _refuse_while_running(directory: Path, file: Path) -> None:
     """``cancel`` while a run holds the output would be undone by nothing and would fail
     that run's rows: refused, naming the run, unless ``--force``."""
-    from genwire.engine.checkpoint import lock_holder
+    from genwire.engine.records.checkpoint import lock_holder
     from genwire.errors import RunSetupError
 
     holder = lock_holder(directory)

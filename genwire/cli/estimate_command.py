@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from genwire.cli.consoles import LazyConsole
-    from genwire.engine.estimate import Estimate
+    from genwire.engine.money.estimate import Estimate
     from genwire.errors import GenwireError
 
 __all__ = ["cost_table", "estimate_table", "run_estimate"]
@@ -122,10 +122,10 @@ def run_estimate(
     from genwire.cli.exits import emit_json
     from genwire.cli.render import RichProgress, interrupted_message, show_preflight
     from genwire.cli.signals import Interrupted, run_interruptibly
-    from genwire.engine.checkpoint import checkpoint_dir, kept_rows
-    from genwire.engine.estimate import estimate_of
-    from genwire.engine.options import RunOptions
-    from genwire.engine.run import output_path
+    from genwire.engine.money.estimate import estimate_of
+    from genwire.engine.records.checkpoint import checkpoint_dir, kept_rows
+    from genwire.engine.run.conductor import output_path
+    from genwire.engine.run.options import RunOptions
     from genwire.errors import GenwireError
     from genwire.preflight.report import PreflightError
 
@@ -166,7 +166,7 @@ def run_estimate(
     gates = None
     if result.funnel is not None:
         from genwire.cli.gates_table import gates_table, weak_warning
-        from genwire.engine.gated_estimate import gated_estimate
+        from genwire.engine.gates.estimate import gated_estimate
 
         gates = gated_estimate(result, found, [c.name for c in container.columns])
         if gates.weak:

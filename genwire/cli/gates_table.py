@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
     from rich.table import Table
 
-    from genwire.engine.gated_estimate import GatedEstimate
+    from genwire.engine.gates.estimate import GatedEstimate
 
 
 def _pct(value: float | None) -> str:

@@ -451,8 +451,8 @@ def run(
     """Pre-flight, then generate the dataset, checkpointing as it goes; rerun to resume."""
     from genwire.cli.render import RichProgress, report_note, show_preflight
     from genwire.cli.signals import Interrupted, run_interruptibly
-    from genwire.engine.checkpoint import checkpoint_dir, kept_rows
-    from genwire.engine.run import output_path
+    from genwire.engine.records.checkpoint import checkpoint_dir, kept_rows
+    from genwire.engine.run.conductor import output_path
     from genwire.errors import BudgetStopped, RunStopped
     from genwire.preflight.report import PreflightError
 
@@ -501,7 +501,7 @@ def run(
             emit_json({**_failure_text("interrupted"), "rows_kept": kept, "checkpoint": str(directory)})
         from genwire.cli.batch_commands import interrupted_hint
         from genwire.cli.render import interrupted_message
-        from genwire.engine.session import response_cache_dir
+        from genwire.engine.run.session import response_cache_dir
 
         cached = response_cache_dir(container, not no_response_cache) is not None
         message = interrupted_message(directory, kept, total, response_cache=cached)

@@ -15,7 +15,7 @@ from genwire.errors import plural, printable
 if TYPE_CHECKING:
     from genwire.cli.consoles import LazyConsole
     from genwire.container.plan import WiringPlan
-    from genwire.engine.run import RunResult
+    from genwire.engine.run.conductor import RunResult
     from genwire.preflight.report import PreflightReport
     from genwire.providers.response_cache import CacheInfo
     from genwire.providers.usage import Concurrency
@@ -287,7 +287,7 @@ def paid_row_answers(directory: Path) -> int:
     response cache holds for a rerun even when no row was kept."""
     import json
 
-    from genwire.engine.ledger import LEDGER_NAME
+    from genwire.engine.records.ledger import LEDGER_NAME
 
     count = 0
     try:

@@ -19,7 +19,7 @@ __all__ = ["report"]
 @click.argument("output", type=click.Path(dir_okay=False, path_type=Path))
 def report(output: Path) -> None:
     """Write OUTPUT.report.html for the run writing OUTPUT (e.g. an unfinished one)."""
-    from genwire.engine.checkpoint import checkpoint_dir
+    from genwire.engine.records.checkpoint import checkpoint_dir
     from genwire.engine.report import report_path, write_report
 
     directory = checkpoint_dir(output)

@@ -6,7 +6,7 @@ of a model request, and each call of an embedded (local) model, goes through
 so with ``note_gave_up``. Outside a run (or with the recorder off) both cost one
 context-variable read. Counters the clients keep anyway
 (requests, retries, 429s, tokens, cache hits, batched lines: ``ModelUsage``) are not
-recorded here: the engine reads their differences once a second (``engine.metrics``), so
+recorded here: the engine reads their differences once a second (``engine.records.metrics``), so
 a cache hit costs nothing more than it did.
 
 Latency is bucketed on a log scale (``latency_bucket``): percentiles read from the

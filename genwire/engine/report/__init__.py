@@ -2,7 +2,10 @@
 run's checkpoint folder (``report.data``) and writes one self-contained HTML file
 (``report.page``, plots from ``report.svg``). The run writes it when a session ends,
 whatever ended it, before a finished run removes its checkpoint; ``genwire report
-OUTPUT`` writes it for a run that did not finish."""
+OUTPUT`` writes it for a run that did not finish.
+
+A room of the engine: may import ``engine.gates`` (what the gates' columns cost) and
+``engine.records``, never a room above it (``money``, ``rows``, ``cluster``, ``run``)."""
 
 from __future__ import annotations
 
@@ -13,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from genwire.engine.checkpoint import checkpoint_dir
-from genwire.engine.metrics import RunMetrics
+from genwire.engine.records.checkpoint import checkpoint_dir
+from genwire.engine.records.metrics import RunMetrics
 from genwire.providers.tracing import RunTrace
 from genwire.providers.usage import ModelUsage
 

@@ -1,5 +1,5 @@
 """What a run's report shows, read from its checkpoint folder (SPEC §19): the metrics
-every session appended (``engine.metrics``), the rows and failure records it kept, and
+every session appended (``engine.records.metrics``), the rows and failure records it kept, and
 ``meta.json``. Everything here is bounded whatever the number of rows: per-second
 aggregates are binned to ``MAX_POINTS`` points, samples and failure examples are capped
 and long cells cut. Nothing here escapes text: ``report.html`` does, at the one place
@@ -19,7 +19,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from genwire.engine.metrics import METRICS_FILE
+from genwire.engine.records.metrics import METRICS_FILE
 from genwire.engine.report.funnel import FunnelData, read_funnel
 from genwire.providers.metrics import BUCKETS, bucket_bounds
 
@@ -229,7 +229,7 @@ def _read_cost(directory: Path, data: ReportData) -> None:
     included), as does the ``end`` line of a session that ended otherwise (a priced model
     that was paid nothing at $0); a killed run's ledger says what was paid so far. An alias without a
     known price keeps no ``usd`` counter, so the page says ``unknown``, never 0."""
-    from genwire.engine.ledger import LEDGER_NAME, read_totals
+    from genwire.engine.records.ledger import LEDGER_NAME, read_totals
 
     cost = (data.summary or {}).get("cost") or data.ended_cost
     by_model = cost.get("by_model") if isinstance(cost, dict) else None
@@ -350,7 +350,7 @@ def _counts(value: Any, *, buckets: bool = False) -> None:
 
 
 def _check_shape(kind: Any, record: Any) -> None:
-    """ValueError unless ``record`` has the shape ``engine.metrics`` writes for ``kind``:
+    """ValueError unless ``record`` has the shape ``engine.records.metrics`` writes for ``kind``:
     a line of another shape (another version, a hand edit) is skipped like a torn one."""
     if not isinstance(record, dict):
         raise ValueError("not an object")

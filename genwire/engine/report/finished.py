@@ -38,7 +38,7 @@ class FinishedRun:
 
 
 def fingerprint_digest(fingerprint: dict[str, Any]) -> str:
-    """One hash of a checkpoint's fingerprint (``engine.fingerprint``): paths and hashes, no secret."""
+    """One hash of a checkpoint's fingerprint (``engine.records.fingerprint``): paths and hashes, no secret."""
     text = json.dumps(fingerprint, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 

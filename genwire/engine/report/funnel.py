@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from genwire.engine.gate_costs import paid_by_column
+from genwire.engine.gates.costs import paid_by_column
 
 EXAMPLES_PER_GATE = 3
 REASON_CHARS = 300

@@ -1,4 +1,4 @@
-"""What a collector needs of the run's journal of batches (``engine.batch_journal``
+"""What a collector needs of the run's journal of batches (``engine.records.batch_journal``
 implements it; the providers layer cannot import the engine)."""
 
 from __future__ import annotations

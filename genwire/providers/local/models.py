@@ -53,7 +53,7 @@ class LocalProvider:
         self._semaphore: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._routes: list[Route[LocalProvider]] = []  # keeps the handles' routes alive
-        self.meter: CostMeter | None = None  # the run's, while a run meters its models (engine.costs)
+        self.meter: CostMeter | None = None  # the run's, while a run meters its models (engine.money.costs)
 
     def __repr__(self) -> str:
         return f"LocalProvider(name={self.name!r})"

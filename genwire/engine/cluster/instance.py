@@ -5,7 +5,7 @@ every one of its processes (SPEC §22).
   "Token authentication is enabled…"); without ``--debug`` its logger shows errors only
   and worker output never reaches the driver (``log_to_driver=False``).
 * **Nothing outlives the instance.** A local instance genwire starts has no dashboard
-  and is watched by a reaper process (``engine.ray_reaper``) told the PID of every
+  and is watched by a reaper process (``engine.cluster.reaper``) told the PID of every
   process of the instance (the driver's children born in ``ray.init`` and their
   descendants, noted again at every run's start): at interpreter exit genwire shuts Ray
   down and closes the reaper's pipe, and the reaper SIGKILLs whatever is left (Ray's

@@ -8,7 +8,7 @@ stores the answers in the response cache and feeds the receipt to the run's acco
 (the ledger line is written then) before asking again. So a driver killed mid-block
 (kill -9, a power cut) has every answer its workers had settled a moment before on disk,
 and its resume pays again only for what was in flight; the workers themselves go with
-the driver (``engine.ray_instance``'s reaper, or Ray's owner fate-sharing on a cluster).
+the driver (``engine.cluster.instance``'s reaper, or Ray's owner fate-sharing on a cluster).
 
 The driver checkpoints a block's rows only once a drain taken after the block ended is
 stored (``covered``): the ledger and the cache always hold what the checkpoint's rows
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from genwire.engine.receipt import Receipt
+from genwire.engine.records.receipt import Receipt
 from genwire.providers.response_cache import ResponseCache
 
 __all__ = ["DRAIN_WAIT_S", "Drains"]

@@ -11,16 +11,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from genwire.engine.checkpoint import checkpoint_dir
-from genwire.engine.gate_costs import paid_by_column, rejected_candidates
-from genwire.engine.gates import Funnel
+from genwire.engine.gates.costs import paid_by_column, rejected_candidates
+from genwire.engine.records.checkpoint import checkpoint_dir
+from genwire.engine.records.funnel import Funnel
 
 if TYPE_CHECKING:
-    from genwire.engine.result import RunResult
+    from genwire.engine.records.result import RunResult
 
 
 class Projection(Protocol):
-    """What this reads of ``engine.estimate.Estimate`` (which imports this module)."""
+    """What this reads of ``engine.money.estimate.Estimate`` (which imports this module)."""
 
     @property
     def cost_usd(self) -> float | None: ...

@@ -17,7 +17,7 @@ keys (a batch's first row index):
   then for its turn (every lower key passed that gate or left), judges, and lets the
   next one by. The other columns of every batch still run on the workers, concurrently;
   a batch waits only at the in-order gate, as locally, and gives up its worker slot
-  meanwhile (``engine.batch_slots``: a worker may start a later block before an earlier
+  meanwhile (``engine.cluster.batch_slots``: a worker may start a later block before an earlier
   one, whose batches then need the slots). A batch that ends (done, failed, cancelled)
   leaves (``KeeperClient.leave``), so it never holds a gate up.
 * **A worker killed mid-run.** Ray restarts it and re-runs its block. The keeper judges
@@ -52,11 +52,11 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from genwire.engine.batch_slots import held_slot
-from genwire.engine.batches import BatchRunner, Earlier
-from genwire.engine.gate_turns import GateTurns
-from genwire.engine.ray_engine import CLOSE_TIMEOUT_S, BlockWorker, RemoteError, WorkerSpec, first_line, last_line
-from genwire.engine.receipt import Receipt
+from genwire.engine.cluster.batch_slots import held_slot
+from genwire.engine.cluster.engine import CLOSE_TIMEOUT_S, BlockWorker, RemoteError, WorkerSpec, first_line, last_line
+from genwire.engine.gates.turns import GateTurns
+from genwire.engine.records.receipt import Receipt
+from genwire.engine.rows.runner import BatchRunner, Earlier
 from genwire.errors import RunError
 from genwire.generators.base import Generator
 from genwire.generators.outcome import RowFailure

@@ -46,9 +46,9 @@ local engine writes.
   requests and tokens per minute: the shares sum to the cluster's rate). A brake is the
   cluster's: when 429s persist on one worker, its gate tells every other worker
   (the ``Roster`` gives each the others' handles), which brakes that model of that
-  endpoint too (``engine.cluster``).
+  endpoint too (``engine.cluster.shared``).
 * **The budget** (``--max-cost``, ``pipeline.budget``) is held cluster-wide by a
-  coordinator actor (``engine.cluster``), made with the workers (its process boots
+  coordinator actor (``engine.cluster.shared``), made with the workers (its process boots
   beside theirs) and told what the pre-flight's probes spent (``Coordinator.begin``)
   before the first block: each worker's meter spends leases of the cap,
   the driver reads the coordinator after every block and takes no new rows once it is
@@ -66,7 +66,7 @@ local engine writes.
 * **Quality gates** (SPEC §21): a gated run's ``CandidatePlan`` feeds the driver
   (``batches(feed=...)``): it counts the kept rows as blocks come back and stops
   scheduling at N. Stateless gates run on the workers; stateful ones (``in_order``) are
-  judged for the whole cluster by one keeper actor, in index order (``engine.ray_gates``),
+  judged for the whole cluster by one keeper actor, in index order (``engine.cluster.keeper``),
   made with the workers; it gets the roster (``BlockWorker.join``) before the first block.
 * **Fault tolerance.** Actors have ``max_restarts`` and their tasks
   ``max_task_retries``: a worker process that dies mid-block is restarted (a new
@@ -104,7 +104,7 @@ local engine writes.
   paid for is in the cache, however loaded the machine (workers writing at once waited
   on each other's locks, and one that waited past ``WRITE_WAIT_S`` dropped the rest of
   its answers). Hits travel back in each ``BatchResult`` and in the workers' usage.
-* **Ray's lifetime** (``engine.ray_instance``). An existing Ray (``ray.is_initialized()``)
+* **Ray's lifetime** (``engine.cluster.instance``). An existing Ray (``ray.is_initialized()``)
   is used as is and never shut down. Otherwise ``ray.init(address=...)`` (the
   ``ray_address`` given, else Ray's own ``RAY_ADDRESS``) joins that cluster or starts a
   local one (quietly, no dashboard), which is left running: starting Ray costs seconds, so
@@ -135,15 +135,16 @@ from genwire.config.loader import LoadedConfig
 from genwire.container.core import WiredPipeline
 from genwire.container.graph import build_graph
 from genwire.container.wiring import wire_columns
-from genwire.engine.batch_slots import BatchSlot, held_slot
-from genwire.engine.batches import BatchResult, BatchRunner, batched
-from genwire.engine.block_rows import BlockRows
-from genwire.engine.cluster import ClusterBudget, Coordinator, worker_meter
-from genwire.engine.collector import collector_for_rows
-from genwire.engine.costs import attach_meter, model_concurrency, priced_models
-from genwire.engine.ray_drain import Drains
-from genwire.engine.ray_instance import ensure_ray
-from genwire.engine.receipt import Receipt, ReceiptBook
+from genwire.engine.cluster.batch_slots import BatchSlot, held_slot
+from genwire.engine.cluster.block_rows import BlockRows
+from genwire.engine.cluster.drain import Drains
+from genwire.engine.cluster.instance import ensure_ray
+from genwire.engine.cluster.shared import ClusterBudget, Coordinator, worker_meter
+from genwire.engine.money.costs import attach_meter, model_concurrency, priced_models
+from genwire.engine.records.batch_result import BatchResult, batched
+from genwire.engine.records.receipt import Receipt, ReceiptBook
+from genwire.engine.rows.collector import collector_for_rows
+from genwire.engine.rows.runner import BatchRunner
 from genwire.errors import GenwireError, RunError, exception_text
 from genwire.generators.base import Generator
 from genwire.providers.budget import CostMeter
@@ -177,7 +178,7 @@ class WorkerSpec:
     prices: dict[str, Price | None] = dataclasses.field(default_factory=dict)  # the driver's, resolved once
     output_limits: dict[str, int] = dataclasses.field(default_factory=dict)  # the driver's: the same worst cases
     worker: int = 0  # this worker's index
-    gates: Any = None  # the run's in-order gates' keeper (engine.ray_gates.KeeperClient), when it has any
+    gates: Any = None  # the run's in-order gates' keeper (engine.cluster.keeper.KeeperClient), when it has any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,7 +189,7 @@ class Roster:
 
     peers: list[Any] = dataclasses.field(default_factory=list)  # every worker's handle by index, the keeper's last
     verdicts: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # the driver's, on pools
-    coordinator: Any = None  # the run's coordinator actor (engine.cluster), when the budget is capped
+    coordinator: Any = None  # the run's coordinator actor (engine.cluster.shared), when the budget is capped
     budget_caps: tuple[bool, bool] = (False, False)  # a cost cap, a token cap: spent in leases of the coordinator's
     learned: dict[str, Any] = dataclasses.field(default_factory=dict)  # what the probes showed (CostMeter.learned)
 
@@ -264,7 +265,7 @@ class BlockWorker:
         # Created on first use: asyncio primitives belong to the actor's event loop.
         self._boot_lock: asyncio.Lock | None = None
         self._slots: asyncio.Semaphore | None = None
-        self._collector = contextlib.ExitStack()  # the rows' collector (engine.collector), from boot to close
+        self._collector = contextlib.ExitStack()  # the rows' collector (engine.rows.collector), from boot to close
         self._process = uuid.uuid4().hex  # this process (a worker Ray restarts counts its blocks afresh)
         self._blocks_ended = 0
         self._draining = 0  # drains under way (``close`` lets them return first)
@@ -312,7 +313,7 @@ class BlockWorker:
             await self._ready()
 
     async def join(self, roster: Roster) -> None:
-        """The roster for an actor that runs no block (the gates' keeper: ``engine.ray_gates``)."""
+        """The roster for an actor that runs no block (the gates' keeper: ``engine.cluster.keeper``)."""
         await self._ready()
         self._join(roster)
 
@@ -551,7 +552,7 @@ async def store_worker_answers(cache: ResponseCache, results: list[BatchResult])
 
 
 class GateKeeping(Protocol):
-    """A gated run's in-order gates on the cluster (``engine.ray_gates.RayGates``)."""
+    """A gated run's in-order gates on the cluster (``engine.cluster.keeper.RayGates``)."""
 
     def start(self, ray: ModuleType, spec: WorkerSpec) -> Any:
         """The keeper, booted from ``spec``: what a worker's spec carries (``.actor``: its handle)."""
@@ -611,10 +612,10 @@ class RayBatches:
         self._output_limits = output_limits or {}  # the models' output limits (a worst case without max_tokens)
         self._starting: asyncio.Task[None] | None = None
         self._actors: list[Any] = []
-        self._coordinator: Any = None  # a capped run's (engine.cluster), made with the workers
+        self._coordinator: Any = None  # a capped run's (engine.cluster.shared), made with the workers
         self._gates = gates
-        self._keeper: Any = None  # the gates' keeper's client (engine.ray_gates), made with the workers
-        self._drains: Drains | None = None  # what the workers settle, stored as it comes (engine.ray_drain)
+        self._keeper: Any = None  # the gates' keeper's client (engine.cluster.keeper), made with the workers
+        self._drains: Drains | None = None  # what the workers settle, stored as it comes (engine.cluster.drain)
 
     def live_rows(self) -> int:
         return 0  # batch mode, which counts them, runs on the local engine only
@@ -715,7 +716,7 @@ class RayBatches:
             workers = len(actors)
             block_rows = per_block(n, batch_size, workers) * batch_size
             budget = self._budget if coordinator is not None else None
-            if budget is not None:  # the cap is the cluster's (engine.cluster): less what the probes paid
+            if budget is not None:  # the cap is the cluster's (engine.cluster.shared): less what the probes paid
                 before = budget.coordinator_args(workers)
                 await coordinator.begin.remote(spent_usd=before["spent_usd"], spent_tokens=before["spent_tokens"])
             keeper = self._keeper

@@ -28,7 +28,7 @@ __all__ = ["Estimate", "ModelProjection", "estimate_of", "project"]
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from genwire.engine.run import RunResult
+    from genwire.engine.records.result import RunResult
 
 SECONDS_PER_MINUTE = 60.0
 
@@ -233,7 +233,7 @@ def estimate_of(container: WiredPipeline, sample: RunResult, *, batch: bool = Fa
     rows, failed = sample.rows_written - sample.rows_resumed, sample.rows_failed
     total, done = sample.rows_requested, sample.rows_written
     if sample.funnel is not None:  # a gated pipeline (SPEC §21): projected in candidates
-        from genwire.engine.gated_estimate import candidate_counts
+        from genwire.engine.gates.estimate import candidate_counts
 
         rows, failed, total, done = candidate_counts(sample)
     found = project(

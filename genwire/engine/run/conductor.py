@@ -2,8 +2,8 @@
 checkpointed, and the output written atomically once all rows were tried.
 
 Resume is the default: a run over an existing checkpoint of the same configuration
-generates only the rows it does not hold (see ``engine.checkpoint``). The parts a
-session drives are in ``engine.session``; its figures in ``engine.accounts``.
+generates only the rows it does not hold (see ``engine.records.checkpoint``). The parts a
+session drives are in ``engine.run.session``; its figures in ``engine.money.accounts``.
 """
 
 from __future__ import annotations
@@ -15,18 +15,18 @@ from pathlib import Path
 
 from genwire.config.limits import too_many_rows
 from genwire.container.core import WiredPipeline
-from genwire.engine.accounts import RunAccounts
-from genwire.engine.batch_journal import open_batch_ids
-from genwire.engine.batch_mode import batch_providers
-from genwire.engine.checkpoint import Checkpoint, checkpoint_dir
-from genwire.engine.collector import collector_for_rows
-from genwire.engine.fingerprint import fingerprint
-from genwire.engine.gates import gated_run
-from genwire.engine.options import Engine, RunOptions
-from genwire.engine.result import RunResult
-from genwire.engine.session import RunPlan, RunSession
-from genwire.engine.sink import Progress
-from genwire.engine.writers import check_output, errors_path
+from genwire.engine.gates.plan import gated_run
+from genwire.engine.money.accounts import RunAccounts
+from genwire.engine.records.batch_journal import open_batch_ids
+from genwire.engine.records.checkpoint import Checkpoint, checkpoint_dir
+from genwire.engine.records.fingerprint import fingerprint
+from genwire.engine.records.result import RunResult
+from genwire.engine.records.writers import check_output, errors_path
+from genwire.engine.rows.collector import collector_for_rows
+from genwire.engine.run.batch_mode import batch_providers
+from genwire.engine.run.options import Engine, RunOptions
+from genwire.engine.run.session import RunPlan, RunSession
+from genwire.engine.run.sink import Progress
 from genwire.errors import RunError
 from genwire.preflight.report import PreflightReport
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from genwire.engine.ledger import LEDGER_NAME
+from genwire.engine.records.ledger import LEDGER_NAME
 
 
 @dataclass

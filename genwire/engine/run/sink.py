@@ -10,10 +10,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn, Protocol, TypeVar
 
-from genwire.engine.batches import BatchResult, failure_record
-from genwire.engine.checkpoint import Checkpoint
-from genwire.engine.encoding import UnwritableCell, encode_failure, encode_row
-from genwire.engine.writers import AtomicFile, WriteFailure, errors_path, open_writer
+from genwire.engine.records.batch_result import BatchResult, failure_record
+from genwire.engine.records.checkpoint import Checkpoint
+from genwire.engine.records.encoding import UnwritableCell, encode_failure, encode_row
+from genwire.engine.records.writers import AtomicFile, WriteFailure, errors_path, open_writer
 from genwire.errors import RunStopped
 
 T = TypeVar("T")
@@ -142,7 +142,8 @@ class OutputSink:
                 where = "above" if rate > self.max_failure_rate else "at"
                 self._stop(f"{self.failed} of {tried} rows failed ({rate:.0%})", late, where=where)
             if wanted is not None:
-                from genwire.engine.gates import rejected_path, write_rejected
+                from genwire.engine.gates.plan import write_rejected
+                from genwire.engine.records.funnel import rejected_path
 
                 self.surplus = write_rejected(self.checkpoint, wanted, rejected_path(self.target))
         except BaseException:

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from genwire.config.schema import OUTPUT_SUFFIXES, output_suffix_problem
-from genwire.engine.batches import batched
-from genwire.engine.encoding import dumps
+from genwire.engine.records.batch_result import batched
+from genwire.engine.records.encoding import dumps
 from genwire.errors import RunError, RunSetupError
 
 Rows = Callable[[], Iterable[tuple[int, dict[str, Any]]]]  # a fresh pass over the rows, in order

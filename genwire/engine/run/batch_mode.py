@@ -10,7 +10,7 @@ from typing import Any
 
 from genwire.config.schema import OpenAIProviderConfig
 from genwire.container.core import WiredPipeline
-from genwire.engine.batch_journal import BatchJournal
+from genwire.engine.records.batch_journal import BatchJournal
 from genwire.preflight.batch_check import batch_providers
 from genwire.providers.batch.collector import RoundSignal
 from genwire.providers.batch.format import TERMINAL, BatchInfo

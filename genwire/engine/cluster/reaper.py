@@ -11,7 +11,7 @@ otherwise. ``STARTTIME`` (``/proc/PID/stat``'s 22nd field) tells a listed proces
 later one that reuses its PID. It runs in a session of its own, so Ctrl-C on the terminal
 reaches genwire, not it. Linux only (``/proc``): elsewhere genwire does not start it.
 
-The driver's half (``processes``, ``start_time``) is imported by ``engine.ray_instance``.
+The driver's half (``processes``, ``start_time``) is imported by ``engine.cluster.instance``.
 """
 
 import contextlib

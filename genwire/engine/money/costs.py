@@ -10,8 +10,8 @@ from typing import Any
 
 from genwire.config.schema import LocalProviderConfig, OpenAIProviderConfig
 from genwire.container.core import WiredPipeline
-from genwire.engine.ledger import RunLedger
-from genwire.engine.receipt import LedgerEntry
+from genwire.engine.records.ledger import RunLedger
+from genwire.engine.records.receipt import LedgerEntry
 from genwire.errors import BudgetStopped, RunSetupError
 from genwire.providers.budget import CostMeter, Narrowed, answers_asked
 from genwire.providers.money import usd as money

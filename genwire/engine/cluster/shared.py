@@ -57,9 +57,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from genwire.engine.coordinator import BudgetStatus, Coordinator
-from genwire.engine.costs import RunCosts
-from genwire.engine.receipt import LedgerEntry
+from genwire.engine.cluster.coordinator import BudgetStatus, Coordinator
+from genwire.engine.money.costs import RunCosts
+from genwire.engine.records.receipt import LedgerEntry
 from genwire.errors import BudgetStopped
 from genwire.providers.budget import CostMeter
 

@@ -1,6 +1,6 @@
 """A Ray worker's batch slots (``BlockWorker``: a few batches in flight at a time), as
 the batch that holds one sees it: a batch waiting for its turn at the gates' keeper gives
-its slot up meanwhile (``engine.ray_gates``), so the batches of lower index it waits for
+its slot up meanwhile (``engine.cluster.keeper``), so the batches of lower index it waits for
 can run. Ray runs an async actor's calls in no guaranteed order, so a later block's
 batches may hold every slot while an earlier block's wait for one."""
 

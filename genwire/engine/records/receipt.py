@@ -1,5 +1,5 @@
 """What a Ray worker paid for, sent back with its rows (SPEC §22): the driver is the one
-writer of the run's accounting (``engine.accounts``), and a worker's ``Receipt`` is how
+writer of the run's accounting (``engine.money.accounts``), and a worker's ``Receipt`` is how
 its requests reach it — usage, ledger entries, per-second request figures and a pool's
 per-endpoint figures, each the difference since the worker's last receipt, so that the
 receipts of a run add up to exactly what its workers did."""

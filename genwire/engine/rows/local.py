@@ -7,7 +7,8 @@ import itertools
 from collections.abc import AsyncGenerator, Callable, Iterator
 
 from genwire.container.core import WiredPipeline
-from genwire.engine.batches import BatchResult, BatchRunner, Earlier, batched
+from genwire.engine.records.batch_result import BatchResult, batched
+from genwire.engine.rows.runner import BatchRunner, Earlier
 from genwire.providers.response_cache import ResponseCache
 
 __all__ = ["LocalBatches"]

@@ -3,7 +3,7 @@ per-second metrics, a pool's per-endpoint figures and the run's trace.
 
 The local engine's clients feed it as they go (the container's usage, the cost meter
 attached to every HTTP provider); on Ray the driver is its one writer: each worker sends
-what it paid for with its rows (``engine.receipt``) and the driver ``feed``s it here.
+what it paid for with its rows (``engine.records.receipt``) and the driver ``feed``s it here.
 The summary, ``--json``, the report page, the OTel run span and the budget all read
 this object, so a Ray run carries the same figures as a local run of the same work.
 
@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from genwire.container.core import WiredPipeline
-from genwire.engine.costs import RunCosts
-from genwire.engine.metrics import RunMetrics
-from genwire.engine.receipt import (
+from genwire.engine.money.costs import RunCosts
+from genwire.engine.records.metrics import RunMetrics
+from genwire.engine.records.receipt import (
     Endpoints,
     LedgerEntry,
     Receipt,
@@ -64,7 +64,7 @@ class RunAccounts:
         """Prices resolved; a cap the engine cannot keep is refused here, before anything is opened."""
         self.container = container
         self.costs = RunCosts(container, max_cost_usd=max_cost_usd, engine=engine)
-        self.budget: Budget = self.costs  # a Ray run's: the cluster's (engine.cluster.ClusterBudget)
+        self.budget: Budget = self.costs  # a Ray run's: the cluster's (engine.cluster.shared.ClusterBudget)
         self.metrics: RunMetrics | None = None
         self.trace: RunTrace | None = None
         self._workers_usage: dict[str, ModelUsage] = {}  # what Ray's workers' receipts said

@@ -1,5 +1,5 @@
 """The budget's coordinator of a capped Ray run (SPEC §22): one Ray actor per run that
-leases slices of the cap to the workers' meters (see ``engine.cluster`` for the design).
+leases slices of the cap to the workers' meters (see ``engine.cluster.shared`` for the design).
 
 Standard library only: its actor process boots while the workers do, and it must be
 answering before their first request asks for a lease.

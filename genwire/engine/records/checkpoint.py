@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from genwire.config.limits import MAX_NUM_RECORDS
-from genwire.engine.fingerprint import Fingerprint, changes
+from genwire.engine.records.fingerprint import Fingerprint, changes
 from genwire.errors import RunSetupError
 
 FORMAT_VERSION = 1
@@ -66,9 +66,9 @@ _FAILED = re.compile(r"failed-(\d+)\.jsonl")
 _REJECTED = re.compile(r"rejected-(\d+)\.jsonl")
 # What else a run keeps here (batch mode's journal, and its spool files while a batch file is
 # built or read: providers.batch.collector.SPOOL_PREFIX); anything else is a stray file.
-_JOURNAL = "batch-journal.jsonl"  # engine.batch_journal.JOURNAL_NAME (not imported: batch mode is loaded on demand)
-_LEDGER = "ledger.jsonl"  # engine.ledger.LEDGER_NAME: what the run paid, per answer (SPEC §16)
-_METRICS = "metrics.jsonl"  # engine.metrics.METRICS_FILE: the run's per-second aggregates (SPEC §19)
+_JOURNAL = "batch-journal.jsonl"  # records.batch_journal.JOURNAL_NAME (not imported: loaded on demand)
+_LEDGER = "ledger.jsonl"  # engine.records.ledger.LEDGER_NAME: what the run paid, per answer (SPEC §16)
+_METRICS = "metrics.jsonl"  # engine.records.metrics.METRICS_FILE: the run's per-second aggregates (SPEC §19)
 _OTHER_FILES = frozenset({_META, _LOCK, _JOURNAL, _LEDGER, _METRICS})
 _SPOOL = re.compile(r"batch-spool-[\w.-]+\.jsonl")
 

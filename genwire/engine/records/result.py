@@ -1,5 +1,5 @@
 """What a finished run did (``RunResult``): the summary, ``--json`` (SPEC §9) and the
-estimate read it. Its figures come from the run's accounting (``engine.accounts``)."""
+estimate read it. Its figures come from the run's accounting (``engine.money.accounts``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from genwire.engine.gates import Funnel, funnel_summary, rejected_path
+from genwire.engine.records.funnel import Funnel, funnel_summary, rejected_path
 from genwire.preflight.report import PreflightReport
 from genwire.providers.batch.format import BatchInfo
 from genwire.providers.budget import CostMeter

@@ -1,6 +1,6 @@
 """One session of a run over its checkpoint: the parts ``run_pipeline`` drives, stage by
 stage — the engine that makes the batches (local or Ray), batch mode, the output sink,
-and the run's accounting (``engine.accounts``), each opened here and closed here."""
+and the run's accounting (``engine.money.accounts``), each opened here and closed here."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from pathlib import Path
 from typing import Protocol
 
 from genwire.container.core import WiredPipeline
-from genwire.engine.accounts import RunAccounts
-from genwire.engine.batch_mode import BatchMode
-from genwire.engine.batches import BatchResult
-from genwire.engine.checkpoint import Checkpoint
-from genwire.engine.gates import CandidatePlan, GatedRun
-from genwire.engine.local_engine import LocalBatches
-from genwire.engine.options import RunOptions
-from genwire.engine.result import RunResult
-from genwire.engine.sink import OutputSink, Progress
+from genwire.engine.gates.plan import CandidatePlan, GatedRun
+from genwire.engine.money.accounts import RunAccounts
+from genwire.engine.records.batch_result import BatchResult
+from genwire.engine.records.checkpoint import Checkpoint
+from genwire.engine.records.result import RunResult
+from genwire.engine.rows.local import LocalBatches
+from genwire.engine.run.batch_mode import BatchMode
+from genwire.engine.run.options import RunOptions
+from genwire.engine.run.sink import OutputSink, Progress
 from genwire.errors import RunStopped
 from genwire.preflight.report import PreflightError, PreflightReport
 from genwire.preflight.runner import run_preflight
@@ -113,9 +113,9 @@ class RunSession:
 
     def _source(self) -> BatchSource:
         if self.plan.engine == "ray":
-            from genwire.engine.cluster import ClusterBudget
-            from genwire.engine.ray_engine import RayBatches
-            from genwire.engine.ray_gates import RayGates, in_order_gates
+            from genwire.engine.cluster.engine import RayBatches
+            from genwire.engine.cluster.keeper import RayGates, in_order_gates
+            from genwire.engine.cluster.shared import ClusterBudget
 
             options, gated = self.options, self.plan.gated
             self.accounts.budget = cluster = ClusterBudget(self.accounts.costs)  # held cluster-wide

@@ -5,14 +5,12 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
-import itertools
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from genwire.container.core import WiredPipeline
-from genwire.engine.gate_turns import GateTurns
-from genwire.engine.receipt import Receipt
+from genwire.engine.gates.turns import GateTurns
+from genwire.engine.records.batch_result import BatchResult, failure_record
 from genwire.errors import (
     BatchModeFailed,
     BudgetExhausted,
@@ -29,34 +27,8 @@ from genwire.providers.request_context import BatchScope, batch_scope, column_sc
 from genwire.providers.response_cache import Entry, ResponseCache
 from genwire.providers.tracing import batch_span
 
-T = TypeVar("T")
-
 # Values no generator can change in place: shared between a row and its copies, never copied.
 _IMMUTABLE = (str, int, float, bool, type(None), bytes)
-
-
-def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
-    """Consecutive lists of ``size`` items (the last may be shorter), read lazily."""
-    iterator = iter(items)
-    while batch := list(itertools.islice(iterator, size)):
-        yield batch
-
-
-@dataclass
-class BatchResult:
-    indices: list[int]  # of ``rows``, one each
-    rows: list[dict[str, Any]]
-    failures: list[dict[str, Any]]
-    cached: int = 0  # answers the response cache served for this batch (no request sent)
-    # The answers its rows kept, for a runner that does not store them itself (a Ray
-    # worker: the driver is the cache's one writer).
-    answers: list[Entry] = field(default_factory=list)
-    # What a Ray worker paid for since its last receipt (the driver feeds the run's accounts).
-    receipt: Receipt | None = None
-    # A gated run (SPEC §21): the candidates a gate rejected, in index order,
-    # ``{"candidate", "gate", "reason", "row"}`` (the row's cells generated so far).
-    rejected: list[dict[str, Any]] = field(default_factory=list)
-    size: int = 0  # rows the batch was started with (kept, failed, rejected or dropped at the budget)
 
 
 def private_rows(rows: list[dict[str, Any]], mutable: list[str]) -> list[dict[str, Any]]:
@@ -76,15 +48,6 @@ def private_rows(rows: list[dict[str, Any]], mutable: list[str]) -> list[dict[st
     return views
 
 
-def failure_record(
-    index: int, row: dict[str, Any], column: str, error: BaseException, error_class: str | None = None
-) -> dict[str, Any]:
-    if error_class is None:
-        error_class = error.error_class.value if isinstance(error, ModelError) else type(error).__name__
-    message = error.message if isinstance(error, ModelError) else str(error)
-    return {"row": index, "column": column, "error_class": error_class, "error": message, "data": dict(row)}
-
-
 # What an in-order gate is handed before its first batch: the rows (and their indices,
 # in index order) that an earlier session of the run let through it.
 Earlier = Callable[[str], tuple[list[dict[str, Any]], list[int]]]
@@ -92,7 +55,7 @@ Earlier = Callable[[str], tuple[list[dict[str, Any]], list[int]]]
 
 class InOrderGates(Protocol):
     """Where a runner's in-order gates are judged when that is not in this process (a Ray
-    worker: one keeper holds them for the cluster, ``engine.ray_gates``). ``key`` is the
+    worker: one keeper holds them for the cluster, ``engine.cluster.keeper``). ``key`` is the
     batch's (its first row index): the keeper takes the cluster's batches in key order."""
 
     async def judge(self, column: str, key: int, rows: list[dict[str, Any]], indices: list[int]) -> list[Any]: ...
