@@ -54,6 +54,7 @@ NO_RUN = [
     "genwire.providers.response_cache",  # no request is made, so no cache is read
     "genwire.generators.source_check",  # the example's generators are built-ins: nothing to check
     "genwire.generators.source_scan",
+    "genwire.generators.scan_function",
     "sqlite3",
     "genwire.providers.pool",  # the example has no endpoint pool...
     "genwire.providers.tools.handle",  # ...nor tool server: neither is compiled for it
