@@ -25,7 +25,7 @@ import sys
 from types import ModuleType
 from typing import IO, Any
 
-from genwire.engine import ray_reaper
+from genwire.engine.cluster import reaper as ray_reaper
 from genwire.errors import RunError
 from genwire.scrub import tracebacks_shown
 

@@ -1,5 +1,5 @@
 """Ends every process of a Ray instance genwire started, however genwire ends:
-``python -I -S ray_reaper.py``, its stdin a pipe from genwire.
+``python -I -S reaper.py``, its stdin a pipe from genwire.
 
 Standard library only, no site: it starts in milliseconds. genwire writes one line
 ``PID STARTTIME`` per process of the instance as it learns of them (the GCS, the raylet,
