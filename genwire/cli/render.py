@@ -155,6 +155,8 @@ def run_summary(result: RunResult) -> Table:
         table.add_row("candidates", cell(funnel.text(result.surplus) + rate))
         rejected = ", ".join(f"{gate} {n:,}" for gate, n in funnel.rejected.items() if n)
         table.add_row("rejected", cell(f"{rejected or 'none'} → {result.rejected_file}"))
+    for name, restarts in sorted(result.servers.items()):  # managed servers (SPEC §23)
+        table.add_row(escape(f"server {name}"), "restarted " + plural(restarts, "time") if restarts else "no restart")
     for alias, endpoints in sorted(result.endpoints.items()):
         for name, stats in endpoints.items():
             d = stats.as_dict()

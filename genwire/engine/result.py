@@ -42,6 +42,8 @@ class RunResult:
     endpoints: dict[str, dict[str, EndpointStats]] = field(default_factory=dict)
     funnel: Funnel | None = None  # a gated run (SPEC §21): candidates → each gate → kept
     surplus: int = 0  # a gated run: kept candidates past the rows wanted (in the rejected file)
+    # Managed servers (SPEC §23) this run used: per server, how often it was restarted.
+    servers: dict[str, int] = field(default_factory=dict)
 
     @property
     def rejected_file(self) -> Path:
@@ -79,6 +81,7 @@ class RunResult:
             **({"batches": [b.as_dict() for b in self.batches]} if self.batches is not None else {}),
             **({"cost": self.cost} if self.cost is not None else {}),
             **(funnel_summary(self.funnel, self.surplus) if self.funnel is not None else {}),
+            **({"servers": {name: {"restarts": n} for name, n in self.servers.items()}} if self.servers else {}),
         }
 
     def _model_summary(self, alias: str, usage: ModelUsage) -> dict[str, Any]:
