@@ -45,6 +45,8 @@ class ManagedFakeServer(FakeOpenAIServer):
         self.answered = 0
 
     async def _handle(self, request: web.Request, endpoint: str) -> web.StreamResponse:
+        if self.crash_after is not None and self.answered >= self.crash_after:
+            os._exit(CRASH_CODE)  # a request after the last answer finds the server dying
         response = await super()._handle(request, endpoint)
         self.answered += 1
         if self.crash_after is not None and self.answered >= self.crash_after:
@@ -71,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     print(f"loading {args.model}...", flush=True)
     if args.child:
-        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        # Its argv names the model, so a test finds it by name.
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", f"worker-of-{args.model}"])
     if args.fail_start:
         for name, value in sorted(os.environ.items()):
             if name not in ("PATH", "HOME"):

@@ -1,0 +1,168 @@
+"""Managed inference servers (SPEC §23), for real: the stand-in server
+(``genwire.testing.managed_server``) started by the genwire command, checked, restarted
+and stopped; every process of its group looked for by PID afterwards, its port checked free."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from servers_support import (
+    WAIT_S,
+    genwire,
+    marker,
+    one_server_config,
+    pipeline,
+    port_free,
+    ports_in,
+    processes_of,
+    server_block,
+    starts_in,
+    wait_gone,
+)
+
+
+def test_a_loading_server_is_waited_for_and_leaves_nothing(tmp_path: Path) -> None:
+    model = marker()
+    (tmp_path / "genwire.yaml").write_text(one_server_config(model, "--load-s", "2", "--child"))
+    log = tmp_path / "out/data.jsonl.servers/stand_in.log"
+    checked = genwire("preflight", "--json", "genwire.yaml", cwd=tmp_path)
+    assert checked.returncode == 0, checked.stderr
+    report = json.loads(checked.stdout)
+    server = next(c for c in report["checks"] if c["kind"] == "server")
+    assert server["target"] == "stand_in" and server["status"] == "ok" and server["latency_s"] >= 2
+    assert wait_gone(model, timeout=1.0) == []  # the server and its child: gone when the command returned
+    assert all(port_free(port) for port in ports_in(log))
+    ran = genwire("run", "--json", "genwire.yaml", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["rows_written"] == 4
+    assert len((tmp_path / "out/data.jsonl").read_text().splitlines()) == 4
+    assert wait_gone(model, timeout=1.0) == []
+    assert all(port_free(port) for port in ports_in(log))
+
+
+def test_a_server_no_wired_model_reaches_is_never_started(tmp_path: Path) -> None:
+    used, unused = marker(), marker()
+    (tmp_path / "genwire.yaml").write_text(
+        "servers:\n"
+        + server_block("used", used)
+        + server_block("unused", unused)
+        + "providers:\n  p: {kind: openai, server: used}\n  q: {kind: openai, server: unused}\n"
+        + f"models:\n  m: {{provider: p, model: {used}, kind: chat}}\n  n: {{provider: q, model: {unused}, kind: chat}}\n"
+        + pipeline()
+    )
+    ran = genwire("run", "genwire.yaml", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    servers = tmp_path / "out/data.jsonl.servers"
+    assert (servers / "used.log").exists() and not (servers / "unused.log").exists()  # no process launched
+
+
+def test_health_503_while_models_answers_is_waited_for(tmp_path: Path) -> None:
+    model = marker()
+    config = one_server_config(model, "--unhealthy-s", "3", provider=", retries: 0")
+    (tmp_path / "genwire.yaml").write_text(config)
+    checked = genwire("preflight", "--json", "genwire.yaml", cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    checks = {c["target"]: c for c in json.loads(checked.stdout)["checks"]}
+    assert checks["stand_in"]["latency_s"] >= 3 and checks["m"]["status"] == "ok"
+
+
+def test_a_failed_start_is_reported_at_once_with_its_log_and_no_secret(tmp_path: Path) -> None:
+    model = marker()
+    secret = "s3cr3t-value-of-the-token"
+    config = one_server_config(model, "--fail-start", env={"SERVER_TOKEN": "${SERVER_TOKEN}"})
+    (tmp_path / "genwire.yaml").write_text(config)
+    # startup_timeout_s is 600: a failure found only at the timeout would not return within WAIT_S.
+    checked = genwire("preflight", "genwire.yaml", cwd=tmp_path, env={"SERVER_TOKEN": secret}, timeout=WAIT_S)
+    assert checked.returncode == 1
+    shown = checked.stdout + checked.stderr
+    assert "start_failed" in shown and "exited with code 3" in shown and "out of memory" in shown
+    assert secret not in shown and "SERVER_TOKEN=***" in shown.replace("\n", "")
+    assert "not probed: server 'stand_in' did not start" in shown  # the model: skipped, not a second failure
+    assert wait_gone(model) == []
+
+
+def test_a_server_never_ready_is_a_timeout_then_stopped(tmp_path: Path) -> None:
+    model = marker()
+    config = one_server_config(model, "--unhealthy-s", "10000", "--child", startup_timeout_s=3, stop_timeout_s=2)
+    (tmp_path / "genwire.yaml").write_text(config)
+    checked = genwire("preflight", "--json", "genwire.yaml", cwd=tmp_path)
+    assert checked.returncode == 1
+    server = json.loads(checked.stdout)["checks"][0]
+    assert server["error_class"] == "timeout" and "startup_timeout_s 3" in server["message"]
+    assert wait_gone(model, timeout=1.0) == []
+
+
+def test_a_port_in_use_is_named(tmp_path: Path) -> None:
+    model = marker()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        (tmp_path / "genwire.yaml").write_text(one_server_config(model, port=port))
+        checked = genwire("preflight", "--json", "genwire.yaml", cwd=tmp_path)
+    assert checked.returncode == 1
+    server = json.loads(checked.stdout)["checks"][0]
+    assert server["error_class"] == "port_in_use" and f"port {port}" in server["message"]
+    assert processes_of(model) == []
+
+
+def test_kill_9_of_genwire_mid_run_takes_the_server_group_with_it(tmp_path: Path) -> None:
+    model = marker()
+    config = one_server_config(model, "--latency", "0.5", "--child").replace("num_records: 4", "num_records: 400")
+    (tmp_path / "genwire.yaml").write_text(config)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "genwire.cli.main", "run", "genwire.yaml"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        checkpoint = tmp_path / "out/data.jsonl.checkpoint"
+        deadline = time.monotonic() + WAIT_S
+        while not any(checkpoint.glob("rows-*")) and time.monotonic() < deadline:  # generating
+            time.sleep(0.1)
+        assert any(checkpoint.glob("rows-*")), "the run never started generating"
+        assert len(processes_of(model)) >= 2  # the server and its child, running
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=30)
+        assert wait_gone(model, timeout=30.0) == []
+        assert all(port_free(p) for p in ports_in(tmp_path / "out/data.jsonl.servers/stand_in.log"))
+    finally:
+        run.kill()
+        run.wait()
+
+
+def _crashing(tmp_path: Path, restarts: int) -> tuple[str, subprocess.CompletedProcess[str]]:
+    model = marker()
+    config = one_server_config(model, "--crash-after", "10", restarts=restarts)
+    config = config.replace("num_records: 4", "num_records: 24").replace("server: stand_in", "server: stand_in, max_concurrency: 4")
+    (tmp_path / "genwire.yaml").write_text(config)
+    return model, genwire("run", "--json", "--no-response-cache", "genwire.yaml", cwd=tmp_path)
+
+
+def test_a_server_crashing_every_10_answers_is_restarted_and_the_run_finishes(tmp_path: Path) -> None:
+    model, ran = _crashing(tmp_path, restarts=5)
+    assert ran.returncode == 0, ran.stderr
+    summary = json.loads(ran.stdout)
+    assert summary["rows_written"] == 24 and summary["rows_failed"] == 0
+    assert summary["servers"]["stand_in"]["restarts"] >= 2  # 24 rows and a probe: at least 3 lives
+    assert starts_in(tmp_path / "out/data.jsonl.servers/stand_in.log") == 1 + summary["servers"]["stand_in"]["restarts"]
+    assert wait_gone(model, timeout=1.0) == []
+
+
+def test_with_no_restarts_the_first_crash_stops_the_run_rows_kept(tmp_path: Path) -> None:
+    model, ran = _crashing(tmp_path, restarts=0)
+    assert ran.returncode == 1
+    summary = json.loads(ran.stdout)
+    log = tmp_path / "out/data.jsonl.servers/stand_in.log"
+    assert "server 'stand_in' died mid-run" in summary["error"] and str(log) in summary["error"]
+    assert summary["rows_kept"] >= 1
+    rows = sum(len(p.read_text().splitlines()) for p in (tmp_path / "out/data.jsonl.checkpoint").glob("rows-*"))
+    assert rows == summary["rows_kept"]
+    assert wait_gone(model, timeout=1.0) == []
