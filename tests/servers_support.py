@@ -51,7 +51,9 @@ def one_server_config(model: str, *options: str, provider: str = "", **keys: Any
     )
 
 
-def genwire(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = WAIT_S) -> subprocess.CompletedProcess[str]:
+def genwire(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = WAIT_S
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "genwire.cli.main", *args],
         cwd=cwd,

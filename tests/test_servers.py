@@ -141,7 +141,9 @@ def test_kill_9_of_genwire_mid_run_takes_the_server_group_with_it(tmp_path: Path
 def _crashing(tmp_path: Path, restarts: int) -> tuple[str, subprocess.CompletedProcess[str]]:
     model = marker()
     config = one_server_config(model, "--crash-after", "10", restarts=restarts)
-    config = config.replace("num_records: 4", "num_records: 24").replace("server: stand_in", "server: stand_in, max_concurrency: 4")
+    config = config.replace("num_records: 4", "num_records: 24").replace(
+        "server: stand_in", "server: stand_in, max_concurrency: 4"
+    )
     (tmp_path / "genwire.yaml").write_text(config)
     return model, genwire("run", "--json", "--no-response-cache", "genwire.yaml", cwd=tmp_path)
 

@@ -188,16 +188,8 @@ class WiredPipeline:
 
     def reachable_servers(self) -> dict[str, list[str]]:
         """The servers some wired model reaches, each with the columns that use it (read
-        from the same graph as the pre-flight's targets: started = reachable)."""
-        found: dict[str, list[str]] = {}
-        for target in self.plan().targets:
-            model = self.config.models.get(target.name)
-            for provider in model.providers if model is not None else ():
-                server = getattr(self.config.providers[provider], "server", None)
-                if server is not None:
-                    columns = found.setdefault(server, [])
-                    columns.extend(c for c in target.used_by if c not in columns)
-        return found
+        from the plan, the same graph as the pre-flight's targets: started = reachable)."""
+        return {server.name: server.used_by for server in self.plan().servers if server.started}
 
     def requests_by_model(self) -> dict[str, int]:
         return requests_of(self.usage_by_model())
