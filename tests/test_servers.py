@@ -168,3 +168,16 @@ def test_with_no_restarts_the_first_crash_stops_the_run_rows_kept(tmp_path: Path
     rows = sum(len(p.read_text().splitlines()) for p in (tmp_path / "out/data.jsonl.checkpoint").glob("rows-*"))
     assert rows == summary["rows_kept"]
     assert wait_gone(model, timeout=1.0) == []
+
+
+def test_replicas_are_an_endpoint_pool_and_both_serve(tmp_path: Path) -> None:
+    model = marker()
+    config = one_server_config(model, "--latency", "0.05", replicas=2).replace("num_records: 4", "num_records: 16")
+    (tmp_path / "genwire.yaml").write_text(config)
+    ran = genwire("run", "--json", "genwire.yaml", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    endpoints = json.loads(ran.stdout)["models"]["m"]["endpoints"]
+    assert set(endpoints) == {"p-1", "p-2"} and all(e["requests"] > 0 for e in endpoints.values())
+    logs = tmp_path / "out/data.jsonl.servers"
+    assert {p.name for p in logs.iterdir()} == {"stand_in-1.log", "stand_in-2.log"}
+    assert wait_gone(model, timeout=1.0) == []

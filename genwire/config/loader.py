@@ -451,6 +451,10 @@ def validate_data(
     problems = _cross_reference_problems(loaded)
     if problems:
         raise ConfigError(problems)
+    if config.servers:  # replicas of a managed server: an endpoint pool (SPEC §23)
+        from genwire.config.replicas import expand_replicas
+
+        loaded.config = expand_replicas(config)
     return loaded
 
 

@@ -12,6 +12,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     field_validator,
     model_validator,
@@ -173,6 +174,8 @@ class OpenAIProviderConfig(StrictModel):
     # on its own, bounded by ``retries`` (the behaviour before 0.2; a benchmark baseline).
     adapt_to_rate_limits: bool = True
     batch: BatchConfig = Field(default_factory=BatchConfig)
+    # Which replica of ``server`` (SPEC §23, ``replicas: N``): set by ``config.replicas``.
+    _replica: int = PrivateAttr(default=0)
 
     @model_validator(mode="after")
     def _base_url_or_server(self) -> OpenAIProviderConfig:
@@ -187,6 +190,16 @@ class OpenAIProviderConfig(StrictModel):
         if self.base_url is None:
             raise RuntimeError(f"the base URL of server {self.server!r} is known once it started")
         return self.base_url
+
+    @property
+    def replica(self) -> int:
+        return self._replica
+
+    def for_replica(self, index: int) -> OpenAIProviderConfig:
+        """This provider served by replica ``index`` of its server."""
+        copy = self.model_copy()
+        copy._replica = index
+        return copy
 
     def with_url(self, base_url: str) -> OpenAIProviderConfig:
         """This provider pointed at ``base_url`` (a managed server's, once started)."""

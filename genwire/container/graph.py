@@ -104,7 +104,7 @@ def construct_generator(
 def _client_factory(graph: ProviderGraph, name: str, config: Any) -> ProviderClient:
     server = getattr(config, "server", None)
     if server is not None and graph.servers is not None:  # a managed server's URL: known once it started
-        index = getattr(config, "replica", 0)
+        index = config.replica
         config = config.with_url(graph.servers.url(server, index))
         client = make_provider(name, config)
         setattr(client, "server", graph.servers.watch(server, index))  # noqa: B010  # an OpenAIProvider
