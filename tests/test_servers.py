@@ -181,3 +181,37 @@ def test_replicas_are_an_endpoint_pool_and_both_serve(tmp_path: Path) -> None:
     logs = tmp_path / "out/data.jsonl.servers"
     assert {p.name for p in logs.iterdir()} == {"stand_in-1.log", "stand_in-2.log"}
     assert wait_gone(model, timeout=1.0) == []
+
+
+def test_serve_holds_one_server_for_two_runs_and_ctrl_c_stops_it(tmp_path: Path) -> None:
+    model = marker()
+    (tmp_path / "genwire.yaml").write_text(one_server_config(model, "--load-s", "1", "--child"))
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "genwire.cli.main", "serve", "genwire.yaml"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert serve.stdout is not None
+        lines = [serve.stdout.readline() for _ in range(2)]
+        assert lines[1].startswith("serving stand_in at http://127.0.0.1:"), lines
+        log = tmp_path / "out/data.jsonl.servers/stand_in.log"
+        for prompt in ("first", "second"):  # an edited prompt: the same server spec
+            config = (tmp_path / "genwire.yaml").read_text().replace("says hi", f"says {prompt}")
+            (tmp_path / "genwire.yaml").write_text(config)
+            ran = genwire("run", "--json", "genwire.yaml", cwd=tmp_path)
+            assert ran.returncode == 0, ran.stderr
+            assert json.loads(ran.stdout)["rows_written"] == 4
+        assert starts_in(log) == 1  # one server start in all
+        assert len(processes_of(model)) >= 2  # still held after the runs
+        serve.send_signal(signal.SIGINT)
+        assert serve.wait(timeout=WAIT_S) == 0
+        assert wait_gone(model, timeout=1.0) == []
+        assert all(port_free(p) for p in ports_in(log))
+    finally:
+        serve.kill()
+        serve.wait()
+        if serve.stdout is not None:
+            serve.stdout.close()
