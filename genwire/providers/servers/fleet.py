@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from genwire.config.schema import GenwireConfig, OpenAIProviderConfig
 from genwire.config.servers import ServerConfig
 from genwire.errors import ErrorClass, ModelError
 from genwire.providers.servers.held import Held, drop_held, read_held, write_held
@@ -125,6 +126,17 @@ class ServerFleet:
 
     def ready(self, replica: Replica) -> bool:
         return id(replica) in self._ready
+
+    def resolved(self, config: GenwireConfig) -> GenwireConfig:
+        """``config`` for another process that uses these servers without managing them
+        (a Ray worker): each server's provider pointed at its URL, no ``servers:``."""
+        providers = {
+            name: provider.with_url(self.url(provider.server, provider.replica))
+            if isinstance(provider, OpenAIProviderConfig) and provider.server is not None
+            else provider
+            for name, provider in config.providers.items()
+        }
+        return config.model_copy(update={"providers": providers, "servers": {}})
 
     def watch(self, name: str, index: int = 0) -> ServerWatch:
         return ServerWatch(self, name, index)
