@@ -155,6 +155,8 @@ def test_a_server_crashing_every_10_answers_is_restarted_and_the_run_finishes(tm
     assert summary["rows_written"] == 24 and summary["rows_failed"] == 0
     assert summary["servers"]["stand_in"]["restarts"] >= 2  # 24 rows and a probe: at least 3 lives
     assert starts_in(tmp_path / "out/data.jsonl.servers/stand_in.log") == 1 + summary["servers"]["stand_in"]["restarts"]
+    page = (tmp_path / "out/data.jsonl.report.html").read_text()  # the report page links the log, says it restarted
+    assert 'href="data.jsonl.servers/stand_in.log"' in page and "Restarted " in page
     assert wait_gone(model, timeout=1.0) == []
 
 
