@@ -6,7 +6,6 @@ prompt and running again costs no model load."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,8 @@ def serve(file: Path) -> None:
 
 
 async def _hold(container: Any) -> None:
+    import asyncio
+
     from genwire.preflight.servers import start_servers
 
     async with container:
