@@ -53,7 +53,8 @@ def test_a_server_no_wired_model_reaches_is_never_started(tmp_path: Path) -> Non
         + server_block("used", used)
         + server_block("unused", unused)
         + "providers:\n  p: {kind: openai, server: used}\n  q: {kind: openai, server: unused}\n"
-        + f"models:\n  m: {{provider: p, model: {used}, kind: chat}}\n  n: {{provider: q, model: {unused}, kind: chat}}\n"
+        + f"models:\n  m: {{provider: p, model: {used}, kind: chat}}\n"
+        + f"  n: {{provider: q, model: {unused}, kind: chat}}\n"
         + pipeline()
     )
     ran = genwire("run", "genwire.yaml", cwd=tmp_path)

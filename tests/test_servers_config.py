@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from servers_support import genwire, one_server_config, pipeline
 
 from genwire.config.loader import load_config_text
 from genwire.errors import ConfigError
-from servers_support import genwire, one_server_config, pipeline
 
 MODELS = "models:\n  m: {provider: p, model: m1, kind: chat}\n"
 
@@ -52,8 +52,8 @@ def test_an_engine_not_installed_is_a_validate_error_naming_what_to_install(tmp_
     checked = genwire("validate", "genwire.yaml", cwd=tmp_path, env={"PATH": str(tmp_path)})  # no vllm on it
     assert checked.returncode == 2
     assert (
-        "genwire.yaml:2:7 servers.s.kind: kind vllm needs vLLM, which is not installed (no `vllm` on PATH): pip install vllm"
-        in checked.stderr
+        "genwire.yaml:2:7 servers.s.kind: kind vllm needs vLLM, which is not installed (no `vllm` on PATH): "
+        "pip install vllm" in checked.stderr
     )
 
 
