@@ -17,6 +17,7 @@ Each run is ``genwire run --fresh --no-response-cache`` of a one-column config w
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import statistics
@@ -25,38 +26,39 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-STAND_IN = """\
-servers:
-  model_server:
-    kind: command
-    command: [python, -m, genwire.testing.managed_server, --port, "{port}", --model, stand-in, --unhealthy-s, "3"]
-    model: stand-in
-providers:
-  p: {kind: openai, server: model_server}
-models:
-  m: {provider: p, model: stand-in, kind: chat}
-"""
-LLAMA = """\
-servers:
-  model_server:
-    kind: llama.cpp
-    model: SmolLM2-135M-Instruct
-    stop_timeout_s: 10
-providers:
-  p: {kind: openai, server: model_server, timeout_s: 600}
-models:
-  m: {provider: p, model: SmolLM2-135M-Instruct, kind: chat, params: {max_tokens: 4}, probe_max_tokens: 4}
-preflight: {timeout_s: 600, deadline_s: 900}
-"""
-PIPELINE = """\
-pipeline:
-  num_records: 2
-  batch_size: 1
-  output: out/data.jsonl
-  columns:
-    - {name: a, generator: llm-text, resources: {model: m}, params: {prompt: "One word about tides:"}}
-"""
+
+def config(server: dict[str, Any], model: str, **model_keys: Any) -> str:
+    """A one-column config served by ``server`` (JSON is YAML), one row per batch."""
+    return json.dumps(
+        {
+            "servers": {"model_server": server},
+            "providers": {"p": {"kind": "openai", "server": "model_server", "timeout_s": 600}},
+            "models": {"m": {"provider": "p", "model": model, "kind": "chat", **model_keys}},
+            "preflight": {"timeout_s": 600, "deadline_s": 900},
+            "pipeline": {
+                "num_records": 2,
+                "batch_size": 1,
+                "output": "out/data.jsonl",
+                "columns": [
+                    {"name": "a", "generator": "llm-text", "resources": {"model": "m"}, "params": {"prompt": "Tides?"}}
+                ],
+            },
+        }
+    )
+
+
+STAND_IN_ARGV = ["python", "-m", "genwire.testing.managed_server", "--port", "{port}", "--model", "stand-in"]
+STAND_IN = config(
+    {"kind": "command", "command": [*STAND_IN_ARGV, "--unhealthy-s", "3"], "model": "stand-in"}, "stand-in"
+)
+LLAMA = config(
+    {"kind": "llama.cpp", "model": "SmolLM2-135M-Instruct", "stop_timeout_s": 10},
+    "SmolLM2-135M-Instruct",
+    params={"max_tokens": 4},
+    probe_max_tokens=4,
+)
 CLI = [sys.executable, "-m", "genwire.cli.main"]
 
 
@@ -97,10 +99,10 @@ def held(directory: Path) -> subprocess.Popen[str]:
     raise RuntimeError("genwire serve ended before it served")
 
 
-def case(name: str, config: str, repeat: int) -> tuple[str, list[float], list[float]]:
+def case(name: str, text: str, repeat: int) -> tuple[str, list[float], list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        (directory / "genwire.yaml").write_text(config + PIPELINE)
+        (directory / "genwire.yaml").write_text(text)
         managed = [first_row_s(directory) for _ in range(repeat)]
         serve = held(directory)
         try:
