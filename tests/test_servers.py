@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from servers_support import (
     WAIT_S,
     genwire,
@@ -84,6 +85,8 @@ def test_a_failed_start_is_reported_at_once_with_its_log_and_no_secret(tmp_path:
     shown = checked.stdout + checked.stderr
     assert "start_failed" in shown and "exited with code 3" in shown and "out of memory" in shown
     assert secret not in shown and "SERVER_TOKEN=***" in shown.replace("\n", "")
+    log = (tmp_path / "out/data.jsonl.servers/stand_in.log").read_text()
+    assert "env SERVER_TOKEN=***" in log and secret not in log  # the log on disk holds no secret either
     assert "not probed: server 'stand_in' did not start" in shown  # the model: skipped, not a second failure
     assert wait_gone(model) == []
 
@@ -97,6 +100,18 @@ def test_a_server_never_ready_is_a_timeout_then_stopped(tmp_path: Path) -> None:
     server = json.loads(checked.stdout)["checks"][0]
     assert server["error_class"] == "timeout" and "startup_timeout_s 3" in server["message"]
     assert wait_gone(model, timeout=1.0) == []
+
+
+def test_a_server_that_does_not_serve_the_model_is_not_found_and_stopped(tmp_path: Path) -> None:
+    model = marker()
+    config = one_server_config(model, "--child")  # the server serves `model`; the config asks for other-name
+    config = config.replace(f"\n    model: {model}\n", "\n    model: other-name\n")
+    (tmp_path / "genwire.yaml").write_text(config.replace(f"model: {model}, kind", "model: other-name, kind"))
+    checked = genwire("preflight", "--json", "genwire.yaml", cwd=tmp_path)
+    assert checked.returncode == 1
+    server = json.loads(checked.stdout)["checks"][0]
+    assert server["error_class"] == "not_found" and f"it lists: {model}" in server["message"]
+    assert wait_gone(model, timeout=1.0) == []  # a failed pre-flight stops the server
 
 
 def test_a_port_in_use_is_named(tmp_path: Path) -> None:
@@ -113,7 +128,10 @@ def test_a_port_in_use_is_named(tmp_path: Path) -> None:
     assert processes_of(model) == []
 
 
-def test_kill_9_of_genwire_mid_run_takes_the_server_group_with_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT], ids=["kill -9", "Ctrl-C"])
+def test_kill_9_or_ctrl_c_of_genwire_mid_run_takes_the_server_group_with_it(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
     model = marker()
     config = one_server_config(model, "--latency", "0.5", "--child").replace("num_records: 4", "num_records: 400")
     (tmp_path / "genwire.yaml").write_text(config)
@@ -130,8 +148,8 @@ def test_kill_9_of_genwire_mid_run_takes_the_server_group_with_it(tmp_path: Path
             time.sleep(0.1)
         assert any(checkpoint.glob("rows-*")), "the run never started generating"
         assert len(processes_of(model)) >= 2  # the server and its child, running
-        run.send_signal(signal.SIGKILL)
-        run.wait(timeout=30)
+        run.send_signal(signum)
+        assert run.wait(timeout=WAIT_S) == (-signal.SIGKILL if signum == signal.SIGKILL else 130)
         assert wait_gone(model, timeout=30.0) == []
         assert all(port_free(p) for p in ports_in(tmp_path / "out/data.jsonl.servers/stand_in.log"))
     finally:

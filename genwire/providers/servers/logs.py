@@ -4,18 +4,24 @@ capped (the last lines kept), and its last lines read back for a failure's messa
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from pathlib import Path
+
+from genwire.scrub import scrub
 
 CAP_BYTES = 50 * 1024 * 1024  # SPEC §23
 TAIL_LINES = 20  # what a start_failed message shows
+_LONG_LINE = 1 << 20  # a line longer than this is written (scrubbed) before its end comes
 
 
 class ServerLog:
-    """Appends to one file; past ``cap`` bytes the file is cut to its last half (at a line)."""
+    """Appends to one file; past ``cap`` bytes the file is cut to its last half (at a line).
+    What the server prints is scrubbed of ``secrets`` (its declared env values) line by line."""
 
-    def __init__(self, path: Path, cap: int = CAP_BYTES) -> None:
+    def __init__(self, path: Path, cap: int = CAP_BYTES, secrets: Iterable[str] = ()) -> None:
         self.path = path
         self.cap = cap
+        self.secrets = list(secrets)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = path.open("ab")
         self._size = self._file.tell()
@@ -46,12 +52,28 @@ class ServerLog:
         self._file.close()
 
     async def copy(self, stream: asyncio.StreamReader) -> None:
-        """Copy ``stream`` (the server's output) into the log until it ends."""
+        """Copy ``stream`` (the server's output) into the log until it ends, whole lines
+        scrubbed (a secret is never split between two writes; a line longer than
+        ``_LONG_LINE`` is written in pieces)."""
+        pending = b""
         while True:
             chunk = await stream.read(65536)
             if not chunk:
+                if pending:
+                    self.write(self._scrubbed(pending))
                 return
-            self.write(chunk)
+            pending += chunk
+            cut = pending.rfind(b"\n") + 1
+            if cut == 0 and len(pending) > _LONG_LINE:
+                cut = len(pending)
+            if cut:
+                self.write(self._scrubbed(pending[:cut]))
+                pending = pending[cut:]
+
+    def _scrubbed(self, data: bytes) -> bytes:
+        if not self.secrets:
+            return data
+        return scrub(data.decode("utf-8", "replace"), self.secrets).encode()
 
 
 def last_lines(path: Path, lines: int = TAIL_LINES, max_bytes: int = 65536) -> str:

@@ -136,7 +136,7 @@ class Replica:
             return Started(ErrorClass.PORT_IN_USE, message, 0.0)
         env = environment(self.config, self.index)
         command = argv(self.config, self.port, self.model_path)
-        self._log = log = ServerLog(self.log_path)
+        self._log = log = ServerLog(self.log_path, secrets=secrets_of(self.config))
         log.note(f"starting {self.label}: {' '.join(command)} (port {self.port})")
         self.exited = asyncio.Event()
         self.generation += 1
