@@ -313,7 +313,14 @@ class OpenAIProvider:
                     else:
                         gate.release(reservation, tokens=None, ok=False)
                         # A managed server that died (SPEC §23): sent again once it restarted, no retry spent.
-                        if server is not None and failure.retry and not failover and await server.came_back(generation):
+                        # Only a connection that failed can mean that (a 503 comes from a live server).
+                        if (
+                            server is not None
+                            and failure.error_class is ErrorClass.UNREACHABLE
+                            and failure.retry
+                            and not failover
+                            and await server.came_back(generation)
+                        ):
                             continue
                         if failure.retry and retries < cfg.retries and not failover:
                             wait = self._retry_wait(retries, failure.retry_after)
