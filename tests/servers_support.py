@@ -17,6 +17,8 @@ from typing import Any
 
 import psutil
 
+from genwire.testing.managed_server import command
+
 WAIT_S = 120.0  # generous: the machine is shared and loaded
 
 
@@ -26,8 +28,8 @@ def marker() -> str:
 
 
 def server_block(name: str, model: str, *options: str, **keys: Any) -> str:
-    """A ``servers:`` entry running the stand-in with ``options``."""
-    argv = ["python", "-m", "genwire.testing.managed_server", "--port", "{port}", "--model", model, *options]
+    """A ``servers:`` entry running the stand-in with ``options`` (its command-line options)."""
+    argv = [*command(model), *options]
     extra = "".join(f"    {k}: {json.dumps(v)}\n" for k, v in keys.items())
     return f"  {name}:\n    kind: command\n    command: {json.dumps(argv)}\n    model: {model}\n{extra}"
 

@@ -27,6 +27,8 @@ from servers_support import (
     wait_gone,
 )
 
+from genwire.testing.managed_server import command
+
 
 def test_a_loading_server_is_waited_for_and_leaves_nothing(tmp_path: Path) -> None:
     model = marker()
@@ -45,6 +47,13 @@ def test_a_loading_server_is_waited_for_and_leaves_nothing(tmp_path: Path) -> No
     assert len((tmp_path / "out/data.jsonl").read_text().splitlines()) == 4
     assert wait_gone(model, timeout=1.0) == []
     assert all(port_free(port) for port in ports_in(log))
+
+
+def test_the_stand_in_command_for_a_config() -> None:
+    assert command("m", load_s=2, crash_after=10, child=True) == [
+        *("python", "-m", "genwire.testing.managed_server", "--port", "{port}", "--model", "m"),
+        *("--load-s", "2", "--crash-after", "10", "--child"),
+    ]
 
 
 def test_a_server_no_wired_model_reaches_is_never_started(tmp_path: Path) -> None:

@@ -16,6 +16,8 @@ fails and dies, for plugins' tests and genwire's own::
   careless server would) and exits with code 3 before it listens;
 * ``--crash-after N``: exits (code 1) right after its Nth answer;
 * ``--child``: starts a child process that sleeps (a server's worker), which must go with it.
+
+``command(model, ...)`` writes that argv for a config (``{port}`` left for genwire).
 """
 
 from __future__ import annotations
@@ -53,6 +55,24 @@ class ManagedFakeServer(FakeOpenAIServer):
             # A moment to deliver this answer; the next request finds no server.
             asyncio.get_running_loop().call_later(0.1, os._exit, CRASH_CODE)
         return response
+
+
+def command(
+    model: str,
+    *,
+    load_s: float = 0.0,
+    unhealthy_s: float = 0.0,
+    fail_start: bool = False,
+    crash_after: int | None = None,
+    latency: float = 0.0,
+    child: bool = False,
+) -> list[str]:
+    """The ``command:`` of a ``kind: command`` server running this stand-in for ``model``."""
+    argv = ["python", "-m", "genwire.testing.managed_server", "--port", "{port}", "--model", model]
+    options = {"--load-s": load_s, "--unhealthy-s": unhealthy_s, "--latency": latency}
+    argv += [part for name, value in options.items() if value for part in (name, f"{value:g}")]
+    argv += ["--crash-after", str(crash_after)] if crash_after is not None else []
+    return argv + ["--fail-start"] * fail_start + ["--child"] * child
 
 
 def _parser() -> argparse.ArgumentParser:
