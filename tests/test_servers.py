@@ -111,6 +111,15 @@ def test_a_server_never_ready_is_a_timeout_then_stopped(tmp_path: Path) -> None:
     assert wait_gone(model, timeout=1.0) == []
 
 
+def test_a_server_that_ignores_sigterm_is_killed_after_stop_timeout_s(tmp_path: Path) -> None:
+    model = marker()
+    (tmp_path / "genwire.yaml").write_text(one_server_config(model, "--ignore-term", "--child", stop_timeout_s=2))
+    checked = genwire("preflight", "genwire.yaml", cwd=tmp_path)
+    assert checked.returncode == 0, checked.stderr
+    assert wait_gone(model, timeout=1.0) == []  # SIGKILL of the whole group once stop_timeout_s passed
+    assert all(port_free(p) for p in ports_in(tmp_path / "out/data.jsonl.servers/stand_in.log"))
+
+
 def test_a_server_that_does_not_serve_the_model_is_not_found_and_stopped(tmp_path: Path) -> None:
     model = marker()
     config = one_server_config(model, "--child")  # the server serves `model`; the config asks for other-name

@@ -15,7 +15,8 @@ fails and dies, for plugins' tests and genwire's own::
 * ``--fail-start``: prints a few lines (and the names and values of its environment, as a
   careless server would) and exits with code 3 before it listens;
 * ``--crash-after N``: exits (code 1) right after its Nth answer;
-* ``--child``: starts a child process that sleeps (a server's worker), which must go with it.
+* ``--child``: starts a child process that sleeps (a server's worker), which must go with it;
+* ``--ignore-term``: ignores SIGTERM (a server stuck in its shutdown: SIGKILL must end it).
 
 ``command(model, ...)`` writes that argv for a config (``{port}`` left for genwire).
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -86,11 +88,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--fail-start", action="store_true")
     parser.add_argument("--crash-after", type=int, default=None)
     parser.add_argument("--child", action="store_true")
+    parser.add_argument("--ignore-term", action="store_true")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    if args.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     print(f"loading {args.model}...", flush=True)
     if args.child:
         # Its argv names the model, so a test finds it by name.
