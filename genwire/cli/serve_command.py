@@ -53,4 +53,6 @@ async def _hold(container: Any) -> None:
             click.echo(f"serving {name} at {urls}")
         click.echo("holding the servers until Ctrl-C", err=True)
         sys.stdout.flush()
-        await asyncio.Event().wait()  # until a signal cancels this task
+        while fleet.failure is None:  # until a signal cancels this task, or a server is gone for good
+            await asyncio.sleep(1.0)
+        raise GenwireError(f"{fleet.failure}; genwire serve stops")
