@@ -143,6 +143,8 @@ class ErrorClass(StrEnum):
     BAD_RESPONSE = "bad_response"
     CANCELLED = "cancelled"  # batch mode: the batch holding the request was cancelled by the user
     BUDGET = "budget"  # not sent: the run's budget (SPEC §16) has no room for the request
+    START_FAILED = "start_failed"  # a managed server (SPEC §23) exited before it was ready
+    PORT_IN_USE = "port_in_use"  # a managed server's port is held by another process
 
     @property
     def transient(self) -> bool:

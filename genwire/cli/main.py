@@ -728,6 +728,11 @@ def _register_batches() -> None:
     assert report.callback is not None
     report.callback = handle_errors(report.callback)
     cli.add_command(report)
+    from genwire.cli.serve_command import serve  # managed servers (SPEC §23)
+
+    assert serve.callback is not None
+    serve.callback = handle_errors(serve.callback)
+    cli.add_command(serve)
 
 
 _register_batches()

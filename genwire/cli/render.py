@@ -63,6 +63,22 @@ def plan_table(plan: WiringPlan) -> list[Table]:
             *_cells(t.name, t.kind.value, where, ", ".join(t.used_by), "yes" if t.health_check else "skipped")
         )
     out = [columns, targets]
+    if plan.servers:  # SPEC §23: server -> provider -> model -> columns
+        servers = Table(title="Managed servers (started only when a wired model reaches them)", title_justify="left")
+        for head in ("server", "kind / model", "providers", "models", "used by", "started"):
+            servers.add_column(head)
+        for sp in plan.servers:
+            servers.add_row(
+                *_cells(
+                    sp.name,
+                    f"{sp.kind} / {sp.model}",
+                    ", ".join(sp.providers) or "–",
+                    ", ".join(sp.models) or "–",
+                    ", ".join(sp.used_by) or "–",
+                    "yes" if sp.started else "no (no wired model reaches it)",
+                )
+            )
+        out.append(servers)
     if plan.unreachable:
         unused = Table(title="Defined but reached by no column (not probed)", title_justify="left")
         unused.add_column("resource")
@@ -80,6 +96,9 @@ def plan_mermaid(plan: WiringPlan) -> str:
     lines = ["flowchart LR"]
     for t in plan.targets:
         lines.append(f'  {_mermaid_id("r", t.name)}[("{t.name}<br/>{t.kind.value}")]')
+    for sp in plan.servers:  # server -> the models it serves
+        lines.append(f'  {_mermaid_id("s", sp.name)}{{{{"{sp.name}<br/>{sp.kind}"}}}}')
+        lines.extend(f"  {_mermaid_id('s', sp.name)} --> {_mermaid_id('r', m)}" for m in sp.models)
     for col in plan.columns:
         cid = _mermaid_id("c", col.name)
         lines.append(f'  {cid}["{col.name}<br/>{col.generator}"]')
@@ -156,6 +175,8 @@ def run_summary(result: RunResult) -> Table:
         table.add_row("candidates", cell(funnel.text(result.surplus) + rate))
         rejected = ", ".join(f"{gate} {n:,}" for gate, n in funnel.rejected.items() if n)
         table.add_row("rejected", cell(f"{rejected or 'none'} → {result.rejected_file}"))
+    for name, restarts in sorted(result.servers.items()):  # managed servers (SPEC §23)
+        table.add_row(escape(f"server {name}"), "restarted " + plural(restarts, "time") if restarts else "no restart")
     for alias, endpoints in sorted(result.endpoints.items()):
         for name, stats in endpoints.items():
             d = stats.as_dict()

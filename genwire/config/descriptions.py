@@ -32,13 +32,18 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "cache": "The response cache: a rerun takes stored answers instead of paying for them again.",
         "tools": "Tool servers (MCP), by name: declared, wired only where a column binds them, checked "
         "by the pre-flight like models.",
+        "servers": "Inference servers genwire starts, checks, restarts and stops (vLLM, SGLang, llama.cpp or any "
+        "command), by name: a provider names one with server:. Only servers a wired model reaches start.",
         "pricing": "A JSON price table (LiteLLM's model_prices_and_context_window.json format) for models "
         "without price:.",
     },
     "OpenAIProviderConfig": {
         "": "Any OpenAI-compatible endpoint (NVIDIA NIM, vLLM, OpenAI, Ollama, LiteLLM...).",
         "kind": "openai: an OpenAI-compatible HTTP endpoint.",
-        "base_url": "The API's base URL, up to /v1 (e.g. https://integrate.api.nvidia.com/v1).",
+        "base_url": "The API's base URL, up to /v1 (e.g. https://integrate.api.nvidia.com/v1). "
+        "Give base_url or server, not both.",
+        "server": "The name of a server under servers: that genwire starts and serves this provider from, "
+        "instead of base_url.",
         "api_key": "Sent only as the Authorization header; write ${VAR} to read it from the environment. "
         "Never shown in output, logs, reports or caches.",
         "headers": "Headers sent with every request (after Authorization, which one may replace). "
@@ -162,6 +167,23 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "url": "The server's MCP endpoint URL.",
         "headers": "Headers sent with every request to the server. Values are secrets: never shown.",
         **_TOOL_SERVER_COMMON,
+    },
+    "ServerConfig": {
+        "": "An inference server genwire runs in a process group of its own: started when a wired model "
+        "reaches it, checked before any row, restarted if it dies, stopped at exit (SPEC §23).",
+        "kind": "vllm, sglang, llama.cpp (llama-server, or xllamacpp where it is not installed) or command.",
+        "model": "The model the server loads and serves under this name (what models.<alias>.model names); "
+        "for llama.cpp a GGUF file, relative to the config file, or SmolLM2-135M-Instruct (the local package).",
+        "command": "kind command: the server's argv (no shell); {port} and {host} are filled in.",
+        "args": "Extra arguments passed to the server as written.",
+        "health": "kind command: the path that answers 200 once the server is ready (default /health).",
+        "gpus": "GPU indices for the server (CUDA_VISIBLE_DEVICES), shared evenly by the replicas.",
+        "env": "The only environment variables the server gets (besides PATH and HOME). Values are secrets.",
+        "port": "auto (a free port on 127.0.0.1) or a port; replica i listens on port + i.",
+        "startup_timeout_s": "Seconds from start to ready; longer is a timeout, and the server is stopped.",
+        "stop_timeout_s": "Seconds between SIGTERM and SIGKILL of the server's whole process group.",
+        "restarts": "How often a server that dies mid-run is restarted; 0: its first crash stops the run.",
+        "replicas": "Servers of this spec behind the provider, balanced and failed over as an endpoint pool.",
     },
     "PriceConfig": {
         "": "What a model costs, in USD per million tokens (SPEC §16).",

@@ -145,7 +145,7 @@ def _names_as_property_names(node: dict[str, Any]) -> None:
     patterns = node.get("patternProperties")
     if not isinstance(patterns, dict) or len(patterns) != 1 or "additionalProperties" in node:
         return
-    (pattern, values), = patterns.items()
+    ((pattern, values),) = patterns.items()
     del node["patternProperties"]
     node["propertyNames"] = {**node.get("propertyNames", {}), "pattern": pattern}
     node["additionalProperties"] = copy.deepcopy(values) if values else True

@@ -390,6 +390,32 @@ def _cross_reference_problems(loaded: LoadedConfig) -> list[str]:
         )
     if cfg.tools and not mcp_installed():
         problems.append(f"{loaded.where(('tools',))}: {MCP_MISSING}")
+    return problems + _server_problems(loaded)
+
+
+def _server_problems(loaded: LoadedConfig) -> list[str]:
+    """A provider's ``server:`` names a server; a server's engine is installed (SPEC §23)."""
+    cfg = loaded.config
+    if not cfg.servers and not any(getattr(p, "server", None) for p in cfg.providers.values()):
+        return []
+    import difflib
+
+    from genwire.config.servers import missing_engine
+
+    problems = []
+    for name, provider in cfg.providers.items():
+        server = getattr(provider, "server", None)
+        if server is not None and server not in cfg.servers:
+            close = difflib.get_close_matches(server, list(cfg.servers), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            known = ", ".join(sorted(cfg.servers)) or "none defined under servers:"
+            problems.append(
+                f"{loaded.where(('providers', name, 'server'))}: unknown server {server!r}{hint} (servers: {known})"
+            )
+    for name, server_config in cfg.servers.items():
+        missing = missing_engine(server_config)
+        if missing is not None:
+            problems.append(f"{loaded.where(('servers', name, 'kind'))}: {missing}")
     return problems
 
 
@@ -429,6 +455,10 @@ def validate_data(
     problems = _cross_reference_problems(loaded)
     if problems:
         raise ConfigError(problems)
+    if config.servers:  # replicas of a managed server: an endpoint pool (SPEC §23)
+        from genwire.config.replicas import expand_replicas
+
+        loaded.config = expand_replicas(config)
     return loaded
 
 

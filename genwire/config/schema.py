@@ -12,12 +12,14 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     field_validator,
     model_validator,
 )
 
 from genwire.config.limits import too_many_rows
+from genwire.config.servers import ServerConfig
 from genwire.config.strict import StrictValues
 from genwire.config.tools import ToolServerConfig
 from genwire.config.validators import check_api_key, check_base_url, check_headers
@@ -139,8 +141,13 @@ class BatchConfig(StrictModel):
 class OpenAIProviderConfig(StrictModel):
     """Any OpenAI-compatible endpoint (NIM, vLLM, OpenAI, Ollama...)."""
 
+    model_config = ConfigDict(json_schema_extra={"oneOf": [{"required": ["base_url"]}, {"required": ["server"]}]})
+
     kind: Literal["openai"]
-    base_url: Annotated[str, Field(pattern=r"^https?://\S+$"), AfterValidator(check_base_url)]
+    # One of the two: the endpoint's URL, or a managed server's name (SPEC §23), whose
+    # URL genwire knows once it started it.
+    base_url: Annotated[str, Field(pattern=r"^https?://\S+$"), AfterValidator(check_base_url)] | None = None
+    server: Name | None = None
     api_key: Annotated[SecretStr | None, AfterValidator(check_api_key)] = None
     # Sent with every request after the Authorization header (which one may replace);
     # values are secrets: never printed, cached or repr'd.
@@ -167,11 +174,43 @@ class OpenAIProviderConfig(StrictModel):
     # on its own, bounded by ``retries`` (the behaviour before 0.2; a benchmark baseline).
     adapt_to_rate_limits: bool = True
     batch: BatchConfig = Field(default_factory=BatchConfig)
+    # Which replica of ``server`` (SPEC §23, ``replicas: N``): set by ``config.replicas``.
+    _replica: int = PrivateAttr(default=0)
+
+    @model_validator(mode="after")
+    def _base_url_or_server(self) -> OpenAIProviderConfig:
+        if (self.base_url is None) == (self.server is None):
+            raise ValueError("give either base_url: (an endpoint) or server: (a server under servers:), exactly one")
+        return self
+
+    @property
+    def url(self) -> str:
+        """The base URL; a provider of a managed server has it once the server started
+        (``with_url``)."""
+        if self.base_url is None:
+            raise RuntimeError(f"the base URL of server {self.server!r} is known once it started")
+        return self.base_url
+
+    @property
+    def replica(self) -> int:
+        return self._replica
+
+    def for_replica(self, index: int) -> OpenAIProviderConfig:
+        """This provider served by replica ``index`` of its server."""
+        copy = self.model_copy()
+        copy._replica = index
+        return copy
+
+    def with_url(self, base_url: str) -> OpenAIProviderConfig:
+        """This provider pointed at ``base_url`` (a managed server's, once started)."""
+        return self.model_copy(update={"base_url": base_url})
 
     @model_validator(mode="after")
     def _one_credential(self) -> OpenAIProviderConfig:
         from yarl import URL  # loaded by the base_url check already
 
+        if self.base_url is None:  # a managed server's URL carries no credentials
+            return self
         url = URL(self.base_url)
         if self.api_key is not None and (url.user is not None or url.password is not None):
             raise ValueError(
@@ -440,6 +479,7 @@ class GenwireConfig(StrictModel):
     models: dict[Name, ModelConfig] = Field(default_factory=dict)
     datasets: dict[Name, DatasetConfig] = Field(default_factory=dict)
     tools: dict[Name, ToolServerConfig] = Field(default_factory=dict)  # MCP servers (SPEC §18)
+    servers: dict[Name, ServerConfig] = Field(default_factory=dict)  # inference servers genwire runs (SPEC §23)
     defaults: DefaultsConfig = Field(default_factory=DefaultsConfig)
     pipeline: PipelineConfig
     preflight: PreflightConfig = Field(default_factory=PreflightConfig)

@@ -20,7 +20,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ToolName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,128}$")]
 
 
-def _check_env(value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+def check_env(value: dict[str, SecretStr]) -> dict[str, SecretStr]:
     for name, secret in value.items():
         if not _ENV_NAME.match(name):
             raise ValueError(f"environment variable name {name!r} is not a valid name (letters, digits and '_')")
@@ -57,7 +57,7 @@ class StdioToolServerConfig(_ToolServerBase):
 
     transport: Literal["stdio"]
     command: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
-    env: Annotated[dict[str, SecretStr], AfterValidator(_check_env)] = Field(default_factory=dict)
+    env: Annotated[dict[str, SecretStr], AfterValidator(check_env)] = Field(default_factory=dict)
     cwd: Annotated[str, Field(min_length=1)] | None = None
 
     def display(self) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 from collections.abc import Hashable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Self
 
@@ -31,6 +32,9 @@ from genwire.providers.usage import Concurrency, ModelUsage, merge_usage, reques
 
 if TYPE_CHECKING:
     from genwire.providers.pool import EndpointPool, EndpointStats
+    from genwire.providers.servers.fleet import ServerFleet
+
+log = logging.getLogger("genwire.servers")
 
 
 class WiredPipeline:
@@ -177,6 +181,16 @@ class WiredPipeline:
                 found[name] = dataclasses.replace(found[name], waiting=found[name].waiting + pool.waiting)
         return found
 
+    @property
+    def servers(self) -> ServerFleet | None:
+        """The managed inference servers (SPEC §23); None when the config has none."""
+        return self._graph.servers
+
+    def reachable_servers(self) -> dict[str, list[str]]:
+        """The servers some wired model reaches, each with the columns that use it (read
+        from the plan, the same graph as the pre-flight's targets: started = reachable)."""
+        return {server.name: server.used_by for server in self.plan().servers if server.started}
+
     def requests_by_model(self) -> dict[str, int]:
         return requests_of(self.usage_by_model())
 
@@ -229,6 +243,9 @@ class WiredPipeline:
         for target in self._graph.targets.values():
             target.provider.reset()  # every target is a Singleton (see build_graph)
         self._graph.reset_singletons()
+        if self._graph.servers is not None:  # after the clients: nothing is sent to a stopping server
+            for warning in await self._graph.servers.stop():
+                log.warning(warning)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             raise errors[0]

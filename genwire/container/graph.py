@@ -24,6 +24,7 @@ from genwire.providers.tools import make_tool_server
 if TYPE_CHECKING:
     from genwire.providers.pool import EndpointPool
     from genwire.providers.routes import Route
+    from genwire.providers.servers.fleet import ServerFleet
 
 
 # Endpoint pools and tool servers are imported when a config has one: `validate` of the
@@ -67,6 +68,7 @@ class ProviderGraph:
     live_tool_servers: list[Any] = field(default_factory=list)  # built MCP server clients: closed with the container
     pools: dict[str, EndpointPool] = field(default_factory=dict)  # pooled aliases, once built
     pool_routes: list[Route[EndpointPool]] = field(default_factory=list)  # keeps their routes alive
+    servers: ServerFleet | None = None  # the managed inference servers (SPEC §23), when the config has any
 
     def reachable(self, column: str) -> list[str]:
         """Names of the targets the column's generator provider can reach, read from the
@@ -100,9 +102,23 @@ def construct_generator(
 
 
 def _client_factory(graph: ProviderGraph, name: str, config: Any) -> ProviderClient:
-    client = make_provider(name, config)
+    server = getattr(config, "server", None)
+    if server is not None and graph.servers is not None:  # a managed server's URL: known once it started
+        index = config.replica
+        config = config.with_url(graph.servers.url(server, index))
+        client = make_provider(name, config)
+        setattr(client, "server", graph.servers.watch(server, index))  # noqa: B010  # an OpenAIProvider
+    else:
+        client = make_provider(name, config)
     graph.live_clients.append(client)  # closed with the container, whatever created it
     return client
+
+
+def _server_fleet(loaded: LoadedConfig) -> ServerFleet:
+    from genwire.providers.servers.fleet import ServerFleet
+
+    output = loaded.resolve_path(loaded.config.pipeline.output)
+    return ServerFleet(loaded.config.servers, loaded.base_dir, output.with_name(output.name + ".servers"))
 
 
 def _tool_server_factory(graph: ProviderGraph, name: str, config: Any, cwd: Path | None) -> Any:
@@ -114,6 +130,8 @@ def _tool_server_factory(graph: ProviderGraph, name: str, config: Any, cwd: Path
 def build_graph(loaded: LoadedConfig, wirings: list[ColumnWiring]) -> ProviderGraph:
     cfg = loaded.config
     graph = ProviderGraph()
+    if cfg.servers:
+        graph.servers = _server_fleet(loaded)
     for name, pcfg in cfg.providers.items():
         graph.clients[name] = di.Singleton(_client_factory, graph, name, pcfg)
     for alias, mcfg in cfg.models.items():

@@ -35,10 +35,23 @@ class TargetPlan(BaseModel):
     dataset_columns: list[str]  # columns the pipeline reads from this dataset
 
 
+class ServerPlan(BaseModel):
+    """A managed server (SPEC §23): what serves through it, down to the columns."""
+
+    name: str
+    kind: str
+    model: str
+    providers: list[str]
+    models: list[str]  # the aliases a wired column reaches through it
+    used_by: list[str]
+    started: bool  # some wired model reaches it: started by the pre-flight (else never)
+
+
 class WiringPlan(BaseModel):
     columns: list[ColumnPlan]
     targets: list[TargetPlan]
     unreachable: list[str]  # defined resources no column can reach: never probed
+    servers: list[ServerPlan] = []  # managed servers: server -> provider -> model -> columns
     findings: list[Finding] = []  # the static check's warnings and notes (SPEC §15); errors stop boot
 
     def target(self, name: str) -> TargetPlan:
@@ -113,4 +126,28 @@ def build_plan(loaded: LoadedConfig, wirings: list[ColumnWiring], graph: Provide
     ]
     unreachable = [n for n in graph.targets if n not in used_by]
     findings = list(dict.fromkeys(f for w in wirings for f in w.source_findings))
-    return WiringPlan(columns=columns, targets=targets, unreachable=unreachable, findings=findings)
+    servers = _server_plans(loaded, targets) if cfg.servers else []
+    return WiringPlan(columns=columns, targets=targets, unreachable=unreachable, findings=findings, servers=servers)
+
+
+def _server_plans(loaded: LoadedConfig, targets: list[TargetPlan]) -> list[ServerPlan]:
+    """Each server with the providers, reached models and columns it serves (the targets
+    are what some wired generator reaches: a server none of them uses never starts)."""
+    cfg = loaded.config
+    plans = []
+    for name, server in cfg.servers.items():
+        providers = [p for p, pcfg in cfg.providers.items() if getattr(pcfg, "server", None) == name]
+        reached = [t for t in targets if t.name in cfg.models and set(cfg.models[t.name].providers) & set(providers)]
+        used_by = list(dict.fromkeys(c for t in reached for c in t.used_by))
+        plans.append(
+            ServerPlan(
+                name=name,
+                kind=server.kind,
+                model=server.model,
+                providers=providers,
+                models=[t.name for t in reached],
+                used_by=used_by,
+                started=bool(reached),
+            )
+        )
+    return plans

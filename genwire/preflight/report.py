@@ -12,8 +12,9 @@ from genwire.generators.metadata import ResourceKind
 # degraded: an endpoint of a pool failed, but enough others passed (min_healthy).
 Status = Literal["ok", "failed", "skipped", "degraded"]
 # What a check is of: a resource kind, a model kind genwire reports but never probes
-# (a Data Designer image model), or a provider's Files and Batches API (batch mode).
-CheckKind = ResourceKind | Literal["image_model", "batch_api"]
+# (a Data Designer image model), a provider's Files and Batches API (batch mode), or a
+# managed inference server (SPEC §23).
+CheckKind = ResourceKind | Literal["image_model", "batch_api", "server"]
 
 
 class CheckResult(BaseModel):

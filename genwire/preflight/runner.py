@@ -121,8 +121,10 @@ class _Preflight:
         container: WiredPipeline,
         cache: ProbeCache | None,
         on_check: Callable[[CheckResult], None] | None = None,
+        blocked: dict[str, str] | None = None,
     ) -> None:
         self.container = container
+        self.blocked = blocked or {}  # targets served by a server that did not start: why
         self.on_check = on_check
         self.told: set[Key] = set()
         self.judged: set[tuple[str, str | None]] = set()  # (pool alias, shape) judged
@@ -175,6 +177,9 @@ class _Preflight:
         groups: dict[Hashable, _Group] = {}
         shapes, plain = self.uses(targets)
         for t in targets:
+            if t.name in self.blocked:
+                results[t.name, None, None] = _result(t, [t.name], "skipped", None, self.blocked[t.name])
+                continue
             if not t.health_check:
                 results[t.name, None, None] = _result(
                     t, [t.name], "skipped", None, "health_check: false in its model config"
@@ -438,7 +443,11 @@ async def run_preflight(
     Files and Batches API (``preflight.batch_check``)."""
     ttl = container.config.preflight.cache_ttl_s
     cache = ProbeCache(cache_dir or default_cache_dir(), ttl) if use_cache and ttl > 0 else None
-    report = await _Preflight(container, cache, on_check).run()
+    # Managed servers first (SPEC §23): their models are probed once they are ready.
+    from genwire.preflight.servers import start_servers, with_server_checks
+
+    server_checks, blocked = await start_servers(container, on_check)
+    report = with_server_checks(await _Preflight(container, cache, on_check, blocked).run(), server_checks)
     container.mark_endpoints(report.endpoint_verdicts())  # no first wave to a failed endpoint
     if batch_providers is None and any(
         getattr(getattr(p, "batch", None), "enabled", False) for p in container.config.providers.values()

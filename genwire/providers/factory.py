@@ -69,7 +69,9 @@ def endpoint_identity(provider: ProviderConfig, model: ModelConfig) -> Hashable:
     if isinstance(provider, OpenAIProviderConfig):
         key = provider.api_key.get_secret_value() if provider.api_key is not None else ""
         key_hash = hashlib.sha256(key.encode()).hexdigest()
-        identity: tuple[str, ...] = ("openai", provider.base_url.rstrip("/"), key_hash, model.model, model.kind, params)
+        # A managed server (SPEC §23) by its name: its port is not known before it starts.
+        where = provider.base_url.rstrip("/") if provider.base_url else f"server:{provider.server}"
+        identity: tuple[str, ...] = ("openai", where, key_hash, model.model, model.kind, params)
         if provider.headers:  # only when set: identities (and cache keys) without headers stay as they were
             sent = json.dumps({k: v.get_secret_value() for k, v in provider.headers.items()}, sort_keys=True)
             identity += (hashlib.sha256(sent.encode()).hexdigest(),)

@@ -58,6 +58,7 @@ if TYPE_CHECKING:  # aiohttp with the first request (a rerun the cache serves se
     from genwire.config.schema import BatchConfig
     from genwire.providers.batch.collector import BatchCollector, RoundSignal
     from genwire.providers.batch.ledger import Ledger
+    from genwire.providers.servers.fleet import ServerWatch
 
 __all__ = ["OpenAIChatModel", "OpenAIEmbeddingModel", "OpenAIProvider"]
 
@@ -113,7 +114,7 @@ class OpenAIProvider:
     def __init__(self, name: str, config: OpenAIProviderConfig) -> None:
         self.name = name
         self.config = config  # api_key stays a SecretStr; unwrapped only for the header
-        self.base_url = config.base_url.rstrip("/")
+        self.base_url = config.url.rstrip("/")
         # Shown in messages: never the userinfo part a base URL might carry.
         self._display_url = str(URL(self.base_url).with_user(None))
         self.usage: dict[str, ModelUsage] = {}  # per model alias: attempts, retries, 429s, tokens
@@ -135,13 +136,18 @@ class OpenAIProvider:
         self._routes: list[Route[OpenAIProvider]] = []  # keeps the handles' routes alive
         # The response cache's endpoint identity: kind, URL and a hash of the headers that
         # are not credentials. Never the API key: rotating it keeps the cache.
+        # A managed server's (SPEC §23) is its name: its port changes from run to run.
         self.cache_endpoint = endpoint_id(
-            "openai", self.base_url, {name: value.get_secret_value() for name, value in config.headers.items()}
+            "openai",
+            f"server:{config.server}" if config.server else self.base_url,
+            {name: value.get_secret_value() for name, value in config.headers.items()},
         )
         # Batch mode (SPEC §14): set by the run after its pre-flight; calls then go to it.
         self.batcher: BatchCollector | None = None
         # The run's cost meter (SPEC §16): reserves each request's worst case, settles it.
         self.meter: CostMeter | None = None
+        # The managed server it is served by (SPEC §23), set by the container's graph.
+        self.server: ServerWatch | None = None
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(name={self.name!r}, base_url={self._display_url!r})"
@@ -340,12 +346,14 @@ class OpenAIProvider:
         model = payload["model"]
         recorder = current_recorder()
         gate = self.gate
+        server = self.server
         started = time.monotonic()
         attempts = retries = limited = 0
         try:
             while True:
                 attempts += 1
                 reservation = await gate.acquire(model, estimate)
+                generation = server.generation if server is not None else 0
                 sent = time.monotonic()
                 begun = recorder.begin(alias) if recorder is not None else 0.0
                 try:
@@ -369,6 +377,16 @@ class OpenAIProvider:
                         failure.message += f"; still rate-limited after {waited:.0f} s (rate_limit_wait_s)"
                     else:
                         gate.release(reservation, tokens=None, ok=False)
+                        # A managed server that died (SPEC §23): sent again once it restarted, no retry spent.
+                        # Only a connection that failed can mean that (a 503 comes from a live server).
+                        if (
+                            server is not None
+                            and failure.error_class is ErrorClass.UNREACHABLE
+                            and failure.retry
+                            and not failover
+                            and await server.came_back(generation)
+                        ):
+                            continue
                         if failure.retry and retries < cfg.retries and not failover:
                             wait = self._retry_wait(retries, failure.retry_after)
                             retries += 1

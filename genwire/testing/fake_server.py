@@ -129,6 +129,7 @@ class FakeOpenAIServer:
         self.hang_s = hang_s  # "hang" sleeps this long, or until the client goes away
         self.host = host
         self.known_models: set[str] | None = None  # None: every model name is served
+        self.health_status: Callable[[], int] = lambda: 200  # GET /health (a managed server's readiness)
         self.port: int | None = None
         self._bind_port = port  # 0: any free port (``port`` tells which once started)
         self._latency: dict[str, float] = {}
@@ -268,6 +269,7 @@ class FakeOpenAIServer:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
         self.batches.mount(app)
         # handler_cancellation: a client that timed out and hung up ends its handler, so
         # in_flight reflects what clients wait for. access_log off: tests stay quiet.
@@ -530,6 +532,11 @@ class FakeOpenAIServer:
             self.completion_tokens: dict[str, int] = defaultdict(int)
 
     # --- handlers ----------------------------------------------------------------------
+
+    async def _health(self, request: web.Request) -> web.Response:
+        """An inference server's readiness path: 200, or what ``health_status`` says now."""
+        status = self.health_status()
+        return web.json_response({"status": "ok" if status == 200 else "loading"}, status=status)
 
     async def _models(self, request: web.Request) -> web.Response:
         with self._lock:

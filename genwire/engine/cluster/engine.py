@@ -660,9 +660,12 @@ class RayBatches:
         budget = self._budget
         if budget is not None and budget.capped:  # its process boots beside the workers'
             self._coordinator = ray.remote(Coordinator).options(num_cpus=0).remote(**budget.coordinator_args(workers))
+        loaded = container.loaded
+        if container.servers is not None:  # SPEC §23: the driver runs the servers; workers only call them
+            loaded = dataclasses.replace(loaded, config=container.servers.resolved(loaded.config))
         for i in range(workers):
             spec = WorkerSpec(
-                split_config(container.loaded, caps, workers, i),
+                split_config(loaded, caps, workers, i),
                 generators,
                 None if cache is None else cache.directory,
                 prices,

@@ -28,6 +28,7 @@ class Projection(Protocol):
     @property
     def duration_s(self) -> float: ...
 
+
 Z95 = 1.959963984540054
 WEAK_BELOW = 5  # fewer kept candidates than this: the projection is weak
 

@@ -44,6 +44,8 @@ class RunResult:
     surplus: int = 0  # a gated run: kept candidates past the rows wanted (in the rejected file)
     # A rerun over a finished run's untouched output: nothing was done (engine.report.finished).
     already_complete: bool = False
+    # Managed servers (SPEC §23) this run used: per server, how often it was restarted.
+    servers: dict[str, int] = field(default_factory=dict)
 
     @property
     def rejected_file(self) -> Path:
@@ -93,6 +95,7 @@ class RunResult:
             **({"cost": self.cost} if self.cost is not None else {}),
             **(funnel_summary(self.funnel, self.surplus) if self.funnel is not None else {}),
             **({"already_complete": True} if self.already_complete else {}),
+            **({"servers": {name: {"restarts": n} for name, n in self.servers.items()}} if self.servers else {}),
         }
 
     def _model_summary(self, alias: str, usage: ModelUsage) -> dict[str, Any]:

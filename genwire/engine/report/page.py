@@ -371,7 +371,7 @@ def _preflight(data: ReportData) -> str:
             f"<td class=n>{t(seconds_text(latency if isinstance(latency, int | float) else None))}</td>"
             f"<td class=n>{t(check.get('attempts', ''))}</td>"
             f"<td>{t(', '.join(map(str, check.get('used_by') or [])))}</td>"
-            f'<td class="cell">{t(check.get("message", ""))}</td></tr>'
+            f'<td class="cell">{t(check.get("message", ""))}{_server_note(data, check)}</td></tr>'
         )
     head = (
         "<tr><th>target</th><th>kind</th><th>status</th><th>class</th><th class=n>latency</th>"
@@ -383,6 +383,21 @@ def _preflight(data: ReportData) -> str:
         f'<h2>Pre-flight</h2><p class="muted">{t(plural(len(rows), "check"))}{t(when)}.</p>'
         f'<div class="wrap"><table>{head}{"".join(rows)}</table></div>'
     )
+
+
+def _server_note(data: ReportData, check: dict[str, Any]) -> str:
+    """A managed server's check (SPEC §23): a link to its log (beside the page), and how
+    often it restarted during the run."""
+    if check.get("kind") != "server":
+        return ""
+    label = str(check.get("endpoint") or check.get("target", ""))
+    log = f"{Path(data.output).name}.servers/{label}.log" if data.output else None
+    link = f' <a href="{t(log)}">log</a>' if log else ""
+    servers = (data.summary or {}).get("servers")
+    found = servers.get(str(check.get("target", ""))) if isinstance(servers, dict) else None
+    restarts = found.get("restarts") if isinstance(found, dict) else None
+    restarted = f" Restarted {t(plural(restarts, 'time'))} during the run." if isinstance(restarts, int) else ""
+    return link + restarted
 
 
 def _failures(data: ReportData) -> str:

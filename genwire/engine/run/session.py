@@ -154,8 +154,12 @@ class RunSession:
     async def preflight(self, on_preflight: Callable[[PreflightReport], None] | None) -> None:
         """The one gate (SPEC §7): nothing is generated unless every check passed. The
         engine starts meanwhile (Ray's workers boot: seconds) and generates nothing yet."""
+        fleet = self.container.servers
+        if fleet is not None:  # SPEC §23: its logs beside the output
+            fleet.log_dir = self.plan.target.with_name(self.plan.target.name + ".servers")
         self.source.start(self._rows_left(), self.container.config.pipeline.batch_size)
         if self.options.skip_preflight:
+            await self._start_servers()
             return
         options = self.options
         self.report = report = await run_preflight(
@@ -169,6 +173,27 @@ class RunSession:
         self.accounts.note("preflight", report=report.model_dump(mode="json"))
         if not report.ok:
             raise PreflightError(report)
+
+    async def _start_servers(self) -> None:
+        """Without the pre-flight, the managed servers still start (and a failure stops it)."""
+        from genwire.preflight.servers import start_servers
+
+        checks, _ = await start_servers(self.container)
+        if any(c.status == "failed" for c in checks):
+            raise PreflightError(PreflightReport(ok=False, duration_s=0.0, checks=checks))
+
+    def _raise_if_server_died(self, sink: OutputSink) -> None:
+        """A managed server that died for good (``restarts`` spent) stops the run, its rows kept."""
+        fleet = self.container.servers
+        if fleet is None or fleet.failure is None:
+            return
+        sink.suspend()
+        raise RunStopped(
+            f"{fleet.failure}. {sink.kept:,} rows are kept in {self.checkpoint.directory}; "
+            "rerun the same command to make the rest",
+            checkpoint=self.checkpoint.directory,
+            kept=sink.kept,
+        )
 
     async def generate(self) -> None:
         """Every pending row, batch by batch, into the checkpoint; the budget's stop last."""
@@ -234,7 +259,12 @@ class RunSession:
             async for result in batches:
                 if batch_mode is not None:
                     batch_mode.raise_if_broken()
-                await sink.add(result)
+                try:
+                    await sink.add(result)
+                except RunStopped:
+                    self._raise_if_server_died(sink)  # the cause, rather than the failures it made
+                    raise
+                self._raise_if_server_died(sink)
                 if candidates is not None:
                     candidates.record(result)
         finally:
@@ -300,7 +330,14 @@ class RunSession:
             endpoints=accounts.endpoints(),
             funnel=self.candidates.funnel if self.candidates is not None else None,
             surplus=sink.surplus,
+            servers=self._server_restarts(),
         )
+
+    def _server_restarts(self) -> dict[str, int]:
+        fleet = self.container.servers
+        if fleet is None:
+            return {}
+        return {name: fleet.restarts.get(name, 0) for name in self.container.reachable_servers()}
 
     async def abandon(self, error: BaseException) -> None:
         """The session ends unfinished: the checkpoint stays for a resume (unless nothing
