@@ -181,6 +181,7 @@ class RunAccounts:
             usage=usage,
             summary=summary,
             estimate=estimate,
+            reported=self.container.reported_models(),
         )
 
 

@@ -20,6 +20,7 @@ from genwire.engine.checkpoint import Checkpoint
 from genwire.engine.gates import CandidatePlan, GatedRun
 from genwire.engine.local_engine import LocalBatches
 from genwire.engine.options import RunOptions
+from genwire.engine.report.about import run_about
 from genwire.engine.result import RunResult
 from genwire.engine.sink import OutputSink, Progress
 from genwire.errors import RunStopped
@@ -109,6 +110,7 @@ class RunSession:
             engine=plan.engine,
             columns=[c.name for c in container.columns],
             models={alias: model.model for alias, model in container.config.models.items()},
+            **run_about(container),  # what the dataset card says of the run (SPEC §24)
         )
 
     def _source(self) -> BatchSource:

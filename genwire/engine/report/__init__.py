@@ -41,7 +41,10 @@ def write_report(
     from genwire.engine.report.page import render
     from genwire.version import __version__
 
+    from genwire.engine.report.record import write_record
+
     data = collect(checkpoint_dir(output), output, done=done, counts=counts)
+    write_record(output, data, __version__)  # what the dataset card reads once the checkpoint is gone
     target = report_path(output)
     temporary = target.with_name(target.name + ".tmp")
     try:
@@ -65,6 +68,7 @@ def end_session(
     usage: dict[str, ModelUsage] | None = None,
     summary: dict[str, Any] | None = None,
     estimate: bool = False,
+    reported: dict[str, str] | None = None,
 ) -> None:
     """The one hook every way a session ends goes through (completed, failed, stopped at
     the failure rate or a budget, interrupted, an estimate's sample): the last metrics,
@@ -75,11 +79,12 @@ def end_session(
     ``estimate``: the session is ``genwire estimate``'s sample. Its ending is its own
     (``estimate``, not ``completed``), and it writes no report page: the page beside the
     output is the run's (a finished run's stays its own); the run that continues after
-    the sample covers its session, and ``genwire report`` shows it meanwhile."""
+    the sample covers its session, and ``genwire report`` shows it meanwhile.
+    ``reported``: per alias, the model id the servers named (the dataset card's)."""
     try:
         if metrics is not None:
             ending = ESTIMATE_ENDING if estimate and error is None else None
-            metrics.end(error, usage=usage, summary=summary, ending=ending)
+            metrics.end(error, usage=usage, summary=summary, ending=ending, reported=reported or {})
             if estimate:
                 return
             try:

@@ -19,7 +19,9 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from genwire.engine.gate_costs import paid_by_column
 from genwire.engine.metrics import METRICS_FILE
+from genwire.engine.report.about import RunAbout, fingerprint_digest
 from genwire.engine.report.funnel import FunnelData, read_funnel
 from genwire.providers.metrics import BUCKETS, bucket_bounds
 
@@ -112,6 +114,7 @@ class ReportData:
     served: dict[str, str] = field(default_factory=dict)  # alias -> the model name it sends
     notes: list[str] = field(default_factory=list)
     funnel: FunnelData | None = None  # a gated run (SPEC §21)
+    about: RunAbout = field(default_factory=RunAbout)  # what the dataset card says (SPEC §24)
 
     @property
     def cached(self) -> int:
@@ -195,6 +198,7 @@ def collect(
     with contextlib.suppress(OSError, ValueError):
         meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
         data.rows_requested = int(meta["num_records"])
+        data.about.fingerprint = fingerprint_digest(meta.get("fingerprint"))
     rows_files = _session_files(directory, _ROWS)
     if done is None:
         kept = _kept_indices(rows_files)
@@ -209,6 +213,7 @@ def collect(
             if counts.get(name) is not None:
                 setattr(data, name, counts[name])
     _read_cost(directory, data)
+    data.about.column_tokens = paid_by_column(directory).tokens
     data.funnel = read_funnel(directory, data.columns, data.rows_written, data.rows_failed, data.summary)
     data.samples = list(islice(_merged_rows(rows_files), SAMPLE_ROWS))
     if not data.columns:
@@ -270,6 +275,7 @@ def _read_metrics(path: Path, data: ReportData) -> None:
                     data.columns = [str(c) for c in record["columns"]]
                 if isinstance(record.get("models"), dict):
                     data.served.update({str(a): str(m) for a, m in record["models"].items()})
+                data.about.read_session(record)
             elif kind == "tick" and session_start is not None:
                 t = float(record["t"])
                 session_end = max(session_end, t)
@@ -281,6 +287,7 @@ def _read_metrics(path: Path, data: ReportData) -> None:
                 data.outcome = str(record.get("outcome", "unfinished"))
                 data.message = str(record.get("message", ""))
                 data.summary = record.get("summary")
+                data.about.read_end(record)
     if session_start is not None:
         offset += max(0.0, session_end - session_start)
     data.active_s = offset

@@ -13,6 +13,7 @@ from typing import Any
 
 from genwire.engine.report.data import ModelTotals, ReportData, cell_text, merged_latency, percentile
 from genwire.engine.report.svg import colour, latency_histogram, time_chart
+from genwire.engine.report.wiring_svg import wiring_section
 from genwire.errors import plural
 
 QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
@@ -106,6 +107,7 @@ def render(data: ReportData, *, version: str = "") -> str:
         _header(data),
         _summary(data),
         _funnel(data),
+        wiring_section(data.about.wiring),
         _over_time(data),
         _models(data),
         _latency(data),
