@@ -716,6 +716,11 @@ def _register_batches() -> None:
     assert report.callback is not None
     report.callback = handle_errors(report.callback)
     cli.add_command(report)
+    from genwire.cli.handoff_commands import card, export_command, push_command  # the hand-off (SPEC §24)
+
+    for command in (card, export_command, push_command):
+        command.callback = handle_errors(command.callback)  # type: ignore[arg-type]
+        cli.add_command(command)
 
 
 _register_batches()

@@ -1,0 +1,6 @@
+"""The dataset hand-off (SPEC §24): a finished run's dataset card (``card``), a folder
+``datasets.load_dataset`` loads (``export``), and an upload to the Hugging Face Hub
+(``push``). Everything is read from the run's own records — ``<output>.run.json``, the
+report data a run writes beside its report page (``engine.report.record``) — and streamed
+from its output and rejected files: no second bookkeeping, flat memory in the rows.
+pyarrow and huggingface_hub are imported only by the steps that need them."""
