@@ -16,31 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from handoff_support import CANARY, SERVED_AS, GatedRun, run_good_rows
 
 from genwire.cli.main import cli
 from genwire.testing.fake_server import FakeOpenAIServer
-
-REPO = Path(__file__).resolve().parent.parent
-CANARY = "canary-sk-9f8e7d6c5b4a"
-SERVED_AS = "meta/llama-3.1-70b-instruct-2026-11-snapshot"
-
-
-class GatedRun:
-    def __init__(self, project: Path, summary: dict[str, object]) -> None:
-        self.project = project
-        self.summary = summary
-        self.output = project / "out" / "good.jsonl"
-
-
-def run_good_rows(root: Path, server: FakeOpenAIServer) -> GatedRun:
-    project = root / "good-rows"
-    shutil.copytree(REPO / "examples" / "good-rows", project, ignore=shutil.ignore_patterns("out", ".genwire"))
-    server.vary_structured("*")
-    server.serve_as("meta/llama-3.1-70b-instruct", SERVED_AS)
-    env = {"GENWIRE_BASE_URL": server.url, "NVIDIA_API_KEY": CANARY}
-    result = CliRunner(env=env).invoke(cli, ["run", str(project / "genwire.yaml"), "--json"])
-    assert result.exit_code == 0, result.output
-    return GatedRun(project, json.loads(result.stdout))
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +88,9 @@ def test_the_card_streams_statistics_of_the_output_columns(gated: GatedRun) -> N
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in gated.output.read_text().splitlines()]
     table = result.stdout.split("## Columns", 1)[1].split("##", 1)[0]
-    lines = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ") and "---" not in line}
+    lines = {
+        line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ") and "---" not in line
+    }
     assert set(lines) == {"column", "topic", "angle", "answer", "verdict"}  # no gate column
     unique_topics = 100 * len({r["topic"] for r in rows}) / len(rows)
     assert f"| {unique_topics:.1f} |" in lines["topic"]
@@ -145,7 +126,9 @@ def test_the_export_loads_with_datasets_offline(gated: GatedRun, tmp_path: Path)
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
     rows = [json.loads(line) for line in gated.output.read_text().splitlines()]
     assert loaded["train"] == rows  # every row, the output's columns only (no gate column)
-    rejected = [json.loads(line) for line in (gated.output.parent / "good.jsonl.rejected.jsonl").read_text().splitlines()]
+    rejected = [
+        json.loads(line) for line in (gated.output.parent / "good.jsonl.rejected.jsonl").read_text().splitlines()
+    ]
     assert len(loaded["rejected"]) == len(rejected) == gated.summary["candidates"] - len(rows)  # type: ignore[operator]
     for got, line in zip(loaded["rejected"], rejected, strict=True):
         assert (got["candidate"], got["gate"], got["reason"]) == (line["candidate"], line["gate"], line["reason"])
@@ -170,7 +153,10 @@ def test_an_unfinished_run_is_refused_with_what_to_do(gated: GatedRun, tmp_path:
     checkpoint = project / "out" / "good.jsonl.checkpoint"
     checkpoint.mkdir()
     (checkpoint / "meta.json").write_text("{}")  # a run over this output is under way
-    for args in (["export", str(project / "out" / "good.jsonl"), str(tmp_path / "x")], ["card", str(project / "out" / "good.jsonl")]):
+    for args in (
+        ["export", str(project / "out" / "good.jsonl"), str(tmp_path / "x")],
+        ["card", str(project / "out" / "good.jsonl")],
+    ):
         result = CliRunner().invoke(cli, args)
         assert result.exit_code == 2, result.output
         assert "has not finished" in result.output and "rerun the same `genwire run` command" in result.output
@@ -188,6 +174,14 @@ def test_an_output_without_a_run_record_is_refused(tmp_path: Path) -> None:
 def test_the_report_page_draws_the_same_wiring(gated: GatedRun) -> None:
     page = (gated.output.parent / "good.jsonl.report.html").read_text(encoding="utf-8")
     svg = page.split('data-graph="wiring"', 1)[1].split("</svg>", 1)[0]
-    for node in ["column:topic", "column:answer", "column:verdict", "gate:novel", "gate:good", "model:judge", "provider:nim"]:
+    for node in [
+        "column:topic",
+        "column:answer",
+        "column:verdict",
+        "gate:novel",
+        "gate:good",
+        "model:judge",
+        "provider:nim",
+    ]:
         assert f'data-node="{node}"' in svg
     assert "<script" not in page

@@ -719,7 +719,8 @@ def _register_batches() -> None:
     from genwire.cli.handoff_commands import card, export_command, push_command  # the hand-off (SPEC §24)
 
     for command in (card, export_command, push_command):
-        command.callback = handle_errors(command.callback)  # type: ignore[arg-type]
+        assert command.callback is not None
+        command.callback = handle_errors(command.callback)
         cli.add_command(command)
 
 

@@ -190,4 +190,8 @@ class FakeHub:
                 return 400, {"error": f"the stand-in does not take {item['key']!r} lines"}
         digest = hashlib.sha1(repr(sorted(found.files.items())).encode() + str(len(found.commits)).encode())
         found.commits.append(digest.hexdigest())
-        return 200, {"commitUrl": f"{self.url}/datasets/{repo}/commit/{found.sha}", "commitOid": found.sha, "pullRequestUrl": None}
+        return 200, {
+            "commitUrl": f"{self.url}/datasets/{repo}/commit/{found.sha}",
+            "commitOid": found.sha,
+            "pullRequestUrl": None,
+        }

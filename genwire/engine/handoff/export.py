@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from genwire.engine.handoff.card import render_card
-from genwire.engine.handoff.finished import FinishedRun, finished_run
+from genwire.engine.handoff.finished import finished_run
 from genwire.engine.handoff.rows import Row, jsonl_chunks, row_chunks
 from genwire.errors import RunSetupError
 
@@ -69,7 +69,9 @@ def _rejected_rows(path: Path) -> Iterator[list[Row]]:
         rows = []
         for line in chunk:
             row = {name: line.get(name) for name in REJECTED_HEAD}
-            cells = line.get("row") if isinstance(line.get("row"), dict) else {}
+            cells = line.get("row")
+            if not isinstance(cells, dict):
+                cells = {}
             for name, value in cells.items():
                 row[f"row_{name}" if name in REJECTED_HEAD else name] = value
             rows.append(row)
@@ -127,7 +129,9 @@ def _schema(pa: Any, chunks: Chunks) -> Any:
         try:
             schema = found if schema is None else pa.unify_schemas([schema, found], promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise RunSetupError(f"cannot export: a column holds values of two kinds parquet cannot mix ({exc})") from None
+            raise RunSetupError(
+                f"cannot export: a column holds values of two kinds parquet cannot mix ({exc})"
+            ) from None
     return schema if schema is not None else pa.schema([])
 
 
@@ -140,7 +144,9 @@ def _table(pa: Any, chunk: list[Row], schema: Any, folder: Path) -> Any:
                 pa.Table.from_pylist([{n: row.get(n) for n in schema.names}], schema=schema)
                 continue
             shown = json.dumps(row, ensure_ascii=False, default=str)[:200]
-            raise RunSetupError(f"cannot export to {folder.name}/: a row does not fit the others' types ({exc}): {shown}") from None
+            raise RunSetupError(
+                f"cannot export to {folder.name}/: a row does not fit the others' types ({exc}): {shown}"
+            ) from None
         raise RunSetupError(f"cannot export to {folder.name}/: {exc}") from None
 
 

@@ -94,7 +94,9 @@ def _failure(exc: BaseException, repo_id: str, secret: str) -> str:
     elif status == 403:
         what = f"the token may not write to {repo_id} (403): use a token with write access to it"
     elif status == 404:
-        what = f"no dataset repo or revision {repo_id} the token can see (404): check the name, the revision and the token"
+        what = (
+            f"no dataset repo or revision {repo_id} the token can see (404): check the name, the revision and the token"
+        )
     elif status is not None:
         what = f"the Hub answered {status}"
     else:

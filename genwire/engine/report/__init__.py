@@ -39,9 +39,8 @@ def write_report(
     ``done`` and ``counts``: what the live run knows (else read from the files)."""
     from genwire.engine.report.data import collect
     from genwire.engine.report.page import render
-    from genwire.version import __version__
-
     from genwire.engine.report.record import write_record
+    from genwire.version import __version__
 
     data = collect(checkpoint_dir(output), output, done=done, counts=counts)
     write_record(output, data, __version__)  # what the dataset card reads once the checkpoint is gone
