@@ -66,3 +66,41 @@ def _parquet(path: Path, chunk_rows: int) -> Iterator[list[Row]]:
 
     for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_rows):
         yield batch.to_pylist()
+
+
+ARROW_BLOCK_BYTES = 128 * 1024  # a JSON or CSV block Arrow parses at a time: small, so memory stays flat
+
+
+def arrow_pool() -> Any:
+    """The C allocator's pool: Arrow's default (mimalloc) keeps arenas of tens of MB
+    touched for a stream of small batches; malloc gives them back."""
+    import pyarrow as pa
+
+    return pa.system_memory_pool()
+
+
+def arrow_batches(path: Path) -> Iterator[Any]:
+    """The output as small Arrow record batches (pyarrow's own readers: vectorised). Raises
+    ``pyarrow.ArrowInvalid`` for an output Arrow cannot read as one table (a column of
+    two kinds): ``row_chunks`` reads it then."""
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        yield from pq.ParquetFile(path, memory_pool=arrow_pool()).iter_batches(batch_size=2048)
+        return
+    if suffix == ".csv":
+        import pyarrow.csv as pcsv
+
+        reader: Any = pcsv.open_csv(
+            path,
+            read_options=pcsv.ReadOptions(block_size=ARROW_BLOCK_BYTES, use_threads=False),
+            convert_options=pcsv.ConvertOptions(strings_can_be_null=True),
+            memory_pool=arrow_pool(),
+        )
+    else:
+        import pyarrow.json as pjson
+
+        options = pjson.ReadOptions(block_size=ARROW_BLOCK_BYTES, use_threads=False)
+        reader = pjson.open_json(path, read_options=options, memory_pool=arrow_pool())
+    yield from reader
