@@ -87,7 +87,7 @@ def arrow_batches(path: Path) -> Iterator[Any]:
     if suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        yield from pq.ParquetFile(path, memory_pool=arrow_pool()).iter_batches(batch_size=2048)
+        yield from pq.ParquetFile(path).iter_batches(batch_size=2048)
         return
     if suffix == ".csv":
         import pyarrow.csv as pcsv
