@@ -24,19 +24,11 @@ _REJECTED = click.option(
 @_REJECTED
 def card(output: Path, target: Path | None, with_rejected: bool) -> None:
     """Print (or write) the dataset card of the finished run that wrote OUTPUT."""
+    from genwire.cli.text_output import print_or_write
     from genwire.engine.handoff.card import render_card
     from genwire.engine.handoff.finished import finished_run
-    from genwire.errors import RunSetupError
 
-    text = render_card(finished_run(output), with_rejected=with_rejected)
-    if target is None:
-        click.echo(text, nl=False)
-        return
-    try:
-        target.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise RunSetupError(f"cannot write the card {target}: {exc.strerror or exc}") from None
-    click.echo(f"card written to {target}", err=True)
+    print_or_write(render_card(finished_run(output), with_rejected=with_rejected), target, "the card")
 
 
 @click.command("export")

@@ -633,17 +633,10 @@ def init(directory: Path, force: bool) -> None:
 @handle_errors
 def schema(output: Path | None) -> None:
     """Print the JSON Schema of genwire.yaml (for editors: genwire init writes the line that uses it)."""
+    from genwire.cli.text_output import print_or_write
     from genwire.config.json_schema import schema_text
 
-    text = schema_text()
-    if output is None:
-        click.echo(text, nl=False)
-        return
-    try:
-        output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise RunSetupError(f"{output}: cannot write the schema there: {exc.strerror or exc}") from None
-    err.print(f"wrote {output}", markup=False)
+    print_or_write(schema_text(), output, "the schema")
 
 
 @cli.command()

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from genwire.engine.batches import batched
 from genwire.errors import RunSetupError
 
 CHUNK_ROWS = 4096
@@ -29,7 +30,10 @@ def row_chunks(path: Path, chunk_rows: int = CHUNK_ROWS) -> Iterator[list[Row]]:
 
 def jsonl_chunks(path: Path, chunk_rows: int = CHUNK_ROWS) -> Iterator[list[Row]]:
     """A JSON-lines file's objects (blank lines skipped), ``chunk_rows`` at a time."""
-    chunk: list[Row] = []
+    return batched(_jsonl_rows(path), chunk_rows)
+
+
+def _jsonl_rows(path: Path) -> Iterator[Row]:
     with path.open("rb") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
@@ -40,25 +44,14 @@ def jsonl_chunks(path: Path, chunk_rows: int = CHUNK_ROWS) -> Iterator[list[Row]
                 raise RunSetupError(f"{path}:{number}: not a JSON line ({exc})") from None
             if not isinstance(row, dict):
                 raise RunSetupError(f"{path}:{number}: not a JSON object: {line[:80]!r}")
-            chunk.append(row)
-            if len(chunk) >= chunk_rows:
-                yield chunk
-                chunk = []
-    if chunk:
-        yield chunk
+            yield row
 
 
 def _csv(path: Path, chunk_rows: int) -> Iterator[list[Row]]:
     """CSV cells as written: text, an empty cell read as null (as the writer writes None)."""
-    chunk: list[Row] = []
     with path.open(encoding="utf-8", newline="") as handle:
-        for row in csv.DictReader(handle):
-            chunk.append({k: (v if v != "" else None) for k, v in row.items()})
-            if len(chunk) >= chunk_rows:
-                yield chunk
-                chunk = []
-    if chunk:
-        yield chunk
+        rows = ({k: (v if v != "" else None) for k, v in row.items()} for row in csv.DictReader(handle))
+        yield from batched(rows, chunk_rows)
 
 
 def _parquet(path: Path, chunk_rows: int) -> Iterator[list[Row]]:
