@@ -55,9 +55,10 @@ def push(
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
     try:
         with tempfile.TemporaryDirectory(prefix="genwire-push-") as tmp:
-            exported = export(output, Path(tmp), with_rejected=with_rejected)
+            # The Hub first: an unreachable endpoint or a refused token fails before any export work.
             api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
             present = set(api.list_repo_files(repo_id, repo_type="dataset", revision=revision))
+            exported = export(output, Path(tmp), with_rejected=with_rejected)
             adds = [
                 hub.CommitOperationAdd(path_in_repo=path.relative_to(tmp).as_posix(), path_or_fileobj=str(path))
                 for path in exported.files
