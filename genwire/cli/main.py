@@ -645,17 +645,10 @@ def init(directory: Path, force: bool) -> None:
 @handle_errors
 def schema(output: Path | None) -> None:
     """Print the JSON Schema of genwire.yaml (for editors: genwire init writes the line that uses it)."""
+    from genwire.cli.text_output import print_or_write
     from genwire.config.json_schema import schema_text
 
-    text = schema_text()
-    if output is None:
-        click.echo(text, nl=False)
-        return
-    try:
-        output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise RunSetupError(f"{output}: cannot write the schema there: {exc.strerror or exc}") from None
-    err.print(f"wrote {output}", markup=False)
+    print_or_write(schema_text(), output, "the schema")
 
 
 @cli.command()
@@ -733,6 +726,13 @@ def _register_batches() -> None:
     assert serve.callback is not None
     serve.callback = handle_errors(serve.callback)
     cli.add_command(serve)
+
+    from genwire.cli.handoff_commands import card, export_command, push_command  # the hand-off (SPEC §24)
+
+    for command in (card, export_command, push_command):
+        assert command.callback is not None
+        command.callback = handle_errors(command.callback)
+        cli.add_command(command)
 
 
 _register_batches()

@@ -423,6 +423,16 @@ class BudgetConfig(StrictModel):
     max_tokens: PositiveInt | None = None
 
 
+class CardConfig(StrictModel):
+    """What the dataset card (SPEC §24) says beyond how the data was made."""
+
+    title: Annotated[str, Field(min_length=1)] | None = None
+    description: str | None = None
+    license: Annotated[str, Field(min_length=1)] | None = None  # a Hub license id: apache-2.0, cc-by-4.0...
+    task_categories: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    language: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+
+
 class PipelineConfig(StrictModel):
     num_records: Annotated[PositiveInt, BeforeValidator(_row_count)] = 10
     seed: int = 0
@@ -434,6 +444,7 @@ class PipelineConfig(StrictModel):
     # fingerprint: a higher cap goes on from the same checkpoint.
     max_candidates: Annotated[PositiveInt, BeforeValidator(_row_count)] | None = None
     columns: Annotated[list[ColumnConfig], Field(min_length=1)]
+    card: CardConfig | None = None  # the dataset card's title, license...: not in the fingerprint
 
     @field_validator("columns")
     @classmethod

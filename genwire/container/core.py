@@ -171,6 +171,14 @@ class WiredPipeline:
         """Requests, retries, 429s and tokens of this process's clients, per model alias."""
         return merge_usage(client.usage for client in self._graph.live_clients)
 
+    def reported_models(self) -> dict[str, str]:
+        """Per model alias, the model id a server named in its first answer to this
+        process (HTTP providers; an embedded model names none)."""
+        found: dict[str, str] = {}
+        for client in self._graph.live_clients:
+            found.update(getattr(client, "reported", {}))
+        return dict(sorted(found.items()))
+
     def concurrency(self) -> dict[str, Concurrency]:
         """In flight against the current and configured limit, per provider in use. A
         pool's queue counts as waiting for each of its members' providers (its requests

@@ -118,6 +118,7 @@ class OpenAIProvider:
         # Shown in messages: never the userinfo part a base URL might carry.
         self._display_url = str(URL(self.base_url).with_user(None))
         self.usage: dict[str, ModelUsage] = {}  # per model alias: attempts, retries, 429s, tokens
+        self.reported: dict[str, str] = {}  # per model alias: the model id its first answer named (the card's)
         # The gate bounds in-flight requests (max_concurrency, adapted to 429s) and paces
         # them (rate_limit); every alias of the provider shares it.
         self.gate = ProviderGate(config.max_concurrency, config.rate_limit, adaptive=config.adapt_to_rate_limits)
@@ -412,6 +413,8 @@ class OpenAIProvider:
                 # Tokens counted once: into the alias's usage and, as the real figure, the pacing.
                 gate.release(reservation, tokens=usage.count_tokens(data), ok=True)
                 note_rate_limited(None)
+                if alias not in self.reported:
+                    self._note_reported(alias, data)
                 break
         except BaseException:
             if meter is not None and hold is not None:
@@ -440,6 +443,13 @@ class OpenAIProvider:
     def requests(self) -> dict[str, int]:
         """HTTP requests sent (every attempt), per model alias."""
         return requests_of(self.usage)
+
+    def _note_reported(self, alias: str, data: Any) -> None:
+        """Keep the model id the server says answered (``model`` of its body), cut and
+        scrubbed: the dataset card names it beside the one asked for."""
+        reported = data.get("model") if isinstance(data, dict) else None
+        if isinstance(reported, str) and reported:
+            self.reported[alias] = self._scrub(reported)[:200]
 
     def _usage(self, alias: str) -> ModelUsage:
         usage = self.usage.get(alias)  # on every cache hit: no throwaway ModelUsage

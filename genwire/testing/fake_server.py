@@ -151,6 +151,7 @@ class FakeOpenAIServer:
         self._advertised: dict[str, dict[str, str]] = {}  # x-ratelimit-limit-* headers, per model ("*": all)
         self._answer_fns: dict[str, Callable[[str], str]] = {}  # per model: the chat answer to a prompt
         self._varied_structured: set[str] = set()  # models ("*": all) whose structured answers vary by prompt
+        self._served_as: dict[str, str] = {}  # model asked -> the model id its chat answers name
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -325,6 +326,12 @@ class FakeOpenAIServer:
                 self._answer_fns.pop(model, None)
             else:
                 self._answer_fns[model] = answer
+
+    def serve_as(self, model: str, named: str) -> None:
+        """Chat answers to ``model`` name ``named`` as their model (a server that serves
+        an alias as a dated snapshot does)."""
+        with self._lock:
+            self._served_as[model] = named
 
     def vary_structured(self, model: str = "*", vary: bool = True) -> None:
         """``model``'s structured answers vary with the prompt (deterministically): a
@@ -776,7 +783,8 @@ class FakeOpenAIServer:
                 completion_tokens = count_tokens(content) if realistic is None else realistic.text_tokens(content)
             choices = answers_asked(body)  # each choice is billed
             self._count_usage(model, prompt_tokens, completion_tokens * choices)
-            answer = _chat_body(model, content, prompt_tokens, completion_tokens * choices, choices=choices)
+            named = self._served_as.get(model, model)  # the model id the answer names (``serve_as``)
+            answer = _chat_body(named, content, prompt_tokens, completion_tokens * choices, choices=choices)
             if shape is not None and shape.omit_usage:
                 del answer["usage"]
             return _json(200, answer)

@@ -19,6 +19,7 @@ class PaidByColumn:
     usd: dict[str, float | None] = field(default_factory=dict)
     rejected_usd: float | None = 0.0  # the answers paid for candidates a gate rejected
     total_usd: float | None = 0.0
+    tokens: dict[str, int] = field(default_factory=dict)  # input + output tokens paid per column
 
 
 def _plus(a: float | None, b: float | None) -> float | None:
@@ -40,11 +41,13 @@ def paid_by_column(directory: Path, rejected: Iterable[int] = ()) -> PaidByColum
             usd = None if record.get("usd") is None else float(record["usd"])
             column = record.get("col")
             rows = [int(r) for r in record.get("rows") or []]
+            tokens = int(record.get("in") or 0) + int(record.get("out") or 0)
         except (ValueError, TypeError, AttributeError):
             continue
         if not isinstance(column, str):
             continue  # a probe: no row's
         out.usd[column] = _plus(out.usd.get(column, 0.0), usd)
+        out.tokens[column] = out.tokens.get(column, 0) + tokens
         out.total_usd = _plus(out.total_usd, usd)
         if rows and rejected_set:
             share = sum(r in rejected_set for r in rows) / len(rows)

@@ -208,6 +208,7 @@ class RunAccounts:
             summary=summary,
             cost=cost,
             estimate=estimate,
+            reported=self.container.reported_models(),
         )
 
 

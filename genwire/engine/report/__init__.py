@@ -42,9 +42,11 @@ def write_report(
     ``done`` and ``counts``: what the live run knows (else read from the files)."""
     from genwire.engine.report.data import collect
     from genwire.engine.report.page import render
+    from genwire.engine.report.record import write_record
     from genwire.version import __version__
 
     data = collect(checkpoint_dir(output), output, done=done, counts=counts)
+    write_record(output, data, __version__)  # what the dataset card reads once the checkpoint is gone
     target = report_path(output)
     temporary = target.with_name(target.name + ".tmp")
     try:
@@ -69,6 +71,7 @@ def end_session(
     summary: dict[str, Any] | None = None,
     cost: dict[str, Any] | None = None,
     estimate: bool = False,
+    reported: dict[str, str] | None = None,
 ) -> None:
     """The one hook every way a session ends goes through (completed, failed, stopped at
     the failure rate or a budget, interrupted, an estimate's sample): the last metrics,
@@ -80,12 +83,13 @@ def end_session(
     ``estimate``: the session is ``genwire estimate``'s sample. Its ending is its own
     (``estimate``, not ``completed``), and it writes no report page: the page beside the
     output is the run's (a finished run's stays its own); the run that continues after
-    the sample covers its session, and ``genwire report`` shows it meanwhile."""
+    the sample covers its session, and ``genwire report`` shows it meanwhile.
+    ``reported``: per alias, the model id the servers named (the dataset card's)."""
     try:
         if metrics is not None:
             ending = ESTIMATE_ENDING if estimate and error is None else None
             about = {"cost": cost} if cost is not None else {}
-            metrics.end(error, usage=usage, summary=summary, ending=ending, **about)
+            metrics.end(error, usage=usage, summary=summary, ending=ending, reported=reported or {}, **about)
             if estimate:
                 return
             try:

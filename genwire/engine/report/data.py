@@ -19,7 +19,9 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from genwire.engine.gates.costs import paid_by_column
 from genwire.engine.records.metrics import METRICS_FILE
+from genwire.engine.report.about import RunAbout, fingerprint_digest
 from genwire.engine.report.funnel import FunnelData, read_funnel
 from genwire.providers.metrics import BUCKETS, bucket_bounds
 
@@ -116,6 +118,7 @@ class ReportData:
     served: dict[str, str] = field(default_factory=dict)  # alias -> the model name it sends
     notes: list[str] = field(default_factory=list)
     funnel: FunnelData | None = None  # a gated run (SPEC §21)
+    about: RunAbout = field(default_factory=RunAbout)  # what the dataset card says (SPEC §24)
 
     @property
     def cached(self) -> int:
@@ -200,6 +203,7 @@ def collect(
         meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
         data.rows_requested = int(meta["num_records"])
         data.fingerprint = meta.get("fingerprint")
+        data.about.fingerprint = fingerprint_digest(meta.get("fingerprint"))
     rows_files = _session_files(directory, _ROWS)
     if done is None:
         kept = _kept_indices(rows_files)
@@ -214,6 +218,7 @@ def collect(
             if counts.get(name) is not None:
                 setattr(data, name, counts[name])
     _read_cost(directory, data)
+    data.about.column_tokens = paid_by_column(directory).tokens
     data.funnel = read_funnel(directory, data.columns, data.rows_written, data.rows_failed, data.summary)
     data.samples = list(islice(_merged_rows(rows_files), SAMPLE_ROWS))
     if not data.columns:
@@ -275,6 +280,7 @@ def _read_metrics(path: Path, data: ReportData) -> None:
                     data.columns = [str(c) for c in record["columns"]]
                 if isinstance(record.get("models"), dict):
                     data.served.update({str(a): str(m) for a, m in record["models"].items()})
+                data.about.read_session(record)
             elif kind == "tick" and session is not None:
                 t = float(record["t"])
                 session.end = max(session.end, t)
@@ -291,6 +297,7 @@ def _read_metrics(path: Path, data: ReportData) -> None:
                 data.summary = record.get("summary")
                 cost = record.get("cost")
                 data.ended_cost = cost if isinstance(cost, dict) else None
+                data.about.read_end(record)
     if session is not None:
         offset += session.close(data)
     data.active_s = offset

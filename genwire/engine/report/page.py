@@ -15,6 +15,7 @@ from typing import Any
 from genwire.engine.report.data import ModelTotals, ReportData, cell_text, merged_latency, percentile
 from genwire.engine.report.finished import finished_mark
 from genwire.engine.report.svg import colour, latency_histogram, time_chart
+from genwire.engine.report.wiring_svg import wiring_section
 from genwire.errors import plural
 from genwire.providers.money import price_hint
 from genwire.providers.money import usd as usd_text
@@ -110,6 +111,7 @@ def render(data: ReportData, *, version: str = "") -> str:
         _header(data),
         _summary(data),
         _funnel(data),
+        wiring_section(data.about.wiring),
         _over_time(data),
         _models(data),
         _latency(data),

@@ -18,6 +18,7 @@ from genwire.engine.money.accounts import RunAccounts
 from genwire.engine.records.batch_result import BatchResult
 from genwire.engine.records.checkpoint import Checkpoint
 from genwire.engine.records.result import RunResult
+from genwire.engine.report.about import run_about
 from genwire.engine.rows.local import LocalBatches
 from genwire.engine.run.batch_mode import BatchMode
 from genwire.engine.run.options import RunOptions
@@ -109,6 +110,7 @@ class RunSession:
             engine=plan.engine,
             columns=[c.name for c in container.columns],
             models={alias: model.model for alias, model in container.config.models.items()},
+            **run_about(container),  # what the dataset card says of the run (SPEC §24)
         )
 
     def _source(self) -> BatchSource:
