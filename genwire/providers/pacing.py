@@ -41,6 +41,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from genwire.config.schema import RateLimitConfig
+from genwire.providers.request_context import admit_request
 
 T = TypeVar("T")
 
@@ -353,13 +354,24 @@ class ProviderGate:
         if gate.transparent(self.max_concurrency):
             reservation = await self._line.enter(lambda now: self._admit_both(now, tokens, gate))
             if reservation is not None:
-                return reservation
+                return self._admitted(reservation)
         await gate.line.enter(gate.admit)
         try:
-            return await self._line.enter(lambda now: self._admit(now, tokens, gate))
+            reservation = await self._line.enter(lambda now: self._admit(now, tokens, gate))
         except BaseException:
             gate.leave(ok=None)
             raise
+        return self._admitted(reservation)
+
+    def _admitted(self, reservation: Reservation) -> Reservation:
+        """The request has its slot: sent, unless the run is stopping (its failure rate
+        passed): then the slot goes back and ``RunStopping`` drops its row for the rerun."""
+        try:
+            admit_request()
+        except BaseException:
+            self.release(reservation, tokens=None, ok=None)
+            raise
+        return reservation
 
     def _admit_both(self, now: float, tokens: int, gate: ModelGate) -> Reservation | float | None:
         """The provider's admission, then the model's (None: the model holds it back now)."""
