@@ -111,3 +111,25 @@ def test_the_cli_says_the_same_and_exits_1(server: FakeOpenAIServer, tmp_path: P
     assert "rerun the same command to resume" in done.stderr + done.stdout
     server.wait_idle()
     assert server.requests["writer"] <= MIN_ROWS_FOR_RATE + CONCURRENCY
+
+
+async def test_a_stop_the_written_rows_do_not_confirm_sends_the_dropped_rows_and_finishes(
+    server: FakeOpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows decided with no request after the stop (answers from the cache) can bring the
+    written rows back under the rate: the run then goes on, making each dropped row once.
+    The stop is forced at the first failure here; the rows are real."""
+    from genwire.engine.failure_stop import FailureStop
+
+    tripped: list[bool] = []
+
+    def once(self: FailureStop) -> bool:
+        tripped.append(True)
+        return len(tripped) == 1
+
+    monkeypatch.setattr(FailureStop, "live_above", once)
+    server.fail_rate("writer", 0.03, (400,), seed=1)
+    result = await run(config(server, tmp_path, 640), skip_preflight=True)
+    assert tripped and result.rows_written + result.rows_failed == 640
+    assert server.requests["writer"] == 640  # each row sent once: the dropped ones after the stop
+    assert result.rows_failed == len((tmp_path / "out.jsonl.errors.jsonl").read_text().splitlines())

@@ -44,7 +44,8 @@ class FailureStop:
     def sent(self, rows: tuple[int, ...]) -> bool:
         if self.stopping:
             return False
-        self.under_way.update(row for row in rows if row not in self.retried)
+        retried = self.retried
+        self.under_way.update(rows if not retried else (row for row in rows if row not in retried))
         return True
 
     def failed(self, rows: tuple[int, ...]) -> None:

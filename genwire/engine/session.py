@@ -209,7 +209,8 @@ class RunSession:
                 # Stopped sending as the rate passed; every batch is written now: judged on them.
                 sink.stop_at_rate()
                 self.failure_stop.reopen()  # not above after all: the dropped rows are made
-                await self._take(self.source.batches(self.checkpoint.pending(), batch_size), sink)
+                dropped = (i for i in self.checkpoint.pending() if i not in sink.failed_here)
+                await self._take(self.source.batches(dropped, batch_size), sink)
             # At the cap with candidates that failed in this session (a transient error at a
             # later column): generated again, as a resume would, before the run stops. An
             # in-order gate is asked afresh, remembering what the checkpoint holds (Ray's

@@ -61,6 +61,7 @@ class OutputSink:
         # run retries the earlier failures first; the whole run's rate is judged at the
         # end), and as rows settle, not only as batches are written: ``FailureStop``.
         self.failure_stop = failure_stop or FailureStop(max_failure_rate, checkpoint.failed_before())
+        self.failed_here: set[int] = set()  # rows failed in this session: not made again in it
         if progress is not None:
             progress.start(checkpoint.num_records, min(checkpoint.resumed, checkpoint.num_records))
 
@@ -90,6 +91,7 @@ class OutputSink:
         stop = self.failure_stop
         retried = stop.retried  # rejected candidates were tried (and decided) in this session
         done = sum(1 for index, _ in rows if index not in retried) + len(rejected)
+        self.failed_here.update(failed)
         lost = sum(1 for index in failed if index not in retried)
         stop.wrote(itertools.chain(result.indices, failed, (r[0] for r in rejected)), done, lost)
         if not stop.stopping:  # stopping: the running batches send nothing more; judged once they are written
