@@ -67,6 +67,8 @@ class FailureStop:
         """A batch's rows are written: ``done`` new rows kept or rejected, ``lost`` failed."""
         self.done += done
         self.lost += lost
+        if not self.under_way:  # no request sent (a cached rerun): nothing to forget
+            return
         for index in indices:
             self.under_way.discard(index)
             self.failing.discard(index)
