@@ -97,10 +97,12 @@ class RunSession:
         self.sink: OutputSink | None = None
         self.report: PreflightReport | None = None
         self.candidates: CandidatePlan | None = None  # a gated run's schedule
-        # Judged as rows settle in a local ungated run (its requests stop at once); a gated
-        # run, an estimate and Ray judge written batches (``OutputSink.add``).
+        # Judged as rows settle in a local, online, ungated run (its requests stop at once);
+        # a gated run, an estimate, batch mode and Ray judge written batches (``OutputSink.add``).
         self.failure_stop = FailureStop(container.config.pipeline.max_failure_rate, checkpoint.failed_before())
-        self.live_stop = plan.engine != "ray" and plan.gated is None and options.sample_rows is None
+        self.live_stop = (
+            plan.engine != "ray" and not plan.batching and plan.gated is None and options.sample_rows is None
+        )
         self.source = self._source()
         self.batch_mode = (
             BatchMode(container, plan.batching, plan.directory, self.source.live_rows) if plan.batching else None
