@@ -103,6 +103,18 @@ async def test_failures_that_pass_the_rate_late_stop_the_run_without_failing_uns
     assert len(failed) + 100 == server.requests["writer"] < 2000 // 4
 
 
+async def test_a_paced_provider_stops_at_once_too(server: FakeOpenAIServer, tmp_path: Path) -> None:
+    """Rows queued for a paced turn are refused before they take one: the run ends after
+    the sample, not after every queued row waited out its turn (1,000 rows at 1,200 a minute)."""
+    server.fail_when("writer", "", 400)
+    cfg = config(server, tmp_path, 1000)
+    cfg["providers"]["srv"]["rate_limit"] = {"requests_per_minute": 1200}
+    with pytest.raises(genwire.RunError, match="above max_failure_rate"):
+        await run(cfg, skip_preflight=True)
+    server.wait_idle()
+    assert server.requests["writer"] <= MIN_ROWS_FOR_RATE + CONCURRENCY
+
+
 def test_the_cli_says_the_same_and_exits_1(server: FakeOpenAIServer, tmp_path: Path) -> None:
     server.fail_when("writer", "", 400)
     done = cli("run", write(config(server, tmp_path, 500), tmp_path / "genwire.yaml"), "--skip-preflight")
@@ -118,14 +130,16 @@ async def test_a_stop_the_written_rows_do_not_confirm_sends_the_dropped_rows_and
 ) -> None:
     """Rows decided with no request after the stop (answers from the cache) can bring the
     written rows back under the rate: the run then goes on, making each dropped row once.
-    The stop is forced at the first failure here; the rows are real."""
+    The stop is forced here (once 128 rows are written); the rows are real."""
     from genwire.engine.failure_stop import FailureStop
 
     tripped: list[bool] = []
 
-    def once(self: FailureStop) -> bool:
+    def once(self: FailureStop) -> bool:  # at the first failure once 128 rows are written
+        if tripped or self.done + self.lost < 128:
+            return False
         tripped.append(True)
-        return len(tripped) == 1
+        return True
 
     monkeypatch.setattr(FailureStop, "live_above", once)
     server.fail_rate("writer", 0.03, (400,), seed=1)

@@ -106,7 +106,11 @@ class _Line:
                     self.wake()  # it was our turn: pass it on
                 raise
             self._woken -= 1
-            admitted = admit(time.monotonic())
+            try:
+                admitted = admit(time.monotonic())
+            except BaseException:  # refused (a stopping run): the room it was woken for goes to the next
+                self.wake()
+                raise
             if not isinstance(admitted, float):
                 if self._waiters:
                     self.wake()  # room left beyond this slot (several freed at once): the next goes too
@@ -354,24 +358,13 @@ class ProviderGate:
         if gate.transparent(self.max_concurrency):
             reservation = await self._line.enter(lambda now: self._admit_both(now, tokens, gate))
             if reservation is not None:
-                return self._admitted(reservation)
+                return reservation
         await gate.line.enter(gate.admit)
         try:
-            reservation = await self._line.enter(lambda now: self._admit(now, tokens, gate))
+            return await self._line.enter(lambda now: self._admit(now, tokens, gate))
         except BaseException:
             gate.leave(ok=None)
             raise
-        return self._admitted(reservation)
-
-    def _admitted(self, reservation: Reservation) -> Reservation:
-        """The request has its slot: sent, unless the run is stopping (its failure rate
-        passed): then the slot goes back and ``RunStopping`` drops its row for the rerun."""
-        try:
-            admit_request()
-        except BaseException:
-            self.release(reservation, tokens=None, ok=None)
-            raise
-        return reservation
 
     def _admit_both(self, now: float, tokens: int, gate: ModelGate) -> Reservation | float | None:
         """The provider's admission, then the model's (None: the model holds it back now)."""
@@ -380,6 +373,7 @@ class ProviderGate:
         wait = self._pacing_wait(now, tokens)
         if wait > 0:
             return wait
+        admit_request()  # a stopping run sends nothing more: RunStopping, with no slot or pace taken
         if isinstance(gate.admit(now), float):
             return None  # braked meanwhile: to the model's own gate
         return self._take(now, tokens, gate)
@@ -390,6 +384,7 @@ class ProviderGate:
         wait = self._pacing_wait(now, tokens)
         if wait > 0:
             return wait
+        admit_request()
         return self._take(now, tokens, gate)
 
     def _take(self, now: float, tokens: int, gate: ModelGate) -> Reservation:

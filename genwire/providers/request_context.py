@@ -187,8 +187,8 @@ def admission_scope(admission: Admission | None) -> Iterator[None]:
 
 
 def admit_request() -> None:
-    """At the provider's gate, once the request has its slot: ``RunStopping`` if the run
-    is stopping (the caller gives the slot back), else the rows are noted as under way."""
+    """At the provider's gate, as it admits the request (before it takes a slot or a
+    paced turn): ``RunStopping`` if the run is stopping, else its rows are under way."""
     admission = _admission.get()
     if admission is not None:
         row = _row.get()
