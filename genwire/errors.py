@@ -145,6 +145,7 @@ class ErrorClass(StrEnum):
     BUDGET = "budget"  # not sent: the run's budget (SPEC §16) has no room for the request
     START_FAILED = "start_failed"  # a managed server (SPEC §23) exited before it was ready
     PORT_IN_USE = "port_in_use"  # a managed server's port is held by another process
+    STOPPING = "stopping"  # not sent: the run is stopping (its failure rate passed max_failure_rate)
 
     @property
     def transient(self) -> bool:
@@ -179,12 +180,25 @@ class ModelError(GenwireError):
         return self.error_class.transient
 
 
-class BudgetExhausted(ModelError):
+class NotSent(ModelError):
+    """A request was refused before it was sent: its row is *dropped*, neither kept nor
+    failed (never in the errors file); a resumed run generates it."""
+
+
+class BudgetExhausted(NotSent):
     """A request was not sent: its worst case does not fit in what is left of the
     budget. Its row is neither kept nor failed; a resumed run generates it."""
 
     def __init__(self, message: str, *, target: str | None = None) -> None:
         super().__init__(ErrorClass.BUDGET, message, target=target)
+
+
+class RunStopping(NotSent):
+    """A request was not sent: the run is stopping (``max_failure_rate`` was passed), so
+    the rows still waiting to send are dropped for the rerun, not failed."""
+
+    def __init__(self) -> None:
+        super().__init__(ErrorClass.STOPPING, "not sent: the run is stopping (max_failure_rate)")
 
 
 class DatasetError(GenwireError):

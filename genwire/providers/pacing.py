@@ -41,6 +41,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from genwire.config.schema import RateLimitConfig
+from genwire.providers.request_context import admit_request
 
 T = TypeVar("T")
 
@@ -105,7 +106,11 @@ class _Line:
                     self.wake()  # it was our turn: pass it on
                 raise
             self._woken -= 1
-            admitted = admit(time.monotonic())
+            try:
+                admitted = admit(time.monotonic())
+            except BaseException:  # refused (a stopping run): the room it was woken for goes to the next
+                self.wake()
+                raise
             if not isinstance(admitted, float):
                 if self._waiters:
                     self.wake()  # room left beyond this slot (several freed at once): the next goes too
@@ -368,6 +373,7 @@ class ProviderGate:
         wait = self._pacing_wait(now, tokens)
         if wait > 0:
             return wait
+        admit_request()  # a stopping run sends nothing more: RunStopping, with no slot or pace taken
         if isinstance(gate.admit(now), float):
             return None  # braked meanwhile: to the model's own gate
         return self._take(now, tokens, gate)
@@ -378,6 +384,7 @@ class ProviderGate:
         wait = self._pacing_wait(now, tokens)
         if wait > 0:
             return wait
+        admit_request()
         return self._take(now, tokens, gate)
 
     def _take(self, now: float, tokens: int, gate: ModelGate) -> Reservation:

@@ -16,6 +16,12 @@ say them through context variables, so no signature changes and plugins are unaf
   cached rerun's row costs its key and a dict lookup. Each hit counts exactly as a
   request's hit does (``cached``, the tokens it saved).
 
+A run that may stop on its failure rate opens an ``admission_scope``: every request is
+admitted (``admit_request``, at the provider's gate, the one point all requests pass)
+for the rows of its row block, and a row block that ends with an exception reports its
+rows failed as they settle. Once the run is stopping, no request is admitted: it raises
+``RunStopping`` and its rows are dropped for the rerun.
+
 Only answers of a row block that ends without an exception are kept (``cached_row``
 commits on a clean exit); a generator that rejects an answer inside the block (a reply
 that fails its schema) calls ``RowScope.discard()``. Kept answers are written in one
@@ -32,18 +38,22 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from genwire.errors import NotSent, RunStopping
 from genwire.providers.usage import ModelUsage
 
 if TYPE_CHECKING:  # the store (sqlite3) loads with the first request a run may cache, not with the generators
     from genwire.providers.response_cache import CachedAnswer, Entry, KeyTemplate, ResponseCache, Stored
 
 __all__ = [
+    "Admission",
     "BatchScope",
     "CacheSlot",
     "ColumnScope",
     "RowScope",
+    "admission_scope",
+    "admit_request",
     "are_vectors",
     "batch_scope",
     "cache_slot",
@@ -135,7 +145,20 @@ class RowScope:
         self.pending.clear()
 
 
+class Admission(Protocol):
+    """Told each row's requests as they are admitted and its failures as they settle."""
+
+    def sent(self, rows: tuple[int, ...]) -> bool:
+        """A request for ``rows`` got its slot: False refuses it (the run is stopping)."""
+        ...
+
+    def failed(self, rows: tuple[int, ...]) -> None:
+        """A row block for ``rows`` ended with an exception: those rows failed."""
+        ...
+
+
 _batch: ContextVar[BatchScope | None] = ContextVar("genwire_cache_batch", default=None)
+_admission: ContextVar[Admission | None] = ContextVar("genwire_admission", default=None)
 _column: ContextVar[ColumnScope | None] = ContextVar("genwire_cache_column", default=None)
 _row: ContextVar[RowScope | None] = ContextVar("genwire_cache_row", default=None)
 
@@ -151,6 +174,26 @@ def batch_scope(cache: ResponseCache | None, seed: int = 0) -> Iterator[BatchSco
         yield scope
     finally:
         _batch.reset(token)
+
+
+@contextlib.contextmanager
+def admission_scope(admission: Admission | None) -> Iterator[None]:
+    """Requests inside are admitted by ``admission`` (None: every one, as outside a run)."""
+    token = _admission.set(admission)
+    try:
+        yield
+    finally:
+        _admission.reset(token)
+
+
+def admit_request() -> None:
+    """At the provider's gate, as it admits the request (before it takes a slot or a
+    paced turn): ``RunStopping`` if the run is stopping, else its rows are under way."""
+    admission = _admission.get()
+    if admission is not None:
+        row = _row.get()
+        if not admission.sent(() if row is None else row.rows):
+            raise RunStopping()
 
 
 @contextlib.contextmanager
@@ -182,6 +225,10 @@ class cached_rows:  # lower case: used as a function, ``with cached_rows(indices
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
         _row.reset(self._token)
         if kind is not None:  # an exception inside the block skips the commit
+            if error is not None and isinstance(error, Exception) and not isinstance(error, NotSent):
+                admission = _admission.get()
+                if admission is not None and self._scope.rows:
+                    admission.failed(self._scope.rows)
             return
         batch = _batch.get()
         if batch is not None and self._scope.pending:

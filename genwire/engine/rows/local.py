@@ -9,6 +9,7 @@ from collections.abc import AsyncGenerator, Callable, Iterator
 from genwire.container.core import WiredPipeline
 from genwire.engine.records.batch_result import BatchResult, batched
 from genwire.engine.rows.runner import BatchRunner, Earlier
+from genwire.providers.request_context import Admission
 from genwire.providers.response_cache import ResponseCache
 
 __all__ = ["LocalBatches"]
@@ -40,10 +41,12 @@ class LocalBatches:
         stop: Callable[[], bool] | None = None,
         hold: Callable[[int], bool] | None = None,
         earlier: Earlier | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self._container = container
+        self._admission = admission  # the failure-rate stop: no request once the run is stopping
         self._earlier = earlier  # a gated run: what in-order gates remember from earlier sessions
-        # The budget: stop() true, no new batch at all (running ones finish); hold(live
+        # The budget or the failure rate: stop() true, no new batch at all (running ones finish); hold(live
         # rows) true, none for now (what is left would not finish them).
         self._stop = stop
         self._hold = hold
@@ -72,7 +75,8 @@ class LocalBatches:
     ) -> AsyncGenerator[BatchResult, None]:
         """``feed`` (a gated run's ``CandidatePlan``) says which rows to start, batch by
         batch, in place of ``indices``: an empty batch means none for now."""
-        runner = self._runner = BatchRunner(self._container, self._cache, earlier=self._earlier)
+        runner = BatchRunner(self._container, self._cache, earlier=self._earlier, admission=self._admission)
+        self._runner = runner
         todo = batched(indices, batch_size) if feed is None else feed
         numbers = itertools.count()
         running: dict[asyncio.Task[BatchResult], int] = {}

@@ -13,9 +13,9 @@ from genwire.engine.gates.turns import GateTurns
 from genwire.engine.records.batch_result import BatchResult, failure_record
 from genwire.errors import (
     BatchModeFailed,
-    BudgetExhausted,
     GenwireError,
     ModelError,
+    NotSent,
     PluginError,
     UndeclaredResourceError,
     exception_text,
@@ -23,7 +23,7 @@ from genwire.errors import (
 from genwire.generators.base import Generator
 from genwire.generators.outcome import RowFailure
 from genwire.generators.verdict import as_verdict
-from genwire.providers.request_context import BatchScope, batch_scope, column_scope
+from genwire.providers.request_context import Admission, BatchScope, admission_scope, batch_scope, column_scope
 from genwire.providers.response_cache import Entry, ResponseCache
 from genwire.providers.tracing import batch_span
 
@@ -75,11 +75,14 @@ class BatchRunner:
         store_answers: bool = True,
         earlier: Earlier | None = None,
         keeper: InOrderGates | None = None,
+        admission: Admission | None = None,
     ) -> None:
         """``store_answers=False``: the answers kept go back in ``BatchResult.answers``
         for the caller to store, and ``cache`` is only read. ``earlier(gate)``: the rows
         an earlier session let through in-order gate ``gate`` (none without it).
-        ``keeper``: the in-order gates are judged there, not here (a Ray worker's)."""
+        ``keeper``: the in-order gates are judged there, not here (a Ray worker's).
+        ``admission``: admits each request and hears each row that fails (the run's
+        failure-rate stop, ``engine.failure_stop``)."""
         container.reset_generators()  # generators may keep per-run state (cursors, caches)
         self.generators: list[Generator[Any]] = [container.generator(c.name) for c in container.columns]
         self.columns = [c.name for c in container.columns]
@@ -89,6 +92,7 @@ class BatchRunner:
         self.seed = container.config.pipeline.seed  # in every cache key: a new seed asks again
         self.earlier = earlier
         self.keeper = keeper
+        self.admission = admission
         self.turns = GateTurns([g.column for g in self.generators if g.metadata.gate and g.in_order])
         # store_answers=False (a Ray worker, which sends answers as they come): the running
         # batches' scopes, and the answers of the batches that ended, not yet taken.
@@ -109,7 +113,11 @@ class BatchRunner:
         Model requests inside see the response cache, the column and (said by the
         generator) the row: ``providers.request_context``."""
         indices = list(indices)
-        with batch_scope(self.cache, self.seed) as scope, batch_span(indices) as traced:
+        with (
+            admission_scope(self.admission),
+            batch_scope(self.cache, self.seed) as scope,
+            batch_span(indices) as traced,
+        ):
             if scope is not None:
                 self.open_scopes[id(scope)] = scope
             try:
@@ -173,8 +181,8 @@ class BatchRunner:
                 if isinstance(value, RowFailure):
                     if isinstance(value.error, UndeclaredResourceError | PluginError | BatchModeFailed):
                         raise value.error  # a plugin bug or batch mode broken, not a row problem: stop the run
-                    if isinstance(value.error, BudgetExhausted):
-                        continue  # not sent: neither kept nor failed, a resumed run makes it
+                    if isinstance(value.error, NotSent):
+                        continue  # not sent (the budget, a stopping run): neither kept nor failed, a rerun makes it
                     failures.append(failure_record(index, row, gen.column, value.error))
                 elif gen.metadata.gate:  # a verdict: the row goes on (the gate's cell is not kept) or stops here
                     verdict = as_verdict(value)

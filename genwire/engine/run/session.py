@@ -21,6 +21,7 @@ from genwire.engine.records.result import RunResult
 from genwire.engine.report.about import run_about
 from genwire.engine.rows.local import LocalBatches
 from genwire.engine.run.batch_mode import BatchMode
+from genwire.engine.run.failure_stop import FailureStop
 from genwire.engine.run.options import RunOptions
 from genwire.engine.run.sink import OutputSink, Progress
 from genwire.errors import RunStopped
@@ -97,6 +98,12 @@ class RunSession:
         self.sink: OutputSink | None = None
         self.report: PreflightReport | None = None
         self.candidates: CandidatePlan | None = None  # a gated run's schedule
+        # Judged as rows settle in a local, online, ungated run (its requests stop at once);
+        # a gated run, an estimate, batch mode and Ray judge written batches (``OutputSink.add``).
+        self.failure_stop = FailureStop(container.config.pipeline.max_failure_rate, checkpoint.failed_before())
+        self.live_stop = (
+            plan.engine != "ray" and not plan.batching and plan.gated is None and options.sample_rows is None
+        )
         self.source = self._source()
         self.batch_mode = (
             BatchMode(container, plan.batching, plan.directory, self.source.live_rows) if plan.batching else None
@@ -134,13 +141,14 @@ class RunSession:
                 # Stateful gates judged by one keeper for the cluster, in index order (SPEC §21).
                 gates=RayGates(in_order, gated.earlier(self.checkpoint)) if gated is not None and in_order else None,
             )
-        budget = self.accounts.budget
+        budget, failure_stop = self.accounts.budget, self.failure_stop
         batch_rows = self.container.config.pipeline.batch_size
         return LocalBatches(
             self.container,
             self.responses,
             batch_mode=bool(self.plan.batching),
-            stop=budget.exhausted,
+            stop=lambda: budget.exhausted() or failure_stop.stopping,
+            admission=failure_stop if self.live_stop else None,
             hold=lambda live: budget.hold_rows(self.sink.written if self.sink is not None else 0, live, batch_rows),
             earlier=self.plan.gated.earlier(self.checkpoint) if self.plan.gated is not None else None,
         )
@@ -211,6 +219,7 @@ class RunSession:
             progress=self.progress,
             status=lambda: batch_mode.status() if batch_mode is not None else in_flight_text(container.concurrency()),
             wanted=gated.wanted if gated is not None else None,
+            failure_stop=self.failure_stop,
         )
         pending = self.checkpoint.pending()
         batch_size = container.config.pipeline.batch_size
@@ -225,6 +234,12 @@ class RunSession:
         ticker = asyncio.create_task(_tick(sink)) if batch_mode is not None else None
         try:
             await self._take(self.source.batches(pending, batch_size, feed=feed), sink)
+            while self.failure_stop.stopping and not self.accounts.budget.exhausted():
+                # Stopped sending as the rate passed; every batch is written now: judged on them.
+                sink.stop_at_rate()
+                self.failure_stop.reopen()  # not above after all: the dropped rows are made
+                dropped = (i for i in self.checkpoint.pending() if i not in sink.failed_here)
+                await self._take(self.source.batches(dropped, batch_size), sink)
             # At the cap with candidates that failed in this session (a transient error at a
             # later column): generated again, as a resume would, before the run stops. An
             # in-order gate is asked afresh, remembering what the checkpoint holds (Ray's

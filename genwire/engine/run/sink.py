@@ -14,11 +14,10 @@ from genwire.engine.records.batch_result import BatchResult, failure_record
 from genwire.engine.records.checkpoint import Checkpoint
 from genwire.engine.records.encoding import UnwritableCell, encode_failure, encode_row
 from genwire.engine.records.writers import AtomicFile, WriteFailure, errors_path, open_writer
+from genwire.engine.run.failure_stop import FailureStop
 from genwire.errors import RunStopped
 
 T = TypeVar("T")
-
-MIN_ROWS_FOR_RATE = 20  # don't stop early on the failure rate of a handful of rows
 
 
 class Progress(Protocol):
@@ -40,6 +39,7 @@ class OutputSink:
         progress: Progress | None,
         status: Callable[[], str] | None = None,
         wanted: int | None = None,
+        failure_stop: FailureStop | None = None,
     ) -> None:
         """``wanted``: a gated run (SPEC §21) writes the ``wanted`` kept candidates of
         lowest index; the rejected candidates and the surplus go to the rejected file."""
@@ -57,12 +57,11 @@ class OutputSink:
         self.written = 0  # rows done in this session
         self.failed = 0  # rows failed in this session
         self.cached = 0  # answers served by the response cache in this session
-        # The session's failure rate is judged on rows no session tried before: a resumed
-        # run retries the earlier failures first, and rows that fail for good would stop
-        # it within its first rows every time (the whole run's rate is judged at the end).
-        self.failed_before = checkpoint.failed_before()
-        self.new_done = 0
-        self.new_failed = 0
+        # The session's failure rate is judged on rows no session tried before (a resumed
+        # run retries the earlier failures first; the whole run's rate is judged at the
+        # end), and as rows settle, not only as batches are written: ``FailureStop``.
+        self.failure_stop = failure_stop or FailureStop(max_failure_rate, checkpoint.failed_before())
+        self.failed_here: set[int] = set()  # rows failed in this session: not made again in it
         if progress is not None:
             progress.start(checkpoint.num_records, min(checkpoint.resumed, checkpoint.num_records))
 
@@ -89,14 +88,23 @@ class OutputSink:
         self.cached += result.cached
         if self.progress is not None:
             self.progress.advance(shown, len(failures), self._status_text())
-        retried = self.failed_before  # rejected candidates were tried (and decided) in this session
-        self.new_done += sum(1 for index, _ in rows if index not in retried) + len(rejected)
-        self.new_failed += sum(1 for index in failed if index not in retried)
-        processed, new_failed = self.new_done + self.new_failed, self.new_failed
-        if processed >= MIN_ROWS_FOR_RATE and new_failed / processed > self.max_failure_rate:
+        stop = self.failure_stop
+        retried = stop.retried  # rejected candidates were tried (and decided) in this session
+        done = sum(1 for index, _ in rows if index not in retried) + len(rejected)
+        self.failed_here.update(failed)
+        lost = sum(1 for index in failed if index not in retried)
+        stop.wrote(itertools.chain(result.indices, failed, (r[0] for r in rejected)), done, lost)
+        if not stop.stopping:  # stopping: the running batches send nothing more; judged once they are written
+            self.stop_at_rate()
+
+    def stop_at_rate(self) -> None:
+        """Stop (``RunStopped``) if the new rows written failed above the rate."""
+        stop = self.failure_stop
+        processed, new_failed = stop.done + stop.lost, stop.lost
+        if stop.written_above():
             again = self.failed - new_failed
             also = f", and {again} rows that had failed before failed again" if again else ""
-            new = "new " if retried else ""
+            new = "new " if stop.retried else ""
             self._stop(f"stopped after {processed} {new}rows: {new_failed} failed ({new_failed / processed:.0%}){also}")
 
     def retrying(self, indices: Sequence[int]) -> None:
@@ -104,7 +112,7 @@ class OutputSink:
         segment of their own: ``Checkpoint.next_segment``): failed no more, until they
         fail again."""
         self.failed -= len(indices)
-        self.new_failed -= sum(1 for index in indices if index not in self.failed_before)
+        self.failure_stop.retrying(indices)
 
     def refresh(self) -> None:
         """Redraw the status alone (batch mode: batches move while no row finishes)."""
