@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from genwire.engine.handoff.card import column_stats
-from genwire.engine.report.wiring_mermaid import mermaid
 from genwire.engine.handoff.stats import EXACT_DISTINCT, OutputStats
 from genwire.engine.report.wiring import Node, WiringGraph
+from genwire.engine.report.wiring_mermaid import mermaid
 
 
 def write_jsonl(path: Path, rows: list[dict[str, object]]) -> Path:

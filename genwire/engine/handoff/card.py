@@ -155,8 +155,8 @@ def _servers(data: ReportData) -> str:
         count = found.get("restarts") if isinstance(found, dict) else None
         rows.append([node.label, node.detail, "not recorded" if not isinstance(count, int) else f"{count:,}"])
     return (
-        "## Servers\n\nThe models were served by inference servers genwire started, checked and stopped "
-        "(a server that died mid-run was restarted and the run went on):\n\n"
+        "## Servers\n\nThe models were served by inference servers genwire managed: started (or found held "
+        "by `genwire serve`), checked before the first row, restarted if one died mid-run, stopped at the end.\n\n"
         + _table(["server", "kind, model", "restarts"], rows)
     )
 

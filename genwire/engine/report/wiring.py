@@ -117,7 +117,9 @@ def _resource(graph: WiringGraph, name: str, target: TargetPlan | None) -> str:
         return graph.add("tools", name, "")
     if target.kind.value == "dataset":
         return graph.add("dataset", name, target.path or "")
-    node = graph.add("model", name, target.model or "")
+    # The model id, and its kind where it is not a chat model (an embedder, a registry).
+    kind = "" if target.kind.value == "chat_model" else f", {target.kind.value}"
+    node = graph.add("model", name, (target.model or "") + kind)
     for provider, provider_kind in target.provider_kinds.items():
         graph.link(graph.add("provider", provider, provider_kind), node)
     return node
