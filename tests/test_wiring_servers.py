@@ -85,3 +85,13 @@ def test_mermaid_ids_of_names_that_clash_stay_apart() -> None:
     )
     text = mermaid(graph)
     assert "c_a_b -.-> c_a_b_2" in text and "c_a_b_2 -.-> c_g" in text
+
+
+def test_plan_mermaid_draws_a_replicated_server_before_each_of_its_pool_providers(tmp_path: Path) -> None:
+    model = marker()
+    (tmp_path / "genwire.yaml").write_text(one_server_config(model, replicas=2))
+    planned = genwire("plan", "--format", "mermaid", "genwire.yaml", cwd=tmp_path)
+    assert planned.returncode == 0, planned.stderr
+    assert f'"stand_in<br/>server: command, {model}, 2 replicas"' in planned.stdout
+    for provider in ("p_p_1", "p_p_2"):
+        assert f"s_stand_in --> {provider}" in planned.stdout and f"{provider} --> r_m" in planned.stdout
