@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from genwire.engine.handoff.card import column_stats
-from genwire.engine.handoff.mermaid import mermaid
 from genwire.engine.handoff.stats import EXACT_DISTINCT, OutputStats
 from genwire.engine.report.wiring import Node, WiringGraph
+from genwire.engine.report.wiring_mermaid import mermaid
 
 
 def write_jsonl(path: Path, rows: list[dict[str, object]]) -> Path:
@@ -104,8 +104,8 @@ def test_mermaid_labels_never_break_the_graph() -> None:
     )
     text = mermaid(graph)
     assert text.splitlines()[0] == "flowchart LR"
-    assert 'n0["say #quot;hi#quot; #lt;b#gt;<br/>model: org/model[v2]"]' in text
-    assert "n0 --> n1" in text
+    assert 'r_say__hi___b_["say #quot;hi#quot; #lt;b#gt;<br/>model: org/model[v2]"]' in text
+    assert "r_say__hi___b_ --> c_c" in text
 
 
 def test_a_secret_written_in_the_pipeline_file_is_masked_when_recorded(tmp_path: Path) -> None:

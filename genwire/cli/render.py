@@ -88,26 +88,12 @@ def plan_table(plan: WiringPlan) -> list[Table]:
     return out
 
 
-def _mermaid_id(prefix: str, name: str) -> str:
-    return prefix + "_" + "".join(ch if ch.isalnum() else "_" for ch in name)
-
-
 def plan_mermaid(plan: WiringPlan) -> str:
-    lines = ["flowchart LR"]
-    for t in plan.targets:
-        lines.append(f'  {_mermaid_id("r", t.name)}[("{t.name}<br/>{t.kind.value}")]')
-    for sp in plan.servers:  # server -> the models it serves
-        lines.append(f'  {_mermaid_id("s", sp.name)}{{{{"{sp.name}<br/>{sp.kind}"}}}}')
-        lines.extend(f"  {_mermaid_id('s', sp.name)} --> {_mermaid_id('r', m)}" for m in sp.models)
-    for col in plan.columns:
-        cid = _mermaid_id("c", col.name)
-        lines.append(f'  {cid}["{col.name}<br/>{col.generator}"]')
-        for s in col.slots:
-            for r in s.resources:
-                lines.append(f"  {_mermaid_id('r', r)} -->|{s.slot}| {cid}")
-        for ref in col.reads:
-            lines.append(f"  {_mermaid_id('c', ref.split('.', 1)[0])} -.-> {cid}")
-    return "\n".join(lines)
+    """The plan as the one wiring graph's Mermaid, the dataset card's (SPEC §24)."""
+    from genwire.engine.report.wiring import wiring_graph
+    from genwire.engine.report.wiring_mermaid import mermaid
+
+    return mermaid(wiring_graph(plan))
 
 
 def show_preflight(console: Console | LazyConsole, report: PreflightReport) -> None:

@@ -23,6 +23,7 @@ class ColumnPlan(BaseModel):
     generator: str
     reads: list[str]
     slots: list[SlotPlan]
+    gate: bool = False  # a gate (SPEC §21): it keeps or drops rows, its value is not written
 
 
 class TargetPlan(BaseModel):
@@ -33,6 +34,8 @@ class TargetPlan(BaseModel):
     health_check: bool
     used_by: list[str]
     dataset_columns: list[str]  # columns the pipeline reads from this dataset
+    provider_kinds: dict[str, str] = {}  # a model's providers, in order: name -> kind (openai, ...)
+    path: str | None = None  # a dataset's file or Hub id
 
 
 class ServerPlan(BaseModel):
@@ -45,6 +48,7 @@ class ServerPlan(BaseModel):
     models: list[str]  # the aliases a wired column reaches through it
     used_by: list[str]
     started: bool  # some wired model reaches it: started by the pre-flight (else never)
+    replicas: int = 1
 
 
 class WiringPlan(BaseModel):
@@ -101,6 +105,7 @@ def build_plan(loaded: LoadedConfig, wirings: list[ColumnWiring], graph: Provide
             where = (", ".join(model.providers), model.model)
         elif tool is not None:
             where = (f"mcp/{tool.transport}", tool.display())
+        dataset = cfg.datasets.get(name)
         targets.append(
             TargetPlan(
                 name=name,
@@ -110,6 +115,10 @@ def build_plan(loaded: LoadedConfig, wirings: list[ColumnWiring], graph: Provide
                 health_check=model.health_check if model else tool.health_check if tool else True,
                 used_by=used_by[name],
                 dataset_columns=sorted(reads.get(name, set())),
+                provider_kinds={p: str(getattr(cfg.providers.get(p), "kind", "")) for p in model.providers}
+                if model is not None
+                else {},
+                path=dataset.path if dataset is not None else None,
             )
         )
     columns = [
@@ -117,6 +126,7 @@ def build_plan(loaded: LoadedConfig, wirings: list[ColumnWiring], graph: Provide
             name=w.name,
             generator=w.generator_name,
             reads=sorted(w.reads),
+            gate=w.generator_cls.metadata.gate,
             slots=[
                 SlotPlan(slot=s.slot, kind=s.kind, resources=list(s.resources), source=s.source)
                 for s in w.slots.values()
@@ -148,6 +158,7 @@ def _server_plans(loaded: LoadedConfig, targets: list[TargetPlan]) -> list[Serve
                 models=[t.name for t in reached],
                 used_by=used_by,
                 started=bool(reached),
+                replicas=server.replicas,
             )
         )
     return plans

@@ -7,6 +7,7 @@ can reach it (the pipeline text was scrubbed when the run recorded it)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -14,11 +15,11 @@ from typing import Any
 import yaml
 
 from genwire.engine.handoff.finished import FinishedRun
-from genwire.engine.handoff.mermaid import mermaid
 from genwire.engine.handoff.rows import arrow_batches, row_chunks
 from genwire.engine.handoff.stats import OutputStats
 from genwire.engine.report.data import ReportData
 from genwire.engine.report.wiring import WiringGraph
+from genwire.engine.report.wiring_mermaid import mermaid
 
 DATA_FILES = "data/train-*.parquet"
 REJECTED_FILES = "rejected/train-*.parquet"
@@ -60,6 +61,7 @@ def render_card(run: FinishedRun, *, with_rejected: bool = False) -> str:
         f"{description}\n" if description else "",
         _made(run, stats.rows),
         _wiring(data),
+        _servers(data),
         _models(data),
         _preflight(data),
         _funnel(data, stats.rows),
@@ -132,9 +134,41 @@ def _wiring(data: ReportData) -> str:
     if graph is None or not graph.nodes:
         return ""
     return (
-        "## Wiring\n\nEach column's generator gets exactly the resources it declares (datasets, tool servers "
-        "and providers → models → columns → gates):\n\n```mermaid\n" + mermaid(graph) + "\n```\n"
+        "## Wiring\n\nEach column's generator gets exactly the resources it declares (managed servers, "
+        "datasets, tool servers and providers → models → columns → gates):\n\n```mermaid\n" + mermaid(graph) + "\n```\n"
     )
+
+
+def _servers(data: ReportData) -> str:
+    """The managed servers the models ran on (SPEC §23): kind, model, replicas from the
+    wiring graph, and how often each was restarted (the run's summary). No log path: the
+    card is meant to be shared, the logs stay beside the output."""
+    graph = WiringGraph.from_dict(data.about.wiring)
+    nodes = [n for n in graph.nodes if n.kind == "server"] if graph is not None else []
+    if not nodes:
+        return ""
+    recorded = (data.summary or {}).get("servers")
+    restarts = recorded if isinstance(recorded, dict) else {}
+    rows = []
+    for node in nodes:
+        found = restarts.get(node.label)
+        count = found.get("restarts") if isinstance(found, dict) else None
+        rows.append([node.label, node.detail, "not recorded" if not isinstance(count, int) else f"{count:,}"])
+    return (
+        "## Servers\n\nThe models were served by inference servers genwire managed: started (or found held "
+        "by `genwire serve`), checked before the first row, restarted if one died mid-run, stopped at the end.\n\n"
+        + _table(["server", "kind, model", "restarts"], rows)
+    )
+
+
+def _check_message(check: dict[str, Any]) -> str:
+    """A check's message as the card shows it: a managed server's without what is only
+    true on this machine (its log's path, its local URL and pid)."""
+    message = str(check.get("message") or "")
+    if check.get("kind") != "server":
+        return message
+    message = message.split("; log ", 1)[0].split(" at http://", 1)[0]
+    return re.sub(r" \(pid \d+\)", "", message)
 
 
 def _models(data: ReportData) -> str:
@@ -169,7 +203,7 @@ def _preflight(data: ReportData) -> str:
     if not isinstance(report, dict) or not isinstance(report.get("checks"), list):
         return "## Pre-flight\n\nNo pre-flight was recorded (the run skipped it).\n"
     rows = [
-        [c.get("target"), c.get("kind"), c.get("status"), f"{float(c.get('latency_s') or 0):.3f}", c.get("message")]
+        [c.get("target"), c.get("kind"), c.get("status"), f"{float(c.get('latency_s') or 0):.3f}", _check_message(c)]
         for c in report["checks"]
         if isinstance(c, dict)
     ]

@@ -66,7 +66,7 @@ def run_about(container: WiredPipeline) -> dict[str, Any]:
     return {
         "seed": config.pipeline.seed,
         "kinds": kinds,
-        "wiring": wiring_graph(config, container.columns).as_dict(),
+        "wiring": wiring_graph(container.plan()).as_dict(),
         "pipeline": pipeline_text(container),
         "card": card.model_dump(mode="json", exclude_none=True) if card is not None else {},
     }

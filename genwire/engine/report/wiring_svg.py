@@ -1,6 +1,6 @@
 """The wiring graph (``report.wiring``) as inline SVG for the report page: one column of
-boxes per layer (datasets, tool servers and providers; models; columns; gates), edges as
-curves. Every label is escaped here; nothing is fetched, no script."""
+boxes per layer (managed servers; datasets, tool servers and providers; models; columns;
+gates), edges as curves. Every label is escaped here; nothing is fetched, no script."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from genwire.engine.report.wiring import LAYERS, Node, WiringGraph
 BOX_W, BOX_H, GAP_X, GAP_Y, PAD = 190, 40, 70, 14, 10
 LABEL_CHARS = 26
 FILL = {
+    "server": "#f3f0ff",
     "dataset": "#e6fcf5",
     "tools": "#fff4e6",
     "provider": "#f1f3f5",
