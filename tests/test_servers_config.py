@@ -73,5 +73,6 @@ def test_plan_shows_server_provider_model_columns(tmp_path: Path) -> None:
         "models": ["m"],
         "used_by": ["a"],
         "started": True,
+        "replicas": 1,
     }
     assert servers["idle"]["started"] is False
