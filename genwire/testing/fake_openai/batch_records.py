@@ -1,5 +1,5 @@
 """The fake batch API's records and wire pieces: an uploaded file, a batch and what it
-reports of itself, an output line, an error answer (used by ``fake_batches``)."""
+reports of itself, an output line, an error answer (used by ``batches``)."""
 
 from __future__ import annotations
 

@@ -18,11 +18,12 @@ from typing import Any
 from aiohttp import web
 
 from genwire.providers.structured import requested_schema
-from genwire.testing.fake_answers import answers_asked, sized_text
-from genwire.testing.fake_behaviours import FakeBehaviours
-from genwire.testing.fake_scripted import FakeResponse, Scripted
-from genwire.testing.fake_tool_calls import tool_turn
-from genwire.testing.fake_wire import (
+from genwire.testing.fake_openai.answers import answers_asked, sized_text
+from genwire.testing.fake_openai.behaviours import FakeBehaviours
+from genwire.testing.fake_openai.schema_instances import schema_instance
+from genwire.testing.fake_openai.scripted import FakeResponse, Scripted
+from genwire.testing.fake_openai.tool_calls import tool_turn
+from genwire.testing.fake_openai.wire import (
     chat_body,
     count_tokens,
     embedding_body,
@@ -35,7 +36,6 @@ from genwire.testing.fake_wire import (
     request_texts,
     scripted_response,
 )
-from genwire.testing.schema_instances import schema_instance
 from genwire.testing.vectors import fake_vector
 
 _MIB = 1 << 20

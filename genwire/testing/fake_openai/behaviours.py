@@ -14,10 +14,10 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Sequence
 
-from genwire.testing.fake_answers import AnswerShape
-from genwire.testing.fake_scripted import Scripted, check_scripted
-from genwire.testing.fake_tool_calls import Call, ToolScript
-from genwire.testing.fake_usage import RealisticUsage
+from genwire.testing.fake_openai.answers import AnswerShape
+from genwire.testing.fake_openai.scripted import Scripted, check_scripted
+from genwire.testing.fake_openai.tool_calls import Call, ToolScript
+from genwire.testing.fake_openai.usage import RealisticUsage
 
 
 class FakeBehaviours:
@@ -39,7 +39,7 @@ class FakeBehaviours:
         self._varied: set[str] = set()
         self._padding_mb: dict[str, float] = {}  # per model ("*": all): whitespace before answers
         self._answers_varied = 0
-        self._tool_scripts: list[ToolScript] = []  # see genwire.testing.fake_tool_calls
+        self._tool_scripts: list[ToolScript] = []  # see genwire.testing.fake_openai.tool_calls
         self._realistic: dict[str, RealisticUsage] = {}  # per model ("*": all)
         self._shapes: dict[str, AnswerShape] = {}  # per model ("*": all); see shape_answers
         self._advertised: dict[str, dict[str, str]] = {}  # x-ratelimit-limit-* headers, per model ("*": all)

@@ -29,7 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
-from genwire.testing.fake_batch_records import (
+from genwire.testing.fake_openai.batch_records import (
     ENDPOINTS,
     OPEN_STATUSES,
     BatchFile,

@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from genwire.testing.fake_scripted import FakeResponse
+from genwire.testing.fake_openai.scripted import FakeResponse
 from genwire.testing.vectors import fake_vector
 
 _ERROR_TYPES = {
