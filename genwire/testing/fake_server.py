@@ -5,16 +5,10 @@ keeps ``from genwire.testing.fake_server import FakeOpenAIServer, FakeResponse``
 for plugins' tests.
 """
 
-from genwire.testing.fake_openai.server import (
-    SYMBOLS,
-    FakeOpenAIServer,
-    FakeResponse,
-    Scripted,
-    Symbol,
-    count_tokens,
-    fake_answer,
-    fake_vector,
-)
+from genwire.testing.fake_openai.scripted import SYMBOLS, FakeResponse, Scripted, Symbol
+from genwire.testing.fake_openai.server import FakeOpenAIServer
+from genwire.testing.fake_openai.wire import count_tokens, fake_answer
+from genwire.testing.vectors import fake_vector
 
 __all__ = [
     "SYMBOLS",

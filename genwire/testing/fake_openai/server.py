@@ -35,20 +35,9 @@ from aiohttp import web
 
 from genwire.testing.fake_openai.answering import FakeAnswering
 from genwire.testing.fake_openai.batches import FakeBatches
-from genwire.testing.fake_openai.scripted import SYMBOLS, FakeResponse, Scripted, Symbol
-from genwire.testing.fake_openai.wire import count_tokens, error_body, fake_answer, raw_response
-from genwire.testing.vectors import fake_vector
+from genwire.testing.fake_openai.wire import error_body, raw_response
 
-__all__ = [
-    "SYMBOLS",
-    "FakeOpenAIServer",
-    "FakeResponse",
-    "Scripted",
-    "Symbol",
-    "count_tokens",
-    "fake_answer",
-    "fake_vector",
-]
+__all__ = ["FakeOpenAIServer"]
 
 
 class FakeOpenAIServer(FakeAnswering):
