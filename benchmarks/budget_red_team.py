@@ -33,7 +33,7 @@ from genwire.engine.run.options import RunOptions
 from genwire.errors import BudgetStopped
 from genwire.providers.budget import DEFAULT_OUTPUT_LIMIT
 from genwire.testing import FakeOpenAIServer
-from genwire.testing.fake_usage import RealisticUsage
+from genwire.testing.fake_openai.usage import RealisticUsage
 
 PRICE = (0.15, 0.60)  # USD per million tokens (gpt-4o-mini's)
 WORST_INPUT_TOKENS = 1000  # prompts are under 100 characters: generous

@@ -41,7 +41,7 @@ from genwire.generators.base import Generator
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.providers.request_context import cached_rows
 from genwire.testing import FakeOpenAIServer
-from genwire.testing.fake_usage import RealisticUsage
+from genwire.testing.fake_openai.usage import RealisticUsage
 
 PRICES = {"writer": (0.15, 0.60), "embedder": (0.02, 0.0)}  # USD per million tokens
 MAX_TOKENS = 300

@@ -22,7 +22,7 @@ from genwire.providers.budget import DEFAULT_OUTPUT_LIMIT, CostMeter
 from genwire.providers.money import usd as dollars
 from genwire.providers.pricing import Price, model_output_limits
 from genwire.testing import FakeOpenAIServer
-from genwire.testing.fake_usage import RealisticUsage
+from genwire.testing.fake_openai.usage import RealisticUsage
 
 INPUT, OUTPUT = 3.0, 60.0  # USD per million tokens: dear, so a few hundred requests reach the cap
 CAP = 1.0

@@ -18,7 +18,7 @@ from genwire.engine.records.ledger import LEDGER_NAME, RunLedger
 from genwire.providers.budget import CostMeter, Paid
 from genwire.providers.pricing import Price
 from genwire.testing import FakeOpenAIServer
-from genwire.testing.fake_usage import RealisticUsage
+from genwire.testing.fake_openai.usage import RealisticUsage
 
 PRICES = {"writer": (0.15, 0.60), "embedder": (0.02, 0.0)}  # USD per million tokens
 MAX_TOKENS = 120

@@ -771,7 +771,7 @@ def test_max_cost_holds_across_the_cluster_stops_with_exit_3_and_a_higher_cap_fi
     from genwire.engine.records.ledger import LEDGER_NAME, read_totals
     from genwire.providers.budget import CostMeter
     from genwire.providers.pricing import Price
-    from genwire.testing.fake_usage import RealisticUsage
+    from genwire.testing.fake_openai.usage import RealisticUsage
 
     n = 600
     with FakeOpenAIServer(latency=0.005) as server:

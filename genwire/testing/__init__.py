@@ -23,7 +23,7 @@ __all__ = [
 def __getattr__(name: str) -> object:
     # The server pulls in aiohttp's web stack; load it only when asked for.
     if name == "FakeOpenAIServer":
-        from genwire.testing.fake_server import FakeOpenAIServer
+        from genwire.testing.fake_openai.server import FakeOpenAIServer
 
         return FakeOpenAIServer
     if name == "FakeTools":  # the tools handle's types: loaded only for tool tests

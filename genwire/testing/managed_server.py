@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from genwire.testing.fake_server import FakeOpenAIServer
+from genwire.testing.fake_openai.server import FakeOpenAIServer
 
 FAILED_START_CODE = 3
 CRASH_CODE = 1

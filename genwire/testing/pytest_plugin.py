@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from genwire.testing.fake_server import FakeOpenAIServer
+    from genwire.testing.fake_openai.server import FakeOpenAIServer
 
 __all__ = ["fake_openai_server", "genwire_container"]
 
@@ -62,7 +62,7 @@ def fake_openai_server() -> Iterator[FakeOpenAIServer]:
     """A started FakeOpenAIServer, stopped after the test."""
     # Imported here: the server pulls in aiohttp's web stack, which a test suite that
     # never asks for this fixture should not pay for (genwire.testing is lazy too).
-    from genwire.testing.fake_server import FakeOpenAIServer
+    from genwire.testing.fake_openai.server import FakeOpenAIServer
 
     with FakeOpenAIServer() as server:
         yield server

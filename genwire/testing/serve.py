@@ -19,8 +19,8 @@ import time
 from collections.abc import Iterator, Sequence
 from types import FrameType
 
-from genwire.testing.fake_server import FakeOpenAIServer
-from genwire.testing.fake_usage import RealisticUsage
+from genwire.testing.fake_openai.server import FakeOpenAIServer
+from genwire.testing.fake_openai.usage import RealisticUsage
 
 EXAMPLE = """\
 example (a pipeline whose provider has base_url: http://127.0.0.1:8011/v1):

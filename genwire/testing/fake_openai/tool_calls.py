@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from genwire.testing.schema_instances import schema_instance
+from genwire.testing.fake_openai.schema_instances import schema_instance
 
 # (tool name, arguments): a mapping, or a string sent as is (to script broken JSON).
 Call = tuple[str, Mapping[str, Any] | str]

@@ -25,77 +25,23 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from genwire.testing.fake_openai.batch_records import (
+    ENDPOINTS,
+    OPEN_STATUSES,
+    BatchFile,
+    BatchRecord,
+    error_response,
+    output_line,
+)
 
 __all__ = ["FakeBatches"]
 
 # (endpoint "chat" | "embeddings", model, body, request headers) -> (status, body bytes)
 Answer = Callable[[str, str, dict[str, Any], Mapping[str, str]], Awaitable[tuple[int, bytes]]]
-
-_ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/embeddings": "embeddings"}
-_OPEN = ("validating", "in_progress", "finalizing", "cancelling")
-
-
-@dataclass
-class _File:
-    id: str
-    purpose: str
-    filename: str
-    content: bytes
-    created_at: int
-
-    def public(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "object": "file",
-            "bytes": len(self.content),
-            "created_at": self.created_at,
-            "filename": self.filename,
-            "purpose": self.purpose,
-        }
-
-
-@dataclass
-class _Batch:
-    id: str
-    endpoint: str
-    input_file_id: str
-    completion_window: str
-    headers: dict[str, str]
-    created: float
-    held: bool
-    expire_fraction: float | None
-    metadata: dict[str, Any] | None
-    failure: str | None = None  # scripted: ends failed with this message
-    expiry_message: str | None = None  # scripted: the error message of its unrun lines
-    status: str = "validating"
-    total: int = 0
-    completed: int = 0
-    failed: int = 0
-    output_file_id: str | None = None
-    error_file_id: str | None = None
-    errors: Any = None
-    timestamps: dict[str, int] = field(default_factory=dict)
-
-    def public(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "object": "batch",
-            "endpoint": self.endpoint,
-            "errors": self.errors,
-            "input_file_id": self.input_file_id,
-            "completion_window": self.completion_window,
-            "status": self.status,
-            "output_file_id": self.output_file_id,
-            "error_file_id": self.error_file_id,
-            "created_at": int(self.created),
-            **self.timestamps,
-            "request_counts": {"total": self.total, "completed": self.completed, "failed": self.failed},
-            "metadata": self.metadata,
-        }
 
 
 class FakeBatches:
@@ -114,8 +60,8 @@ class FakeBatches:
         self._fail: list[str] = []
         self._hold_from: int | None = None
         self._oversize: list[int] = []
-        self.files: dict[str, _File] = {}
-        self.batches: dict[str, _Batch] = {}
+        self.files: dict[str, BatchFile] = {}
+        self.batches: dict[str, BatchRecord] = {}
         self.reset_stats()
 
     # --- configuration -----------------------------------------------------------------
@@ -197,7 +143,7 @@ class FakeBatches:
 
     def open_batches(self) -> list[str]:
         with self._lock:
-            return [b.id for b in self.batches.values() if b.status in _OPEN]
+            return [b.id for b in self.batches.values() if b.status in OPEN_STATUSES]
 
     # --- routes --------------------------------------------------------------------------
 
@@ -212,10 +158,10 @@ class FakeBatches:
 
     def _refused(self, request: web.Request) -> web.Response | None:
         if not self.enabled:
-            return _error(404, "Not found: this server has no batch API")
+            return error_response(404, "Not found: this server has no batch API")
         key = self._api_key()
         if key is not None and request.headers.get("Authorization") != f"Bearer {key}":
-            return _error(401, "Incorrect API key provided")
+            return error_response(401, "Incorrect API key provided")
         return None
 
     def _new_id(self, prefix: str) -> str:
@@ -227,13 +173,13 @@ class FakeBatches:
         try:
             form = await request.post()
         except ValueError:
-            return _error(400, "expected a multipart form")
+            return error_response(400, "expected a multipart form")
         purpose, upload = form.get("purpose"), form.get("file")
         if purpose != "batch" or not isinstance(upload, web.FileField):
-            return _error(400, "a batch file needs purpose=batch and a file part")
+            return error_response(400, "a batch file needs purpose=batch and a file part")
         content = upload.file.read()
         with self._lock:
-            item = _File(self._new_id("file"), "batch", upload.filename, content, int(time.time()))
+            item = BatchFile(self._new_id("file"), "batch", upload.filename, content, int(time.time()))
             self.files[item.id] = item
             self.uploads += 1
         return web.json_response(item.public())
@@ -254,7 +200,7 @@ class FakeBatches:
         with self._lock:
             item = self.files.get(request.match_info["id"])
         if item is None:
-            return _error(404, "No such file")
+            return error_response(404, "No such file")
         return web.Response(body=item.content, content_type="application/octet-stream")
 
     async def _create(self, request: web.Request) -> web.Response:
@@ -265,17 +211,17 @@ class FakeBatches:
         except ValueError:
             body = None
         if not isinstance(body, dict):
-            return _error(400, "request body must be a JSON object")
+            return error_response(400, "request body must be a JSON object")
         endpoint, file_id = body.get("endpoint"), body.get("input_file_id")
         if endpoint not in ("/v1/chat/completions", "/v1/embeddings"):
-            return _error(400, f"unsupported endpoint {endpoint!r}")
+            return error_response(400, f"unsupported endpoint {endpoint!r}")
         with self._lock:
             if file_id not in self.files:
-                return _error(404, f"No such file: {file_id}")
+                return error_response(404, f"No such file: {file_id}")
             fraction, expiry = self._expire.pop(0) if self._expire else (None, None)
             failure = self._fail.pop(0) if self._fail else None
             held = self._hold or (self._hold_from is not None and self.created >= self._hold_from)
-            batch = _Batch(
+            batch = BatchRecord(
                 self._new_id("batch"),
                 endpoint,
                 file_id,
@@ -325,7 +271,7 @@ class FakeBatches:
             self.retrievals += 1
             self.polls[request.match_info["id"]] += 1
         if batch is None:
-            return _error(404, "No such batch")
+            return error_response(404, "No such batch")
         await self._advance(batch)
         return web.json_response(batch.public())
 
@@ -336,14 +282,14 @@ class FakeBatches:
             batch = self.batches.get(request.match_info["id"])
             self.cancels += 1
         if batch is None:
-            return _error(404, "No such batch")
-        if batch.status in _OPEN:
+            return error_response(404, "No such batch")
+        if batch.status in OPEN_STATUSES:
             await self._finish(batch, "cancelled", done_fraction=0.0)
         return web.json_response(batch.public())
 
     # --- processing ----------------------------------------------------------------------
 
-    async def _advance(self, batch: _Batch) -> None:
+    async def _advance(self, batch: BatchRecord) -> None:
         """Complete (or expire) an open batch whose time has come."""
         if batch.status not in ("validating", "in_progress"):
             return
@@ -362,7 +308,7 @@ class FakeBatches:
         else:
             await self._finish(batch, "completed", done_fraction=1.0)
 
-    async def _finish(self, batch: _Batch, status: str, *, done_fraction: float) -> None:
+    async def _finish(self, batch: BatchRecord, status: str, *, done_fraction: float) -> None:
         batch.status = "finalizing"  # a concurrent poll sees it still open, never half-written
         with self._lock:
             lines = self.files[batch.input_file_id].content.splitlines()
@@ -378,7 +324,7 @@ class FakeBatches:
             except (ValueError, KeyError, TypeError):
                 problem = f"line {number + 1} is not a batch request"
                 break
-            if url != batch.endpoint or _ENDPOINTS.get(url) is None:
+            if url != batch.endpoint or ENDPOINTS.get(url) is None:
                 problem = f"line {number + 1}: url {url!r} is not the batch's endpoint {batch.endpoint!r}"
                 break
             with self._lock:
@@ -386,13 +332,13 @@ class FakeBatches:
             if number >= done:
                 code = "batch_expired" if status == "expired" else "batch_cancelled"
                 message = batch.expiry_message or f"This request could not be executed before the batch was {status}."
-                errors.append(_line(custom_id, None, {"code": code, "message": message}))
+                errors.append(output_line(custom_id, None, {"code": code, "message": message}))
                 continue
             with self._lock:
                 self.lines[model] += 1
                 self.answered[custom_id] += 1
                 oversize = self._oversize.pop(0) if self._oversize else None
-            code_, answer = await self._answer(_ENDPOINTS[url], model, body, batch.headers)
+            code_, answer = await self._answer(ENDPOINTS[url], model, body, batch.headers)
             try:
                 decoded = json.loads(answer)
             except ValueError:
@@ -400,7 +346,7 @@ class FakeBatches:
             if oversize is not None and isinstance(decoded, dict):
                 decoded["padding"] = "x" * oversize
             response = {"status_code": code_, "request_id": f"req-{custom_id}", "body": decoded}
-            (output if 200 <= code_ < 300 else errors).append(_line(custom_id, response, None))
+            (output if 200 <= code_ < 300 else errors).append(output_line(custom_id, response, None))
         now = int(time.time())
         if problem is not None:
             batch.status, batch.errors = "failed", {"object": "list", "data": [{"code": "invalid", "message": problem}]}
@@ -408,23 +354,13 @@ class FakeBatches:
             return
         with self._lock:
             if output:
-                item = _File(self._new_id("file"), "batch_output", "output.jsonl", b"".join(output), now)
+                item = BatchFile(self._new_id("file"), "batch_output", "output.jsonl", b"".join(output), now)
                 self.files[item.id] = item
                 batch.output_file_id = item.id
             if errors:
-                item = _File(self._new_id("file"), "batch_output", "errors.jsonl", b"".join(errors), now)
+                item = BatchFile(self._new_id("file"), "batch_output", "errors.jsonl", b"".join(errors), now)
                 self.files[item.id] = item
                 batch.error_file_id = item.id
         batch.completed, batch.failed = len(output), len(errors)
         batch.status = status
         batch.timestamps[f"{status}_at"] = now
-
-
-def _line(custom_id: str, response: dict[str, Any] | None, error: dict[str, Any] | None) -> bytes:
-    record = {"id": f"batch_req_{custom_id}", "custom_id": custom_id, "response": response, "error": error}
-    return json.dumps(record, separators=(",", ":")).encode() + b"\n"
-
-
-def _error(status: int, message: str) -> web.Response:
-    body = {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}
-    return web.json_response(body, status=status)

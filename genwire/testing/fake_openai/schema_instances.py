@@ -1,5 +1,5 @@
 """Small values that validate against a JSON Schema: what the fake server answers a
-structured request or a tool call with (shared by ``fake_server`` and ``fake_tool_calls``)."""
+structured request or a tool call with (shared by ``answering`` and ``tool_calls``)."""
 
 from __future__ import annotations
 
