@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import click
 
@@ -19,6 +20,17 @@ from genwire.cli.numbers import FiniteFloatRange
 from genwire.errors import GenwireError
 
 __all__ = ["estimate", "run"]
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _on_ray(command: F) -> F:
+    """``--address`` and ``--workers``, after ``--engine``: where run and estimate go on Ray."""
+    command = click.option(
+        "--workers", type=click.IntRange(min=1), help="Ray workers (with --engine ray; default: one per cluster CPU)."
+    )(command)
+    return click.option("--address", help="Ray cluster address (with --engine ray).")(command)
 
 
 class _RowCount(click.ParamType):  # type: ignore[type-arg]
@@ -97,10 +109,7 @@ def _output_suffix(ctx: click.Context, param: click.Parameter, value: Path | Non
     help="Stop (exit 3) before spending more than this many USD; a higher cap on the same command goes on.",
 )
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
-@click.option("--address", help="Ray cluster address (with --engine ray).")
-@click.option(
-    "--workers", type=click.IntRange(min=1), help="Ray workers (with --engine ray; default: one per cluster CPU)."
-)
+@_on_ray
 @handle_errors
 def run(
     file: Path,
@@ -251,10 +260,7 @@ def _show_run(console: LazyConsole, result: Any) -> None:
     show_default=True,
     help="Where the sample runs, and the run is projected (ray: on the cluster's workers).",
 )
-@click.option("--address", help="Ray cluster address (with --engine ray).")
-@click.option(
-    "--workers", type=click.IntRange(min=1), help="Ray workers (with --engine ray; default: one per cluster CPU)."
-)
+@_on_ray
 @handle_errors
 def estimate(
     file: Path,
@@ -281,9 +287,6 @@ def estimate(
         as_json,
         batch,
         no_cache,
-        out=out,
-        err=err,
-        failure=failure,
         engine=engine,
         ray_address=address,
         ray_workers=workers,
