@@ -17,7 +17,8 @@ are not probed (image models, a provider genwire cannot speak, a key whose envir
 variable is unset) come back as ``Unprobed`` results with the reason.
 
 Nothing here reads the process environment or the home directory: both are parameters.
-The models of the files themselves are in ``config.data_designer_files``.
+The models of the files themselves are in ``config.data_designer_files``; the rest (~430
+lines) is one role, kept whole: reading a setup's files and translating them.
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ and line, and is cut out of its file the same way: its row is generated again an
 other row is kept. A file that does not belong here is named and ignored.
 
 Reading the session files back and repairing them is checkpoint_files.py's job; this
-module owns the checkpoint's life (open, lock, append, merge, finish).
+module owns the checkpoint's life (open, lock, append, merge, finish), kept whole
+(~420 lines): ``Checkpoint`` is one object over one locked folder.
 """
 
 from __future__ import annotations
