@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import click
 
-from genwire.cli.authoring_commands import init, lint, schema
-from genwire.cli.batch_commands import batches
-from genwire.cli.cache_commands import cache
-from genwire.cli.check_commands import plan, plugins, validate
+from genwire.cli.commands.authoring_commands import init, lint, schema
+from genwire.cli.commands.batch_commands import batches
+from genwire.cli.commands.cache_commands import cache
+from genwire.cli.commands.check_commands import plan, plugins, validate
+from genwire.cli.commands.handoff_commands import card, export_command, push_command
+from genwire.cli.commands.preflight_command import preflight
+from genwire.cli.commands.report_command import report
+from genwire.cli.commands.run_command import estimate, run
+from genwire.cli.commands.serve_command import serve
 from genwire.cli.errors import handle_errors, run_cli
-from genwire.cli.handoff_commands import card, export_command, push_command
-from genwire.cli.preflight_command import preflight
-from genwire.cli.report_command import report
-from genwire.cli.run_command import estimate, run
-from genwire.cli.serve_command import serve
 from genwire.version import __version__
 
 __all__ = ["cli", "handle_errors", "main", "run_cli"]

@@ -112,7 +112,7 @@ def run_estimate(
     ray_address: str | None = None,
     ray_workers: int | None = None,
 ) -> None:
-    """``genwire estimate`` once its container is booted (``cli.run_command`` owns the
+    """``genwire estimate`` once its container is booted (``cli.commands.run_command`` owns the
     command: this module never imports it back)."""
     from genwire.cli.exits import emit_json
     from genwire.cli.render import RichProgress, interrupted_message, show_preflight

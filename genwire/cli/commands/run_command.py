@@ -145,7 +145,7 @@ def run(
             err.print(note, markup=False)
 
     if batch:
-        from genwire.cli.batch_commands import local_provider_notes
+        from genwire.cli.commands.batch_commands import local_provider_notes
 
         for note in local_provider_notes(container):
             console.print(note, markup=False)
@@ -177,7 +177,7 @@ def run(
         kept = kept_rows(directory)
         if as_json:
             emit_json({**failure_text("interrupted"), "rows_kept": kept, "checkpoint": str(directory)})
-        from genwire.cli.batch_commands import interrupted_hint
+        from genwire.cli.commands.batch_commands import interrupted_hint
         from genwire.cli.render import interrupted_message
         from genwire.engine.run.session import response_cache_dir
 
@@ -230,7 +230,7 @@ def run(
 
 def _show_run(console: LazyConsole, result: Any) -> None:
     """The run summary and the cost table: at a finished run and at a budget stop alike."""
-    from genwire.cli.estimate_command import cost_table
+    from genwire.cli.commands.estimate_command import cost_table
     from genwire.cli.render import run_summary
 
     console.print(run_summary(result))
@@ -275,7 +275,7 @@ def estimate(
     workers: int | None,
 ) -> None:
     """What the run will cost and take: the first K rows for real, kept, and the rest projected."""
-    from genwire.cli.estimate_command import run_estimate
+    from genwire.cli.commands.estimate_command import run_estimate
 
     container = boot_or_report(file, as_json, {})
     run_estimate(

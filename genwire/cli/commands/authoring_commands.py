@@ -18,7 +18,7 @@ __all__ = ["init", "lint", "schema"]
 @click.option("--json", "as_json", is_flag=True, help="Print the generators checked and the findings as JSON.")
 def lint(targets: tuple[str, ...], as_json: bool) -> None:
     """Check plugin code: every resource slot a generator uses must be declared (exit 1 if not)."""
-    from genwire.cli.lint_command import lint_targets
+    from genwire.cli.commands.lint_command import lint_targets
 
     lint_targets(targets, as_json)
 
