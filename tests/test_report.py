@@ -300,7 +300,7 @@ def test_the_report_is_bounded_whatever_the_rows_hold(tmp_path: Path) -> None:
 def test_latency_percentiles_read_from_buckets_are_within_a_bucket() -> None:
     import random
 
-    from genwire.engine.report.data import percentile
+    from genwire.engine.report.figures import percentile
     from genwire.providers.metrics import GROWTH, latency_bucket
 
     rng = random.Random(4)

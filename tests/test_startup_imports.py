@@ -50,7 +50,7 @@ NO_RUN = [
     "ray",
     "onnxruntime",
     "opentelemetry",
-    "genwire.cli.lint_command",  # the lint command's importers: the findings print apart
+    "genwire.cli.commands.lint_command",  # the lint command's importers: the findings print apart
     "genwire.providers.response_cache",  # no request is made, so no cache is read
     "genwire.generators.source_check",  # the example's generators are built-ins: nothing to check
     "genwire.generators.source_scan",

@@ -1,5 +1,5 @@
-"""The command line's consoles, made on first use (shared by ``cli.main`` and
-``cli.render``, so neither imports the other)."""
+"""The command line's consoles, made on first use: ``out`` (stdout) and ``err`` (stderr),
+shared by every command module and ``cli.render``, so none imports another for them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["LazyConsole"]
+__all__ = ["LazyConsole", "err", "out"]
 
 
 class LazyConsole:
@@ -33,3 +33,7 @@ class LazyConsole:
 
     def print(self, *objects: Any, **options: Any) -> None:
         self.get().print(*objects, **options)
+
+
+out = LazyConsole(highlight=False, soft_wrap=False, wide_when_piped=True)
+err = LazyConsole(stderr=True, highlight=False, soft_wrap=True)

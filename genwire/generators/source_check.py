@@ -12,6 +12,11 @@ constructor and then its methods), the check follows, to a bounded depth; where 
 cannot follow, that is a warning naming the line (the runtime guard still holds there),
 never silence. A declared slot nothing uses is a warning; code whose source cannot be
 found is a note.
+
+What a live class's methods are, and how a call's arguments land in parameters, is
+``source_members``. The rest is kept whole (~470 lines) for one role: ``_Check`` walks one
+generator's code, following calls with the roles they carry, and its methods share that
+walk's state (the files read, the fields known, the findings).
 """
 
 from __future__ import annotations
@@ -28,6 +33,17 @@ from typing import Any
 
 from genwire.generators.findings import Finding, Severity
 from genwire.generators.metadata import ResourceKind
+from genwire.generators.source_members import (
+    class_methods,
+    code_key,
+    functions_of,
+    generated_method,
+    kwargs_name,
+    map_args,
+    map_names,
+    param_names,
+    resolved_names,
+)
 from genwire.generators.source_scan import (
     Call,
     ClassDecl,
@@ -38,7 +54,6 @@ from genwire.generators.source_scan import (
     Summary,
     Use,
     file_scan,
-    function_key,
     save_all,
 )
 
@@ -155,7 +170,7 @@ class _Check:
             return None
         path, scan = found
         code = fn.__code__
-        key = _key(fn)
+        key = code_key(fn)
         entry = Entry.of(roles, ctx.fields if roles else {})
         done = ("fn", path, key, entry.key, ctx.definer, ctx.holder)
         summary = scan.summary(key, entry)
@@ -190,19 +205,19 @@ class _Check:
         """Every method ``klass`` resolves (its MRO, plugin code only), ``self`` as ``role``;
         again while its methods store roles into new attributes of ``self``."""
         keep = self.plugin.__contains__ if role is Role.GEN else self.own
-        members = list(_members(klass, keep))
+        members = list(class_methods(klass, keep))
         owner = klass if role is Role.HOLDER else None
         known = self.fields.setdefault(owner, {})
         known.update(fields)
         for _ in range(4):
             fields = {**self.fields.get(None, {}), **known} if owner is not None else dict(known)
             for name, definer, fn in members:
-                if _generated(definer, name, fn):
+                if generated_method(definer, name, fn):
                     continue
-                params = _param_names(fn)
+                params = param_names(fn)
                 roles = {params[0]: role} if params else {}
                 if name == "__init__" and role is Role.GEN:  # what genwire hands the constructor
-                    kwargs = _kwargs_name(fn)
+                    kwargs = kwargs_name(fn)
                     roles.update({p: Role.RES for p in params if p == "resources"})
                     roles.update({kwargs: Role.KW} if kwargs else {})
                 elif name == "__init__":
@@ -218,7 +233,7 @@ class _Check:
     ) -> None:
         """The ``def`` statements in the class bodies whose function the live class does not
         show (a decorator without ``functools.wraps`` replaced it): read from the source."""
-        resolved = _resolved_names(klass)
+        resolved = resolved_names(klass)
         for k in klass.__mro__:
             if not keep(k):
                 continue
@@ -230,7 +245,7 @@ class _Check:
             for name, keys in found.methods.items():
                 if resolved.get(name) is not k:
                     continue  # overridden below, or rebound
-                live = {_key(fn) for fn in _functions_of(vars(k)[name])}
+                live = {code_key(fn) for fn in functions_of(vars(k)[name])}
                 for key in keys:
                     params = self.scan_of(path).params.get(key, [])
                     if key in live or not params:
@@ -255,7 +270,7 @@ class _Check:
         deeper = _Context(ctx.path, ctx.globals, None, ctx.holder, ctx.fields, ctx.depth + 1)
         if how == "local":
             params = scan.params.get(name, [])
-            roles = _map_names(params, call.args, 0)
+            roles = map_names(params, call.args, 0)
             if roles is None:
                 return stop("its arguments do not match the function's parameters")
             entry = Entry.of(roles, ctx.fields)
@@ -286,7 +301,7 @@ class _Check:
             args.insert(0, (-1, Role.GEN))
         elif offset and how == "holder":
             args.insert(0, (-1, Role.HOLDER))
-        roles = _map_args(fn, args, offset)
+        roles = map_args(fn, args, offset)
         if roles is None:
             return stop("its arguments do not match its parameters")
         deeper.definer = definer
@@ -340,7 +355,7 @@ class _Check:
                     return stop(f"{klass.__qualname__} has no field for argument {at!r}")
                 fields[fname] = role
         elif isinstance(init, FunctionType) and self.own(init):
-            mapped = _map_args(init, call.args, 1)
+            mapped = map_args(init, call.args, 1)
             if mapped is None:
                 return stop(f"its arguments do not match {klass.__qualname__}'s constructor")
             init_args = mapped
@@ -365,112 +380,6 @@ class _Check:
 _UNRESOLVED = object()
 
 
-def _key(fn: FunctionType) -> str:
-    return function_key(fn.__code__.co_firstlineno, fn.__code__.co_name)
-
-
-def _resolved_names(klass: type) -> dict[str, type]:
-    """Each attribute name -> the class of ``klass``'s MRO it resolves to."""
-    out: dict[str, type] = {}
-    for k in klass.__mro__:
-        for name in vars(k):
-            out.setdefault(name, k)
-    return out
-
-
-def _generated(klass: type, name: str, fn: FunctionType) -> bool:
-    """A dataclass's generated ``__init__``/``__eq__``/...: code with no file, none of it the plugin's."""
-    dunder = name.startswith("__") and name.endswith("__")
-    return dunder and dataclasses.is_dataclass(klass) and fn.__code__.co_filename.startswith("<")
-
-
-def _param_names(fn: FunctionType) -> list[str]:
-    code = fn.__code__
-    return list(code.co_varnames[: code.co_argcount + code.co_kwonlyargcount])
-
-
-def _kwargs_name(fn: FunctionType) -> str | None:
-    code = fn.__code__
-    if not code.co_flags & inspect.CO_VARKEYWORDS:
-        return None
-    at = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & inspect.CO_VARARGS)
-    return code.co_varnames[at]
-
-
-def _map_args(fn: FunctionType, args: list[tuple[int | str, Role]], offset: int) -> dict[str, Role] | None:
-    """The callee's parameter roles for a call's argument roles (``-1``: the bound ``self``);
-    ``None`` when an argument has no parameter to land in."""
-    params = _param_names(fn)
-    code = fn.__code__
-    positional = params[: code.co_argcount]
-    kwargs = _kwargs_name(fn)
-    roles: dict[str, Role] = {}
-    for at, role in args:
-        if at == -1:
-            if not positional:
-                return None
-            roles[positional[0]] = role
-        elif isinstance(at, int):
-            if at + offset >= len(positional):
-                return None
-            roles[positional[at + offset]] = role
-        elif at in params:
-            roles[at] = role
-        elif kwargs is not None and at == "resources" and role is Role.RES:
-            roles[kwargs] = Role.KW  # **kwargs holding "resources"
-        else:
-            return None
-    return roles
-
-
-def _map_names(params: list[str], args: list[tuple[int | str, Role]], offset: int) -> dict[str, Role] | None:
-    roles: dict[str, Role] = {}
-    for at, role in args:
-        if isinstance(at, int):
-            if at + offset >= len(params):
-                return None
-            roles[params[at + offset]] = role
-        elif at in params:
-            roles[at] = role
-        else:
-            return None
-    return roles
-
-
-def _members(klass: type, keep: Callable[[type], bool]) -> Iterable[tuple[str, type, FunctionType]]:
-    """(name, defining class, function) of every method ``klass`` resolves through its MRO,
-    from the classes ``keep`` accepts: the overridden bodies of parents are not among them."""
-    seen: set[str] = set()
-    for k in klass.__mro__:
-        for name, value in vars(k).items():
-            if name in seen:
-                continue
-            seen.add(name)
-            if not keep(k):
-                continue
-            for fn in _functions_of(value):
-                yield name, k, fn
-
-
-def _functions_of(value: object) -> list[FunctionType]:
-    """The functions a class attribute runs with the instance as first argument."""
-    if isinstance(value, staticmethod | classmethod):
-        return []  # read when a call hands them the generator
-    if isinstance(value, property):
-        candidates: list[Any] = [value.fget, value.fset, value.fdel]
-    elif isinstance(value, FunctionType):
-        candidates = [value]
-    else:
-        candidates = [getattr(value, "func", None)]  # functools.cached_property, partialmethod
-    out = []
-    for c in candidates:
-        if callable(c):
-            c = inspect.unwrap(c)
-            if isinstance(c, FunctionType):
-                out.append(c)
-    return out
-
-
 def _class_decl(klass: type, check: _Check) -> tuple[str, ClassDecl] | None:
     try:
         path = inspect.getsourcefile(klass)
@@ -481,7 +390,7 @@ def _class_decl(klass: type, check: _Check) -> tuple[str, ClassDecl] | None:
     except (TypeError, OSError, SyntaxError, ValueError):
         return None
     if len(decls) > 1:  # the same name defined twice: the one holding this class's code
-        lines = {fn.__code__.co_firstlineno for v in vars(klass).values() for fn in _functions_of(v)}
+        lines = {fn.__code__.co_firstlineno for v in vars(klass).values() for fn in functions_of(v)}
         decls = [c for c in decls if any(c.start <= n <= c.end for n in lines)] or decls[-1:]
     return (path, decls[0]) if decls else None
 

@@ -11,6 +11,11 @@ a target that some use reaches without a shape (a registry slot, a generator wit
 ``request_shape``, a column that adds nothing): an alias every use of which is shaped
 gets its shaped probes only, so no probe is a request the run never sends. Shapes are
 groups like any other, so they run concurrently.
+
+Kept whole (~460 lines) for one role: ``_Preflight`` is one pre-flight's state. Grouping
+the targets, probing each group and judging the outcomes (pools, dimensions, the cache)
+all read and write the same results and cache; split apart they would pass that state
+round instead of sharing it.
 """
 
 from __future__ import annotations

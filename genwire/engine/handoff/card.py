@@ -17,7 +17,7 @@ import yaml
 from genwire.engine.handoff.finished import FinishedRun
 from genwire.engine.handoff.rows import arrow_batches, row_chunks
 from genwire.engine.handoff.stats import OutputStats
-from genwire.engine.report.data import ReportData
+from genwire.engine.report.figures import ReportData
 from genwire.engine.report.wiring import WiringGraph
 from genwire.engine.report.wiring_mermaid import mermaid
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from genwire.engine.records.checkpoint import checkpoint_dir
 from genwire.engine.records.funnel import rejected_path
-from genwire.engine.report.data import ReportData
+from genwire.engine.report.figures import ReportData
 from genwire.engine.report.record import from_record, record_path
 from genwire.errors import RunSetupError
 

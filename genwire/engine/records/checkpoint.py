@@ -20,6 +20,10 @@ simply generated again). Any other line that cannot be used (bad bytes, not JSON
 a missing, impossible, repeated or out-of-order row index) is one warning naming the file
 and line, and is cut out of its file the same way: its row is generated again and every
 other row is kept. A file that does not belong here is named and ignored.
+
+Reading the session files back and repairing them is checkpoint_files.py's job; this
+module owns the checkpoint's life (open, lock, append, merge, finish), kept whole
+(~420 lines): ``Checkpoint`` is one object over one locked folder.
 """
 
 from __future__ import annotations
@@ -32,19 +36,32 @@ import heapq
 import json
 import logging
 import os
-import re
 import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from genwire.config.limits import MAX_NUM_RECORDS
+from genwire.engine.records.checkpoint_files import (
+    FAILED_FILE,
+    JOURNAL_FILE,
+    LOCK_FILE,
+    META_FILE,
+    REJECTED_FILE,
+    ROWS_FILE,
+    DoneRows,
+    Rejections,
+    json_lines,
+    read_rejected,
+    read_rows,
+    segment_number,
+    session_files,
+    stray_files,
+)
 from genwire.engine.records.fingerprint import Fingerprint, changes
 from genwire.errors import RunSetupError
 
 FORMAT_VERSION = 1
-_META = "meta.json"
-_LOCK = "lock"
 log = logging.getLogger("genwire.checkpoint")
 
 
@@ -61,97 +78,11 @@ def kept_rows(directory: Path) -> int:
     return count
 
 
-_ROWS = re.compile(r"rows-(\d+)\.jsonl")
-_FAILED = re.compile(r"failed-(\d+)\.jsonl")
-_REJECTED = re.compile(r"rejected-(\d+)\.jsonl")
-# What else a run keeps here (batch mode's journal, and its spool files while a batch file is
-# built or read: providers.batch.collector.SPOOL_PREFIX); anything else is a stray file.
-_JOURNAL = "batch-journal.jsonl"  # records.batch_journal.JOURNAL_NAME (not imported: loaded on demand)
-_LEDGER = "ledger.jsonl"  # engine.records.ledger.LEDGER_NAME: what the run paid, per answer (SPEC §16)
-_METRICS = "metrics.jsonl"  # engine.records.metrics.METRICS_FILE: the run's per-second aggregates (SPEC §19)
-_OTHER_FILES = frozenset({_META, _LOCK, _JOURNAL, _LEDGER, _METRICS})
-_SPOOL = re.compile(r"batch-spool-[\w.-]+\.jsonl")
-
-
-def _segment_number(path: Path) -> int:
-    match = _ROWS.fullmatch(path.name) or _FAILED.fullmatch(path.name) or _REJECTED.fullmatch(path.name)
-    assert match is not None, path  # only ever called on paths _segments() matched
-    return int(match.group(1))
-
-
-def _segments(directory: Path, pattern: re.Pattern[str]) -> list[Path]:
-    """The session files of one kind, oldest first (a ``rows-abc.jsonl`` is not one)."""
-    paths = [p for p in directory.iterdir() if pattern.fullmatch(p.name) and p.is_file()]
-    return sorted(paths, key=_segment_number)
-
-
-def _stray_files(directory: Path) -> list[Path]:
-    """Entries a run never writes here: ignored, and named once so the user can look."""
-    stray = []
-    for path in sorted(directory.iterdir()):
-        name = path.name
-        if name.endswith(".tmp"):  # an atomic write a kill caught: harmless
-            name = name[: -len(".tmp")]
-        own = name in _OTHER_FILES or any(p.fullmatch(name) for p in (_ROWS, _FAILED, _REJECTED, _SPOOL))
-        if not own or not path.is_file():
-            stray.append(path)
-    return stray
-
-
-def _repair(path: Path) -> None:
-    """Cut a torn last line (the process died mid-write) so the file parses."""
-    with path.open("rb+") as handle:
-        data = handle.read()
-        good = data.rfind(b"\n") + 1
-        if good < len(data):
-            handle.truncate(good)
-
-
-def _lines(path: Path) -> Iterator[Any]:
-    with path.open("rb") as handle:
-        for line in handle:
-            yield json.loads(line)
-
-
-class _Damaged(ValueError):
-    """A rows line that cannot be used; the message says why."""
-
-
-def _record(line: bytes, num_records: int) -> tuple[int, dict[str, Any]]:
-    """The (index, row) of one rows line, or ``_Damaged`` saying what is wrong with it."""
-    try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _Damaged(f"bytes that are not UTF-8 text (at byte {exc.start})") from None
-    if "\x00" in text:
-        raise _Damaged("NUL bytes (the disk lost what was written there)")
-    try:
-        record = json.loads(text)
-    except ValueError as exc:
-        raise _Damaged(f"not JSON ({exc})") from None
-    if not isinstance(record, dict) or "i" not in record:
-        raise _Damaged("no row index")
-    index = record["i"]
-    if type(index) is not int:
-        raise _Damaged(f"a row index that is not a whole number ({readable(index)})")
-    if not 0 <= index < num_records:
-        raise _Damaged(f"row index {index}, outside the run's rows 0-{num_records - 1}")
-    row = record.get("row")
-    if not isinstance(row, dict):
-        raise _Damaged(f"no row object for row index {index}")
-    return index, row
-
-
-def readable(value: Any) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def lock_holder(directory: Path) -> str | None:
     """The PID of the run holding a checkpoint's lock now (``"unknown"`` if it did not
     say), or None when no run holds it. Asked without taking the lock for long."""
     try:
-        lock = (directory / _LOCK).open("r", encoding="utf-8")
+        lock = (directory / LOCK_FILE).open("r", encoding="utf-8")
     except OSError:
         return None
     with lock:
@@ -215,7 +146,7 @@ class Checkpoint:
         different configuration (naming what changed and ``fresh_hint``)."""
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            lock = (directory / _LOCK).open("a+", encoding="utf-8")
+            lock = (directory / LOCK_FILE).open("a+", encoding="utf-8")
         except OSError as exc:
             raise RunSetupError(f"cannot create the checkpoint {directory}: {exc.strerror or exc}") from None
         try:
@@ -254,23 +185,23 @@ class Checkpoint:
         fresh_hint: str,
         candidates: int | None,
     ) -> Checkpoint:
-        meta_path = directory / _META
+        meta_path = directory / META_FILE
         if fresh:
             for path in directory.iterdir():
                 # Batch mode's journal stays: the batches it lists are still running (and
                 # billed) at the provider; a --batch run collects what it asks for again
                 # from them instead of paying twice, and `genwire batches` still sees them.
-                if path.name in (_LOCK, _JOURNAL):
+                if path.name in (LOCK_FILE, JOURNAL_FILE):
                     continue
                 if path.is_dir() and not path.is_symlink():
                     shutil.rmtree(path)
                 else:
                     path.unlink()
         meta = cls._read_meta(meta_path, fresh_hint) if meta_path.exists() else None
-        if meta is None and _segments(directory, _ROWS):
+        if meta is None and session_files(directory, ROWS_FILE):
             # meta.json is written before any row: rows without it come from an unknown config.
             raise RunSetupError(
-                f"the checkpoint {directory} holds rows but no {_META} (its fingerprint), so nothing says "
+                f"the checkpoint {directory} holds rows but no {META_FILE} (its fingerprint), so nothing says "
                 f"which configuration made them; {fresh_hint} discards it"
             )
         if meta is not None:
@@ -286,26 +217,26 @@ class Checkpoint:
                     + f"\nrerun with the earlier configuration to resume it, or {fresh_hint} to discard it"
                 )
         _write_json_atomically(meta_path, {"version": FORMAT_VERSION, "fingerprint": fingerprint, "num_records": n})
-        for path in _stray_files(directory):
+        for path in stray_files(directory):
             log.warning(
                 "ignoring %s in the checkpoint: genwire does not write such a file there (the run does not read it)",
                 path,
             )
-        segments = _segments(directory, _ROWS)
-        rejected_segments = _segments(directory, _REJECTED)
+        segments = session_files(directory, ROWS_FILE)
+        rejected_segments = session_files(directory, REJECTED_FILE)
         # A gated run's row indices are candidates': any below the index limit (a cap lowered
         # since must not make the rows above it look damaged).
         limit = n if candidates is None else MAX_NUM_RECORDS
         try:
-            done = _read_rows(segments, limit)
-            rejected = _read_rejected(rejected_segments, limit, done)
+            done = read_rows(segments, limit)
+            rejected = read_rejected(rejected_segments, limit, done)
         except OSError as exc:  # unreadable or read-only: fixing that keeps every row
             raise RunSetupError(
                 f"cannot read or repair the checkpoint file {exc.filename or directory}: {exc.strerror or exc}; "
                 f"fix its permissions to resume, or {fresh_hint} to discard it"
             ) from None
-        failed = _segments(directory, _FAILED)
-        last = max((_segment_number(p) for p in [*segments, *failed, *rejected_segments]), default=0)
+        failed = session_files(directory, FAILED_FILE)
+        last = max((segment_number(p) for p in [*segments, *failed, *rejected_segments]), default=0)
         return cls(directory, lock, n, done, last + 1, rejected, candidates)
 
     @staticmethod
@@ -402,13 +333,13 @@ class Checkpoint:
     def rejected(self) -> Iterator[dict[str, Any]]:
         """Every rejected candidate's record, in candidate order, from all sessions' files."""
         self._flush()
-        streams = [_lines(p) for p in _segments(self.directory, _REJECTED)]
+        streams = [json_lines(p) for p in session_files(self.directory, REJECTED_FILE)]
         return heapq.merge(*streams, key=lambda record: int(record["candidate"]))
 
     def rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
         """Every done row, in index order, streamed from all sessions' files."""
         self._flush()
-        streams = [((r["i"], r["row"]) for r in _lines(p)) for p in _segments(self.directory, _ROWS)]
+        streams = [((r["i"], r["row"]) for r in json_lines(p)) for p in session_files(self.directory, ROWS_FILE)]
         last = -1
         for index, row in heapq.merge(*streams, key=lambda item: item[0]):
             if index != last:  # defensive: a row in two files is written once
@@ -420,8 +351,8 @@ class Checkpoint:
         session retries them. A line that cannot be read is skipped (its row is then
         judged as a new one)."""
         indices: set[int] = set()
-        for path in _segments(self.directory, _FAILED):
-            if _segment_number(path) >= self._session:
+        for path in session_files(self.directory, FAILED_FILE):
+            if segment_number(path) >= self._session:
                 continue
             with path.open("rb") as handle:
                 for line in handle:
@@ -438,7 +369,7 @@ class Checkpoint:
         self._flush()
         path = self.directory / f"failed-{self._session:04d}.jsonl"
         if path.exists():
-            yield from _lines(path)
+            yield from json_lines(path)
 
     # --- ending ------------------------------------------------------------------------
 
@@ -473,158 +404,9 @@ class Checkpoint:
             shutil.rmtree(self.directory, ignore_errors=True)
             return
         for path in self.directory.iterdir():  # all but the journal of batches still open
-            if path.name != _JOURNAL:
+            if path.name != JOURNAL_FILE:
                 with contextlib.suppress(OSError):
                     shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
-
-
-class DoneRows:
-    """Which row indices are done: one byte per row up to the highest done one, so memory
-    grows with the rows that exist, never with ``num_records`` (a bytearray of
-    ``num_records`` bytes made ``-n 100000000000`` a MemoryError before any row)."""
-
-    def __init__(self) -> None:
-        self._flags = bytearray()
-        self._count = 0
-
-    def __len__(self) -> int:
-        return self._count
-
-    def __contains__(self, index: int) -> bool:
-        return index < len(self._flags) and self._flags[index] == 1
-
-    def add(self, index: int) -> None:
-        size = len(self._flags)
-        if index >= size:  # doubling: appending rows in order costs amortised O(1) each
-            self._flags.extend(bytes(max(index + 1, 2 * size) - size))
-        if not self._flags[index]:
-            self._flags[index] = 1
-            self._count += 1
-
-    def discard(self, index: int) -> None:
-        if index in self:
-            self._flags[index] = 0
-            self._count -= 1
-
-    def missing(self, n: int) -> Iterator[int]:
-        """The indices below ``n`` not done, in order, read lazily."""
-        flags = self._flags  # grows while the run appends: only indices below are read here
-        known = min(n, len(flags))
-        yield from (i for i in range(known) if not flags[i])
-        yield from range(known, n)
-
-
-def _read_rows(segments: list[Path], n: int) -> DoneRows:
-    """Which rows the segments hold (one byte per row). A line that cannot be used is one
-    warning naming its file and line, and is cut out of its file, so its row is generated
-    again, every other row is kept, and the merge at the end reads only good lines."""
-    done = DoneRows()
-    bad: dict[Path, set[int]] = {}  # line numbers (from 1) to cut, per file
-    repeated: set[int] = set()  # row indices two lines claim: which one is right is unknown
-    for segment in segments:
-        _repair(segment)
-        last = -1
-        with segment.open("rb") as handle:
-            for number, line in enumerate(handle, 1):
-                try:
-                    index, _ = _record(line, n)
-                    if index in done or index in repeated:
-                        repeated.add(index)
-                        raise _Damaged(f"row index {index}, which an earlier line holds too (both lines are set aside)")
-                    if index < last:
-                        raise _Damaged(f"row index {index} after row index {last} (rows are written in order)")
-                except _Damaged as exc:
-                    log.warning(
-                        "checkpoint %s line %d cannot be used: %s; that row is generated again", segment, number, exc
-                    )
-                    bad.setdefault(segment, set()).add(number)
-                    continue
-                done.add(index)
-                last = index
-    for index in repeated:
-        done.discard(index)
-    for segment in segments:
-        if segment in bad or repeated:
-            _rewrite_without(segment, bad.get(segment, set()), repeated, n)
-    return done
-
-
-class Rejections:
-    """The candidates the rejected-* files hold, and how many each gate rejected."""
-
-    def __init__(self) -> None:
-        self.done = DoneRows()
-        self.by_gate: dict[str, int] = {}
-
-    def __len__(self) -> int:
-        return len(self.done)
-
-    def add(self, index: int, gate: str) -> None:
-        if index not in self.done:
-            self.done.add(index)
-            self.by_gate[gate] = self.by_gate.get(gate, 0) + 1
-
-
-def _rejection(line: bytes, limit: int) -> tuple[int, str]:
-    """The (candidate, gate) of one rejected line, or ``_Damaged``."""
-    try:
-        record = json.loads(line)
-    except ValueError as exc:
-        raise _Damaged(f"not JSON ({exc})") from None
-    if not isinstance(record, dict):
-        raise _Damaged("not a JSON object")
-    index, gate = record.get("candidate"), record.get("gate")
-    if type(index) is not int or not 0 <= index < limit:
-        raise _Damaged(f"no usable candidate index ({readable(index)})")
-    if not isinstance(gate, str) or not isinstance(record.get("row"), dict):
-        raise _Damaged(f"no gate or row for candidate {index}")
-    return index, gate
-
-
-def _read_rejected(segments: list[Path], limit: int, kept: DoneRows) -> Rejections:
-    """The rejected candidates; a line that cannot be used is one warning and is cut out
-    (that candidate is generated again), as a damaged rows line."""
-    rejections = Rejections()
-    for segment in segments:
-        _repair(segment)
-        bad: set[int] = set()
-        with segment.open("rb") as handle:
-            for number, line in enumerate(handle, 1):
-                try:
-                    index, gate = _rejection(line, limit)
-                    if index in kept or index in rejections.done:
-                        raise _Damaged(f"candidate {index}, which the checkpoint holds already")
-                except _Damaged as exc:
-                    log.warning(
-                        "checkpoint %s line %d cannot be used: %s; that candidate is generated again",
-                        segment,
-                        number,
-                        exc,
-                    )
-                    bad.add(number)
-                    continue
-                rejections.add(index, gate)
-        if bad:
-            _rewrite_without(segment, bad, set(), limit)
-    return rejections
-
-
-def _rewrite_without(segment: Path, numbers: set[int], indices: set[int], n: int) -> None:
-    """Atomically drop the given line numbers and the lines of the given row indices."""
-    tmp = segment.with_name(segment.name + ".tmp")
-    changed = False
-    with segment.open("rb") as source, tmp.open("wb") as target:
-        for number, line in enumerate(source, 1):
-            if number not in numbers and (not indices or _record(line, n)[0] not in indices):
-                target.write(line)
-            else:
-                changed = True
-        target.flush()
-        os.fsync(target.fileno())
-    if changed:
-        os.replace(tmp, segment)
-    else:
-        tmp.unlink()
 
 
 def _sync(descriptors: list[int]) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from genwire.engine.report.about import RunAbout
-from genwire.engine.report.data import ModelTotals, ReportData
+from genwire.engine.report.figures import ModelTotals, ReportData
 from genwire.engine.report.funnel import FunnelData, GateRejects
 
 RECORD_VERSION = 1

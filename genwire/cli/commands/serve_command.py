@@ -12,11 +12,13 @@ from typing import Any
 
 import click
 
+from genwire.cli.errors import handle_errors
 from genwire.errors import GenwireError
 
 
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@handle_errors
 def serve(file: Path) -> None:
     """Start FILE's managed servers and hold them until Ctrl-C; runs in the same directory
     with the same server spec use them without a restart."""

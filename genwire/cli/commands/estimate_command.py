@@ -9,16 +9,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from genwire.cli.consoles import err, out
+from genwire.cli.loading import failure
 from genwire.providers.money import price_hint, usd
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from rich.table import Table
 
-    from genwire.cli.consoles import LazyConsole
     from genwire.engine.money.estimate import Estimate
-    from genwire.errors import GenwireError
 
 __all__ = ["cost_table", "estimate_table", "run_estimate"]
 
@@ -110,15 +108,12 @@ def run_estimate(
     batch: bool,
     no_cache: bool,
     *,
-    out: LazyConsole,
-    err: LazyConsole,
-    failure: Callable[[GenwireError], dict[str, Any]],
     engine: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
     ray_workers: int | None = None,
 ) -> None:
-    """``genwire estimate`` once its container is booted (``cli.main`` owns the command:
-    this module never imports it back)."""
+    """``genwire estimate`` once its container is booted (``cli.commands.run_command`` owns the
+    command: this module never imports it back)."""
     from genwire.cli.exits import emit_json
     from genwire.cli.render import RichProgress, interrupted_message, show_preflight
     from genwire.cli.signals import Interrupted, run_interruptibly

@@ -125,7 +125,7 @@ def _summary(checked: list[str], findings: list[Finding]) -> str:
 
 
 def lint_targets(targets: tuple[str, ...], as_json: bool) -> None:
-    """The ``genwire lint`` command (its options are declared in ``cli/main.py``)."""
+    """The ``genwire lint`` command (its options are declared in ``authoring_commands``)."""
     classes: list[type[Generator[Any]]] = []
     try:
         for target in targets:

@@ -12,11 +12,14 @@ from pathlib import Path
 
 import click
 
+from genwire.cli.errors import handle_errors
+
 __all__ = ["report"]
 
 
 @click.command()
 @click.argument("output", type=click.Path(dir_okay=False, path_type=Path))
+@handle_errors
 def report(output: Path) -> None:
     """Write OUTPUT.report.html for the run writing OUTPUT (e.g. an unfinished one)."""
     from genwire.engine.records.checkpoint import checkpoint_dir

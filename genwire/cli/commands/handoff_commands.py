@@ -10,6 +10,8 @@ from pathlib import Path
 
 import click
 
+from genwire.cli.errors import handle_errors
+
 __all__ = ["card", "export_command", "push_command"]
 
 _OUTPUT = click.argument("output", type=click.Path(dir_okay=False, path_type=Path))
@@ -22,6 +24,7 @@ _REJECTED = click.option(
 @_OUTPUT
 @click.option("-o", "--out", "target", type=click.Path(dir_okay=False, path_type=Path), help="Write the card to FILE.")
 @_REJECTED
+@handle_errors
 def card(output: Path, target: Path | None, with_rejected: bool) -> None:
     """Print (or write) the dataset card of the finished run that wrote OUTPUT."""
     from genwire.cli.text_output import print_or_write
@@ -35,6 +38,7 @@ def card(output: Path, target: Path | None, with_rejected: bool) -> None:
 @_OUTPUT
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @_REJECTED
+@handle_errors
 def export_command(output: Path, directory: Path, with_rejected: bool) -> None:
     """Write DIRECTORY: the card and the rows as Parquet, as `datasets.load_dataset(DIRECTORY)` loads them."""
     from genwire.engine.handoff.export import export
@@ -50,6 +54,7 @@ def export_command(output: Path, directory: Path, with_rejected: bool) -> None:
 @click.option("--private", is_flag=True, help="Create the dataset repo private (when it does not exist yet).")
 @click.option("--revision", help="The branch to commit to (default: main).")
 @_REJECTED
+@handle_errors
 def push_command(output: Path, repo_id: str, private: bool, revision: str | None, with_rejected: bool) -> None:
     """Export the finished run that wrote OUTPUT and upload it to the Hub dataset REPO_ID in one commit.
 
