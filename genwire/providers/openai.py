@@ -32,6 +32,7 @@ from genwire.providers.metrics import current_recorder, note_gave_up, outcome_of
 from genwire.providers.pacing import ProviderGate, estimate_tokens
 from genwire.providers.request_context import (
     are_vectors,
+    vectors_problem,
     cache_slot,
     current_column,
     endpoint_id,
@@ -771,7 +772,11 @@ class OpenAIEmbeddingModel(_Handle):
                 out[index] = [float(v) for v in vector]
             else:
                 raise bad(f"data[{position}].embedding holds a value that is not a number")
-        return [v for v in out if v is not None]
+        vectors = [v for v in out if v is not None]
+        problem = vectors_problem(vectors, count, self._dimensions)
+        if problem is not None:  # checked before the cache keeps it or a generator uses it
+            raise bad(problem)
+        return vectors
 
 
 # --- helpers -----------------------------------------------------------------------------

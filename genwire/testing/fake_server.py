@@ -43,10 +43,12 @@ from genwire.testing.vectors import fake_vector
 __all__ = ["SYMBOLS", "FakeOpenAIServer", "FakeResponse", "Scripted", "fake_answer", "fake_vector"]
 
 Symbol = Literal[
+    "ok",  # answered as if unscripted (a script's way to let requests through first)
     "hang",
     "malformed",
     "empty_vector",
     "wrong_dimensions",
+    "one_wrong_dimension",
     "nan",
     "reset",
     "empty_text",
@@ -824,6 +826,8 @@ class FakeOpenAIServer:
             vectors: list[list[float]] = [[] for _ in texts]
         elif item == "wrong_dimensions":
             vectors = [fake_vector(t, dims + 1) for t in texts]
+        elif item == "one_wrong_dimension":  # the last vector one longer than the others
+            vectors = [fake_vector(t, dims + (i == len(texts) - 1)) for i, t in enumerate(texts)]
         elif item == "nan":
             vectors = [[float("nan"), *fake_vector(t, dims)[1:]] for t in texts]
         else:  # "empty_text" is chat-only: embeddings answer normally

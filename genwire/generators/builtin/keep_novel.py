@@ -39,6 +39,14 @@ class KeptVectors:
         self.count = 0
         self.candidates: list[int] = []
 
+    def check_length(self, length: int) -> None:
+        """ValueError unless vectors of ``length`` compare with the kept ones (a model
+        whose `dimensions` is not set may still answer with a wrong length)."""
+        if self._matrix is not None and self.count and length != self._matrix.shape[1]:
+            raise ValueError(
+                f"embedding model returned vectors of {length} dimensions; the kept rows' have {self._matrix.shape[1]}"
+            )
+
     def closest_each(self, vectors: npt.NDArray[np.float64]) -> list[tuple[float, int]]:
         """For each vector, (similarity, candidate) of the closest row kept so far; (-2, -1)
         if none. One matrix product for the batch (the rows it will keep are compared by
@@ -85,7 +93,9 @@ class KeepNovel(Generator[KeepNovelParams]):
         """One request for the texts, cached under their rows (as the ``embedding`` column)."""
         with cached_rows(list(indices)) as asked:
             try:
-                return finite_unit_rows(checked_vectors(await self.resources.model.embed(texts), len(texts)))
+                vectors = finite_unit_rows(checked_vectors(await self.resources.model.embed(texts), len(texts)))
+                self._kept.check_length(vectors.shape[1])
+                return vectors
             except ValueError:
                 asked.discard()  # a bad answer is asked again next time
                 raise

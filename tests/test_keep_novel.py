@@ -1,0 +1,72 @@
+"""keep-novel at scale (issue 53) and against bad embedding answers (issue 49 item 22):
+runs through the CLI against the fake server (real processes, real HTTP)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import cli, write
+
+from genwire.testing import FakeOpenAIServer
+
+N = 24
+
+
+def novel_pipeline(server: FakeOpenAIServer, root: Path, *, dimensions: int | None = None) -> dict[str, Any]:
+    """``n → question (writer) → novel (keep-novel over the question)``, batches of 8."""
+    embedder: dict[str, Any] = {"provider": "srv", "model": "embedder", "kind": "embedding"}
+    if dimensions is not None:
+        embedder["dimensions"] = dimensions
+    columns = [
+        {"name": "n", "generator": "sampler", "params": {"kind": "uniform", "low": 0, "high": 10**9, "integer": True}},
+        {
+            "name": "question",
+            "generator": "llm-text",
+            "resources": {"model": "writer"},
+            "params": {"prompt": "Question about {{ n }}"},
+        },
+        {"name": "novel", "generator": "keep-novel", "resources": {"model": "embedder"}, "params": {"column": "question"}},
+    ]
+    return {
+        "providers": {"srv": {"kind": "openai", "base_url": server.url, "api_key": "k", "max_concurrency": 4}},
+        "models": {"writer": {"provider": "srv", "model": "writer", "kind": "chat"}, "embedder": embedder},
+        "pipeline": {
+            "num_records": N,
+            "seed": 3,
+            "batch_size": 8,
+            "max_failure_rate": 1.0,
+            "output": str(root / "out.jsonl"),
+            "columns": columns,
+        },
+    }
+
+
+@pytest.mark.parametrize("dimensions", [None, 384], ids=["dimensions-unset", "dimensions-384"])
+@pytest.mark.parametrize("answer", ["wrong_dimensions", "one_wrong_dimension"])
+def test_a_wrong_length_embedding_answer_fails_its_rows_and_a_healthy_rerun_asks_it_again(
+    tmp_path: Path, dimensions: int | None, answer: str
+) -> None:
+    with FakeOpenAIServer() as server:
+        healthy = write(novel_pipeline(server, tmp_path / "healthy", dimensions=dimensions), tmp_path / "healthy" / "genwire.yaml")
+        assert cli("run", healthy, "--skip-preflight").returncode == 0
+        expected = (tmp_path / "healthy" / "out.jsonl").read_text()
+
+        config = write(novel_pipeline(server, tmp_path / "run", dimensions=dimensions), tmp_path / "run" / "genwire.yaml")
+        server.script("embedder", ["ok", answer])  # the second batch's answer is 385 long (all, or its last)
+        first = cli("run", config, "--skip-preflight", "--json")
+        assert first.returncode == 0, first.stderr
+        assert "Traceback" not in first.stderr and "plugin error" not in first.stderr
+        assert json.loads(first.stdout)["rows_failed"] == 8  # the batch its answer was for
+        errors = [json.loads(line) for line in (tmp_path / "run" / "out.jsonl.errors.jsonl").read_text().splitlines()]
+        assert {e["column"] for e in errors} == {"novel"}
+        assert all("385 dimensions" in e["error"] for e in errors), errors[0]["error"]
+
+        server.reset_stats()
+        again = cli("run", config, "--skip-preflight", "--json")  # the server is healthy now
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["rows_failed"] == 0
+        assert server.requests["embedder"] >= 1  # the bad answer was not cached: asked again
+    assert (tmp_path / "run" / "out.jsonl").read_text() == expected
