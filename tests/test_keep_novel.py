@@ -28,7 +28,12 @@ def novel_pipeline(server: FakeOpenAIServer, root: Path, *, dimensions: int | No
             "resources": {"model": "writer"},
             "params": {"prompt": "Question about {{ n }}"},
         },
-        {"name": "novel", "generator": "keep-novel", "resources": {"model": "embedder"}, "params": {"column": "question"}},
+        {
+            "name": "novel",
+            "generator": "keep-novel",
+            "resources": {"model": "embedder"},
+            "params": {"column": "question"},
+        },
     ]
     return {
         "providers": {"srv": {"kind": "openai", "base_url": server.url, "api_key": "k", "max_concurrency": 4}},
@@ -50,11 +55,15 @@ def test_a_wrong_length_embedding_answer_fails_its_rows_and_a_healthy_rerun_asks
     tmp_path: Path, dimensions: int | None, answer: str
 ) -> None:
     with FakeOpenAIServer() as server:
-        healthy = write(novel_pipeline(server, tmp_path / "healthy", dimensions=dimensions), tmp_path / "healthy" / "genwire.yaml")
+        healthy = write(
+            novel_pipeline(server, tmp_path / "healthy", dimensions=dimensions), tmp_path / "healthy" / "genwire.yaml"
+        )
         assert cli("run", healthy, "--skip-preflight").returncode == 0
         expected = (tmp_path / "healthy" / "out.jsonl").read_text()
 
-        config = write(novel_pipeline(server, tmp_path / "run", dimensions=dimensions), tmp_path / "run" / "genwire.yaml")
+        config = write(
+            novel_pipeline(server, tmp_path / "run", dimensions=dimensions), tmp_path / "run" / "genwire.yaml"
+        )
         server.script("embedder", ["ok", answer])  # the second batch's answer is 385 long (all, or its last)
         first = cli("run", config, "--skip-preflight", "--json")
         assert first.returncode == 0, first.stderr

@@ -32,7 +32,6 @@ from genwire.providers.metrics import current_recorder, note_gave_up, outcome_of
 from genwire.providers.pacing import ProviderGate, estimate_tokens
 from genwire.providers.request_context import (
     are_vectors,
-    vectors_problem,
     cache_slot,
     current_column,
     endpoint_id,
@@ -41,6 +40,7 @@ from genwire.providers.request_context import (
     peek_in,
     peek_many,
     peek_scope,
+    vectors_problem,
 )
 from genwire.providers.response_cache import HOLE
 from genwire.providers.routes import Route, TokenHandle, open_route, resolve_route

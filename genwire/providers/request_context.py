@@ -45,7 +45,6 @@ __all__ = [
     "ColumnScope",
     "RowScope",
     "are_vectors",
-    "vectors_problem",
     "batch_scope",
     "cache_slot",
     "cached_row",
@@ -61,6 +60,7 @@ __all__ = [
     "peek_in",
     "peek_many",
     "peek_scope",
+    "vectors_problem",
 ]
 
 log = logging.getLogger("genwire.cache")
