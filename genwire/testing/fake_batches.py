@@ -153,7 +153,9 @@ class FakeBatches:
     def delete_outputs(self) -> list[str]:
         """Delete the output and error files of every batch ended so far (the ids)."""
         with self._lock:
-            gone = [f for b in self.batches.values() for f in (b.output_file_id, b.error_file_id) if f in self.files]
+            gone = [
+                f for b in self.batches.values() for f in (b.output_file_id, b.error_file_id) if f in self.files
+            ]
             for file_id in gone:
                 del self.files[file_id]
         return [f for f in gone if f is not None]
