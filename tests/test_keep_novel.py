@@ -4,13 +4,18 @@ runs through the CLI against the fake server (real processes, real HTTP)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support import cli, write
 
-from genwire.testing import FakeOpenAIServer
+from genwire.generators import Verdict
+from genwire.generators.builtin.keep_novel import KeepNovel, KeepNovelParams
+from genwire.generators.resources import Resources
+from genwire.testing import FakeEmbeddingModel, FakeOpenAIServer
+from genwire.testing.vectors import near_duplicates
 
 N = 24
 
@@ -79,3 +84,56 @@ def test_a_wrong_length_embedding_answer_fails_its_rows_and_a_healthy_rerun_asks
         assert json.loads(again.stdout)["rows_failed"] == 0
         assert server.requests["embedder"] >= 1  # the bad answer was not cached: asked again
     assert (tmp_path / "run" / "out.jsonl").read_text() == expected
+
+
+# --- the index path: the exact path's verdicts, whatever the batching --------------------------
+
+VECTORS = near_duplicates(3000, 384, share=0.3, clusters=50, seed=11)
+
+
+class TableEmbeddings(FakeEmbeddingModel):
+    """Text ``"row i"`` embeds as ``VECTORS[i]``: near-duplicates a test chose."""
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return [VECTORS[int(t.split()[1])].tolist() for t in texts]
+
+
+def novel_gate(**params: Any) -> KeepNovel:
+    return KeepNovel(
+        column="novel",
+        params=KeepNovelParams.model_validate({"column": "text", **params}),
+        resources=Resources("keep-novel", "novel", {"model": TableEmbeddings()}),
+    )
+
+
+async def verdicts(gate: KeepNovel, candidates: range, batch: int) -> list[tuple[bool, str]]:
+    out = []
+    for start in range(candidates.start, candidates.stop, batch):
+        indices = list(range(start, min(start + batch, candidates.stop)))
+        for value in await gate.generate_batch([{"text": f"row {i}"} for i in indices], indices):
+            assert isinstance(value, Verdict), value
+            out.append((value.keep, value.reason))
+    return out
+
+
+async def test_the_index_path_rejects_what_every_row_compared_rejects_however_batched() -> None:
+    exact = await verdicts(novel_gate(index="exact"), range(3000), 64)
+    rejected = sum(not keep for keep, _ in exact)
+    assert 200 < rejected < 900  # the data holds near-duplicates on both sides of the threshold
+    indexed = await verdicts(novel_gate(index="hnsw"), range(3000), 64)
+    assert await verdicts(novel_gate(index="hnsw"), range(3000), 7) == indexed  # the same, batched otherwise
+    missed = sum(e != i for e, i in zip(exact, indexed, strict=True))
+    assert missed <= rejected // 100  # >= 99 % of the exact gate's rejections, each with its reason
+    # auto: every row compared up to 1,000 kept rows, then the index; where it switches
+    # depends on the kept rows alone, not on where a batch starts.
+    auto = await verdicts(novel_gate(index_from=1000), range(3000), 64)
+    assert await verdicts(novel_gate(index_from=1000), range(3000), 13) == auto
+    assert auto[:1200] == exact[:1200]
+
+
+async def test_a_gate_that_remembers_an_earlier_session_judges_as_an_uninterrupted_one() -> None:
+    whole = await verdicts(novel_gate(index_from=600), range(3000), 64)
+    resumed = novel_gate(index_from=600)
+    earlier = [i for i, (keep, _) in enumerate(whole[:1700]) if keep]  # what passed before the kill
+    await resumed.remember([{"text": f"row {i}"} for i in earlier], earlier)
+    assert await verdicts(resumed, range(1700, 3000), 50) == whole[1700:]

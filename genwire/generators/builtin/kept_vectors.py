@@ -1,0 +1,164 @@
+"""The unit vectors an embedding gate (``keep-novel``) kept, and the closest of them to each
+new vector: every one compared (``ExactKept``, one matrix product a batch), or an HNSW
+index (``IndexedKept``, ``usearch``) whose approximate hits are verified exactly.
+
+Both answer the same question the same way for the rows they decide: the closest kept
+row at or above a floor, by the exact float32 cosine; ties go to the row kept first. The
+index is grown by single-threaded adds in the order the rows were kept, so the same rows
+make the same graph: a resumed run that adds the rows an earlier session kept, in order,
+finds what an uninterrupted run finds."""
+
+from __future__ import annotations
+
+import array
+import os
+import tempfile
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    Matrix = npt.NDArray[np.float32]
+
+NONE = (-2.0, -1)  # (cosine, slot) when no kept row is near enough to say
+# The index stores vectors as int8: its cosines are off by up to ~0.013 (measured at 384
+# dimensions), so every hit within this margin below the threshold is verified exactly.
+VERIFY_MARGIN = 0.03
+NEIGHBOURS = 16  # approximate neighbours asked per vector; the near ones are verified
+CONNECTIVITY = 16  # HNSW graph edges per node (usearch's default)
+EXPANSION_ADD = 64  # candidates explored per add (usearch's default 128: twice the add time, same recall here)
+EXPANSION_SEARCH = 64
+
+
+class Kept(Protocol):
+    count: int
+    candidates: array.array[int]  # of the kept rows, by slot (the order they were kept in)
+
+    def closest_each(self, vectors: Matrix, floor: float) -> list[tuple[float, int]]:
+        """For each vector, (cosine, slot) of the closest kept row when that is at least
+        ``floor``, else a cosine below ``floor`` (and slot -1 when none)."""
+
+    def vector(self, slot: int) -> Matrix:
+        """The exact vector kept at ``slot``."""
+
+    def add_many(self, vectors: Matrix, candidates: list[int]) -> None:
+        """Keep ``vectors`` (unit rows), of ``candidates``, in this order."""
+
+
+class ExactKept:
+    """Every kept vector (float32, grown by doubling), compared with each new one."""
+
+    def __init__(self) -> None:
+        self._matrix: Matrix | None = None
+        self.count = 0
+        self.candidates = array.array("q")
+
+    def closest_each(self, vectors: Matrix, floor: float) -> list[tuple[float, int]]:
+        if self._matrix is None or not self.count:
+            return [NONE] * len(vectors)
+        scores = self._matrix[: self.count] @ vectors.T
+        best = scores.argmax(axis=0)  # the first of equals: the row kept first
+        return [(float(scores[b, i]), int(b)) for i, b in enumerate(best)]
+
+    def vector(self, slot: int) -> Matrix:
+        assert self._matrix is not None
+        row: Matrix = self._matrix[slot]
+        return row
+
+    def add_many(self, vectors: Matrix, candidates: list[int]) -> None:
+        import numpy as np
+
+        needed = self.count + len(vectors)
+        if self._matrix is None or needed > len(self._matrix):
+            grown = np.zeros((max(64, 2 * needed), vectors.shape[1]), dtype=np.float32)
+            if self._matrix is not None:
+                grown[: self.count] = self._matrix[: self.count]
+            self._matrix = grown
+        self._matrix[self.count : needed] = vectors
+        self.count = needed
+        self.candidates.extend(candidates)
+
+    def matrix(self) -> Matrix:
+        """Every kept vector, in the order kept (an index is built from them)."""
+        import numpy as np
+
+        return self._matrix[: self.count] if self._matrix is not None else np.zeros((0, 0), np.float32)
+
+
+class IndexedKept:
+    """An HNSW index (usearch, int8 vectors) over the kept vectors; the exact float32
+    vectors sit in an unlinked temporary file (read back only for a near hit), so memory
+    holds the index alone: about 0.9 KB a kept row at 384 dimensions."""
+
+    def __init__(self, ndim: int) -> None:
+        from usearch.index import Index
+
+        self._index = Index(
+            ndim=ndim,
+            metric="cos",
+            dtype="i8",
+            connectivity=CONNECTIVITY,
+            expansion_add=EXPANSION_ADD,
+            expansion_search=EXPANSION_SEARCH,
+        )
+        self._ndim = ndim
+        self._exact = tempfile.TemporaryFile(prefix="genwire-kept-")  # noqa: SIM115 (closed with the gate)
+        self.count = 0
+        self.candidates = array.array("q")
+
+    def __del__(self) -> None:
+        exact = getattr(self, "_exact", None)
+        if exact is not None:
+            exact.close()
+
+    def closest_each(self, vectors: Matrix, floor: float) -> list[tuple[float, int]]:
+        return [self.closest(vector, floor) for vector in vectors]
+
+    def closest(self, vector: Matrix, floor: float) -> tuple[float, int]:
+        """``closest_each`` for one vector: its approximate neighbours, the near ones
+        verified against their exact vectors."""
+        import numpy as np
+
+        if not self.count:
+            return NONE
+        found = self._index.search(vector, min(NEIGHBOURS, self.count), threads=1)
+        approximate = 1.0 - found.distances
+        near = np.sort(found.keys[approximate >= floor - VERIFY_MARGIN])  # slots: the order rows were kept
+        if not len(near):  # nothing near: the approximate best says only that
+            return (float(approximate.max()) if len(approximate) else NONE[0], -1)
+        scores = self._rows(near) @ vector
+        best = int(scores.argmax())  # the first of equals: the row kept first
+        return (float(scores[best]), int(near[best]))
+
+    def vector(self, slot: int) -> Matrix:
+        row: Matrix = self._rows([slot])[0]
+        return row
+
+    def add_many(self, vectors: Matrix, candidates: list[int]) -> None:
+        import numpy as np
+
+        if not len(vectors):
+            return
+        os.pwrite(self._exact.fileno(), np.ascontiguousarray(vectors, np.float32).tobytes(), self.count * self._row)
+        # One thread: the graph depends on the order of the adds, and only on it.
+        self._index.add(np.arange(self.count, self.count + len(vectors), dtype=np.uint64), vectors, threads=1)
+        self.count += len(vectors)
+        self.candidates.extend(candidates)
+
+    @property
+    def memory_bytes(self) -> int:
+        """What the index holds in memory (the exact vectors are on disk)."""
+        return int(self._index.memory_usage) + self.candidates.itemsize * len(self.candidates)
+
+    @property
+    def _row(self) -> int:
+        return self._ndim * 4
+
+    def _rows(self, slots: object) -> Matrix:
+        """The exact vectors of kept rows ``slots`` (one read per row)."""
+        import numpy as np
+
+        fd, row = self._exact.fileno(), self._row
+        data = b"".join(os.pread(fd, row, int(s) * row) for s in slots)  # type: ignore[attr-defined]
+        return np.frombuffer(data, dtype=np.float32).reshape(-1, self._ndim)
