@@ -4,13 +4,17 @@ runs through the CLI against the fake server (real processes, real HTTP)."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support import cli, write
+from support import cli, start_cli, write
 
+from genwire.engine.checkpoint import checkpoint_dir, kept_rows
 from genwire.generators import Verdict
 from genwire.generators.builtin.keep_novel import KeepNovel, KeepNovelParams
 from genwire.generators.resources import Resources
@@ -137,3 +141,44 @@ async def test_a_gate_that_remembers_an_earlier_session_judges_as_an_uninterrupt
     earlier = [i for i, (keep, _) in enumerate(whole[:1700]) if keep]  # what passed before the kill
     await resumed.remember([{"text": f"row {i}"} for i in earlier], earlier)
     assert await verdicts(resumed, range(1700, 3000), 50) == whole[1700:]
+
+
+def wait_for_rows(directory: Path, at_least: int, proc: subprocess.Popen[str], timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while kept_rows(directory) < at_least:
+        assert proc.poll() is None, f"the run ended early: {proc.communicate()}"
+        assert time.monotonic() < deadline, "the run made no progress"
+        time.sleep(0.02)
+
+
+# --- a run through the index, killed at half -----------------------------------------------
+
+
+def repeating_pipeline(server: FakeOpenAIServer, root: Path, concurrency: int) -> dict[str, Any]:
+    """keep-novel through its index from 50 kept rows (the index's graph from 256) over
+    questions that repeat (``n`` in 0..599: a repeated question is a cosine of 1)."""
+    cfg = novel_pipeline(server, root)
+    cfg["providers"]["srv"]["max_concurrency"] = concurrency
+    cfg["pipeline"].update(num_records=400, batch_size=16, max_failure_rate=0.0)
+    cfg["pipeline"]["columns"][0]["params"].update(high=599)
+    cfg["pipeline"]["columns"][2]["params"].update(index_from=50)
+    return cfg
+
+
+def test_kill_9_at_half_of_a_run_through_the_index_resumes_to_the_uninterrupted_output(tmp_path: Path) -> None:
+    with FakeOpenAIServer(latency=0.005) as server:
+        reference = write(repeating_pipeline(server, tmp_path / "ref", 64), tmp_path / "ref" / "genwire.yaml")
+        done = cli("run", reference, "--json")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["rejected"]["novel"] > 50  # the gate had work to do
+
+        config = write(repeating_pipeline(server, tmp_path / "run", 8), tmp_path / "run" / "genwire.yaml")
+        proc = start_cli("run", config)
+        wait_for_rows(checkpoint_dir(tmp_path / "run" / "out.jsonl"), 300, proc)  # past the graph's first rows
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=10)
+        assert not (tmp_path / "run" / "out.jsonl").exists()
+        server.wait_idle()
+        again = cli("run", config)
+        assert again.returncode == 0, again.stderr
+    assert (tmp_path / "run" / "out.jsonl").read_text() == (tmp_path / "ref" / "out.jsonl").read_text()

@@ -169,19 +169,18 @@ class KeepNovel(Generator[KeepNovelParams]):
     def _judge(self, vectors: npt.NDArray[np.float32], candidates: list[int]) -> list[tuple[float, int]]:
         """(cosine, candidate) of the closest row kept before each vector (below the
         threshold: kept, and so compared with the ones after it). Each vector is judged
-        against exactly the rows kept before it, however the candidates are batched: the
-        way it is compared (every row, or the index) depends on their count alone."""
+        against exactly the rows kept before it, in a way that depends on their count
+        alone (every row, or the index and the rows waiting to join it), however the
+        candidates are batched."""
         out: list[tuple[float, int]] = []
         while len(out) < len(vectors):
-            if isinstance(self._kept, ExactKept):
-                out += self._judge_exact(vectors[len(out) :], candidates[len(out) :])
-            else:
-                out += self._judge_indexed(vectors[len(out) :], candidates[len(out) :])
+            out += self._judge_segment(vectors[len(out) :], candidates[len(out) :])
         return out
 
-    def _judge_exact(self, vectors: npt.NDArray[np.float32], candidates: list[int]) -> list[tuple[float, int]]:
-        """One matrix product against the rows kept before; the rows kept here compared in
-        order. Stops after the row that brings the kept rows to the index's size."""
+    def _judge_segment(self, vectors: npt.NDArray[np.float32], candidates: list[int]) -> list[tuple[float, int]]:
+        """The rows kept before, in one call; the rows kept here compared in order. Stops
+        after a row whose keeping changes how the kept rows are compared (the index is
+        built, or rows join its graph)."""
         threshold = self.params.threshold
         kept = self._kept
         before = kept.closest_each(vectors, threshold)
@@ -201,21 +200,13 @@ class KeepNovel(Generator[KeepNovelParams]):
             out.append((similarity, candidate))
             if similarity < threshold:
                 kept_here.append(j)
-                if self._indexed_from(self._kept.count + len(kept_here)):
+                if self._changes_after(len(kept_here)):
                     break
         self._keep(vectors[kept_here], [candidates[j] for j in kept_here])
         return out
 
-    def _judge_indexed(self, vectors: npt.NDArray[np.float32], candidates: list[int]) -> list[tuple[float, int]]:
-        """One vector at a time: each kept row joins the index before the next is judged."""
-        threshold = self.params.threshold
-        out: list[tuple[float, int]] = []
+    def _changes_after(self, more: int) -> bool:
         kept = self._kept
-        for j, candidate in enumerate(candidates):
-            [(similarity, slot)] = kept.closest_each(vectors[j : j + 1], threshold)
-            if slot >= 0:
-                similarity = settled(similarity, vectors[j], functools.partial(kept.vector, slot), threshold)
-            out.append((similarity, kept.candidates[slot] if slot >= 0 else -1))
-            if similarity < threshold:
-                kept.add_many(vectors[j : j + 1], [candidate])
-        return out
+        if isinstance(kept, IndexedKept):
+            return kept.flushes_after(more)
+        return self._indexed_from(kept.count + more)
