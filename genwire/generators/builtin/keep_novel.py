@@ -4,6 +4,7 @@ rows of lower index only: the engine calls it in index order (``in_order``)."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib.util
 from collections.abc import Callable, Sequence
@@ -138,7 +139,7 @@ class KeepNovel(Generator[KeepNovelParams]):
         for start in range(0, len(usable), REMEMBER_CHUNK):
             chunk = usable[start : start + REMEMBER_CHUNK]
             vectors = await self._vectors([t for t, _ in chunk], [i for _, i in chunk])
-            self._keep(vectors, [i for _, i in chunk])
+            await asyncio.to_thread(self._keep, vectors, [i for _, i in chunk])  # a resume rebuilds the index
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
         return await self._decide(rows, range(-len(rows), 0), cache=False)
@@ -158,7 +159,10 @@ class KeepNovel(Generator[KeepNovelParams]):
             return out
         candidates = [indices[i] for i in positions]
         threshold = self.params.threshold
-        for i, (similarity, candidate) in zip(positions, self._judge(vectors, candidates), strict=True):
+        # Off the event loop (numpy and usearch release the GIL): the batches behind this
+        # one keep sending their requests while it is judged.
+        judged = await asyncio.to_thread(self._judge, vectors, candidates)
+        for i, (similarity, candidate) in zip(positions, judged, strict=True):
             if similarity >= threshold:
                 why = f"cosine {similarity:.3f} to candidate {candidate} (threshold {threshold:g})"
                 out[i] = Verdict(False, f"{self.params.column}: {why}")
