@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support import cli, start_cli, write
+from support import cli, start_cli, wait_for_rows, write
 
-from genwire.engine.checkpoint import checkpoint_dir, kept_rows
+from genwire.engine.checkpoint import checkpoint_dir
 from genwire.generators import Verdict
 from genwire.generators.builtin.keep_novel import KeepNovel, KeepNovelParams
 from genwire.generators.resources import Resources
@@ -141,14 +139,6 @@ async def test_a_gate_that_remembers_an_earlier_session_judges_as_an_uninterrupt
     earlier = [i for i, (keep, _) in enumerate(whole[:1700]) if keep]  # what passed before the kill
     await resumed.remember([{"text": f"row {i}"} for i in earlier], earlier)
     assert await verdicts(resumed, range(1700, 3000), 50) == whole[1700:]
-
-
-def wait_for_rows(directory: Path, at_least: int, proc: subprocess.Popen[str], timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while kept_rows(directory) < at_least:
-        assert proc.poll() is None, f"the run ended early: {proc.communicate()}"
-        assert time.monotonic() < deadline, "the run made no progress"
-        time.sleep(0.02)
 
 
 # --- a run through the index, killed at half -----------------------------------------------
