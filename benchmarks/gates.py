@@ -12,7 +12,21 @@ projects a gated run.
    kept in the sample: a wide interval), N = 100, against the fake server: projected
    candidates and cost vs what the run took.
 
-    python benchmarks/gates.py [--kept 20000] [--rounds 20]
+3. At scale (issue 53): keep-novel's two ways of comparing at ``--kept`` kept rows, on
+   synthetic 384-d vectors with topics and 20 % near-duplicates (``genwire.testing.vectors.
+   near_duplicates``): every row (``index: exact``, the baseline) against the HNSW index,
+   per candidate (the gate's calls: one search a batch of 64, the exact check of near hits), its
+   recall of the exact gate's rejections, its memory and build time. Two query sets: mixed
+   (20 % near-duplicates at cosines 0.85-0.99) and borderline (every candidate a
+   near-duplicate at 0.90-0.94, the imperfect case). Then keep-near-unique per candidate at
+   ``--kept`` kept texts (40 words, a third of the candidates near-duplicates).
+
+    python benchmarks/gates.py [--kept 20000] [--rounds 20] [--parts overhead estimate scale]
+
+Part 3 builds its index with single-threaded adds, as the gate does: ``--kept 200000`` took
+12 minutes on a 2-core machine at load 10-12 (3 ms an add); ``--kept 1000000`` builds five
+times as many rows and holds 3.5 GB at once (the vectors, every row's matrix and the index).
+``--parts scale`` runs part 3 alone.
 """
 
 from __future__ import annotations
@@ -30,15 +44,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import yaml
 
 from genwire.generators.base import Generator
 from genwire.generators.builtin.keep_if import KeepIf
+from genwire.generators.builtin.keep_near_unique import KeepNearUnique
 from genwire.generators.builtin.keep_novel import KeepNovel
 from genwire.generators.builtin.keep_unique import KeepUnique
+from genwire.generators.builtin.kept_vectors import ExactKept, IndexedKept
 from genwire.generators.builtin.template import Template
 from genwire.generators.resources import Resources
 from genwire.testing import FakeEmbeddingModel, FakeOpenAIServer
+from genwire.testing.vectors import near_duplicates
 
 BATCH = 64
 
@@ -191,13 +210,25 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--wanted", type=int, default=100)
     parser.add_argument("--sample", type=int, default=60)
+    parser.add_argument("--queries", type=int, default=2000, help="candidates timed in part 3")
+    parser.add_argument("--parts", nargs="+", default=["overhead", "estimate", "scale"])
     args = parser.parse_args()
+    if "overhead" in args.parts:
+        overhead_part(args)
+    if "estimate" in args.parts:
+        estimate_part(args)
+    if "scale" in args.parts:
+        scale_part(args.kept, args.queries)
 
+
+def overhead_part(args: argparse.Namespace) -> None:
     print(f"1. gate overhead per candidate (batches of {BATCH}; {args.rounds} batches each)")
     print(f"{'gate':42} {'kept rows':>10} {'µs/candidate':>13} {'state memory':>13}")
     for name, kept, us, memory in asyncio.run(overhead(args.kept, args.rounds)):
         print(f"{name:42} {kept:>10} {us:>13.1f} {memory:>13}")
 
+
+def estimate_part(args: argparse.Namespace) -> None:
     print(f"\n2. estimate -k {args.sample} vs the run, N = {args.wanted} kept rows (fake server)")
     print(
         f"{'acceptance':>10} {'measured':>9} {'projected cand.':>16} {'actual cand.':>13} {'error':>7} "
@@ -211,6 +242,100 @@ def main() -> None:
             f"{percent:>9}% {rate:>9.1%} {projected:>16,} {actual:>13,} {cand_error:>+7.0%} "
             f"{cost:>12.6f} {paid:>10.6f} {cost_error:>+7.0%}"
         )
+
+
+def queries_of(kept: npt.NDArray[np.float32], count: int, low: float, high: float, share: float) -> Any:
+    """``count`` candidates: a ``share`` of them near-duplicates of kept rows at cosines in
+    [low, high), the others new rows of the same topics."""
+    fresh = near_duplicates(count, kept.shape[1], share=0.0, seed=99)
+    rng = np.random.default_rng(7)
+    again = rng.random(count) < share
+    sources = kept[rng.integers(0, len(kept), count)]
+    noise = rng.standard_normal(sources.shape, dtype=np.float32)
+    noise /= np.linalg.norm(noise, axis=1, keepdims=True)
+    cosine = rng.uniform(low, high, count).astype(np.float32)
+    moved = sources + noise * np.sqrt(1 / cosine**2 - 1)[:, None]
+    moved /= np.linalg.norm(moved, axis=1, keepdims=True)
+    return np.where(again[:, None], moved, fresh).astype(np.float32)
+
+
+def scale_part(kept: int, count: int, threshold: float = 0.92) -> None:
+    print(f"\n3. at scale: {kept:,} kept rows, {count:,} candidates timed (384-d, threshold {threshold})")
+    started = time.perf_counter()
+    vectors = near_duplicates(kept, 384, share=0.2, seed=1)
+    exact = ExactKept()
+    exact.add_many(vectors, list(range(kept)))
+    index = IndexedKept(384)
+    built = time.perf_counter()
+    index.add_many(vectors, list(range(kept)))
+    build_s = time.perf_counter() - built
+    del vectors
+    print(
+        f"index built in {build_s:.0f} s ({build_s / kept * 1e6:.0f} µs a row, one thread); memory: "
+        f"index {index.memory_bytes / 1e6:,.0f} MB (exact vectors on disk), every row {kept * 384 * 4 / 1e6:,.0f} MB"
+    )
+    print(
+        f"{'candidates':12} {'exact µs/cand.':>15} {'index µs/cand.':>15} {'speed-up':>9} {'rejected':>9} {'recall':>8}"
+    )
+    matrix = exact.matrix()
+    for name, low, high, share in (("mixed", 0.85, 0.99, 0.2), ("borderline", 0.90, 0.94, 1.0)):
+        queries = queries_of(matrix, count, low, high, share)
+        gc.collect()
+        t = time.perf_counter()
+        truth = [
+            s
+            for start in range(0, count, BATCH)
+            for s, _ in exact.closest_each(queries[start : start + BATCH], threshold)
+        ]
+        exact_us = (time.perf_counter() - t) / count * 1e6
+        t = time.perf_counter()
+        found = [
+            s
+            for start in range(0, count, BATCH)
+            for s, _ in index.closest_each(queries[start : start + BATCH], threshold)
+        ]
+        index_us = (time.perf_counter() - t) / count * 1e6
+        rejected = sum(s >= threshold for s in truth)
+        caught = sum(e >= threshold and f >= threshold for e, f in zip(truth, found, strict=True))
+        wrong = sum(f >= threshold > e for e, f in zip(truth, found, strict=True))
+        assert not wrong, "the index rejected a row the exact gate keeps: hits are verified exactly"
+        recall = f"{caught / rejected:.2%}" if rejected else "-"
+        print(f"{name:12} {exact_us:>15.1f} {index_us:>15.1f} {exact_us / index_us:>8.1f}x {rejected:>9,} {recall:>8}")
+    del exact, index, matrix
+    gc.collect()
+    near_unique(kept, count)
+    print(f"part 3 took {time.perf_counter() - started:.0f} s")
+
+
+def near_unique(kept: int, count: int) -> None:
+    import random
+
+    rng = random.Random(3)
+    words = [f"w{i}" for i in range(20_000)]
+
+    def text() -> str:
+        return " ".join(rng.choice(words) for _ in range(40))
+
+    gate = build(KeepNearUnique, {"column": "text"})
+    t = time.perf_counter()
+    asyncio.run(gate.remember([{"text": text()} for _ in range(kept)], list(range(kept))))
+    fill_s = time.perf_counter() - t
+    kept_texts = [text() for _ in range(64)]
+    candidates = []
+    for i in range(count):
+        if i % 3 == 2:  # a near-duplicate: a few words of a recent text changed
+            words_of = kept_texts[rng.randrange(len(kept_texts))].split()
+            for _ in range(rng.randint(0, 3)):
+                words_of[rng.randrange(40)] = rng.choice(words)
+            candidates.append({"text": " ".join(words_of)})
+        else:
+            candidates.append({"text": text()})
+    t = time.perf_counter()
+    for start in range(0, count, BATCH):
+        indices = list(range(kept + start, kept + min(start + BATCH, count)))
+        asyncio.run(gate.generate_batch(candidates[start : start + BATCH], indices))
+    us = (time.perf_counter() - t) / count * 1e6
+    print(f"keep-near-unique: {us:.1f} µs a candidate at {kept:,} kept texts (filled in {fill_s:.0f} s)")
 
 
 if __name__ == "__main__":

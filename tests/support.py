@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from genwire.engine.records.checkpoint import kept_rows
 from genwire.generators import Generator, GeneratorMetadata, ResourceKind
 
 
@@ -107,3 +108,12 @@ def wait_gone(pid: int, timeout: float = 30.0) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+def wait_for_rows(directory: Path, at_least: int, proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
+    """Until the checkpoint in ``directory`` holds ``at_least`` kept rows (a run to kill mid-way)."""
+    deadline = time.monotonic() + timeout
+    while kept_rows(directory) < at_least:
+        assert proc.poll() is None, f"the run ended early: {proc.communicate()}"
+        assert time.monotonic() < deadline, "the run made no progress"
+        time.sleep(0.02)

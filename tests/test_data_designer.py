@@ -167,7 +167,9 @@ def test_every_check_right_in_one_run(tmp_path: Path) -> None:
     }
     assert [c.target for c in report.checks] == list(got)  # the file's order
     assert not report.ok
-    assert report.check("short-embedder").message == "returned 257 dimensions, but dimensions is set to 256"
+    assert report.check("short-embedder").message == (
+        "embedding response data[0].embedding has 257 dimensions, but dimensions is set to 256"
+    )
     assert report.check("embedder").message == "1 vector, 1024 dimensions"
     assert report.check("later").message.startswith("skip_health_check: true in its model config (")
     assert report.check("later").message.endswith("model_configs.yaml:44:5 model_configs[6].skip_health_check)")

@@ -8,13 +8,12 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support import StopAfter, cli, start_cli, write
+from support import StopAfter, cli, start_cli, wait_for_rows, write
 
 import genwire
 from genwire.engine.records.checkpoint import Checkpoint, checkpoint_dir, kept_rows
@@ -55,14 +54,6 @@ def pipeline(server: FakeOpenAIServer, root: Path, n: int = 120, **pipeline_extr
             **pipeline_extra,
         },
     }
-
-
-def wait_for_rows(directory: Path, at_least: int, proc: subprocess.Popen[str], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while kept_rows(directory) < at_least:
-        assert proc.poll() is None, f"the run ended early: {proc.communicate()}"
-        assert time.monotonic() < deadline, "the run made no progress"
-        time.sleep(0.02)
 
 
 def reference_output(server: FakeOpenAIServer, cfg: dict[str, Any], root: Path) -> str:

@@ -11,15 +11,13 @@ import math
 import re
 import signal
 import sqlite3
-import subprocess
-import time
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from support import cli, start_cli, write
+from support import cli, start_cli, wait_for_rows, write
 
-from genwire.engine.records.checkpoint import checkpoint_dir, kept_rows
+from genwire.engine.records.checkpoint import checkpoint_dir
 from genwire.providers.response_cache import DB_NAME
 from genwire.testing import FakeOpenAIServer
 
@@ -189,14 +187,6 @@ def up_to_last_kept(rejected: list[dict[str, Any]], kept: int) -> list[dict[str,
         last += 1
         seen += last not in taken
     return [r for r in rejected if r["candidate"] < last]
-
-
-def wait_for_rows(directory: Path, at_least: int, proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while kept_rows(directory) < at_least:
-        assert proc.poll() is None, f"the run ended early: {proc.communicate()}"
-        assert time.monotonic() < deadline, "the run made no progress"
-        time.sleep(0.02)
 
 
 def stored_questions(cache: Path) -> set[int]:

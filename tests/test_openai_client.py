@@ -393,17 +393,33 @@ async def test_embedding_bad_shapes_are_bad_response(
     assert fake_openai_server.requests[EMBED] == 1
 
 
-@pytest.mark.parametrize("symbol", ["empty_vector", "wrong_dimensions", "nan"])
-async def test_embedding_value_problems_pass_through_for_the_preflight(
-    fake_openai_server: FakeOpenAIServer, embedder: OpenAIEmbeddingModel, symbol: str
+@pytest.mark.parametrize(
+    ("symbol", "dimensions", "problem"),
+    [
+        ("empty_vector", None, "data[0].embedding is empty"),
+        ("nan", None, "data[0].embedding holds nan (NaN or infinity)"),
+        ("wrong_dimensions", 384, "data[0].embedding has 385 dimensions, but dimensions is set to 384"),
+        ("one_wrong_dimension", None, "data[1].embedding has 385 dimensions, but data[0] has 384"),
+    ],
+)
+async def test_an_embedding_answer_of_bad_values_is_bad_response_before_anything_uses_it(
+    fake_openai_server: FakeOpenAIServer, provider: OpenAIProvider, symbol: str, dimensions: int | None, problem: str
 ) -> None:
-    # Shape is the client's job; finiteness and size are the pre-flight's.
+    # The one check every answer passes (issue 49 item 22): a generator never gets it,
+    # the response cache never keeps it.
+    embedder = provider.embedding_model("embedder", embed_config(dimensions=dimensions))
     fake_openai_server.script(EMBED, [symbol])
-    [vector] = await embedder.embed(["a"])
-    expected = {"empty_vector": 0, "wrong_dimensions": 385, "nan": 384}[symbol]
-    assert len(vector) == expected
-    if symbol == "nan":
-        assert vector[0] != vector[0]
+    with pytest.raises(ModelError) as caught:
+        await embedder.embed(["a", "b"])
+    assert caught.value.error_class is ErrorClass.BAD_RESPONSE
+    assert problem in caught.value.message
+
+
+async def test_an_embedding_answer_of_another_length_passes_when_dimensions_is_not_set(
+    fake_openai_server: FakeOpenAIServer, embedder: OpenAIEmbeddingModel
+) -> None:
+    fake_openai_server.script(EMBED, ["wrong_dimensions"])  # 385 for each text: one length, no expectation
+    assert [len(v) for v in await embedder.embed(["a", "b"])] == [385, 385]
 
 
 # --- concurrency and the shared session --------------------------------------------------

@@ -146,7 +146,7 @@ async def test_shared_endpoint_probed_once(fake_openai_server: FakeOpenAIServer)
     assert report.check("e2").aliases == ["e1", "e2", "e3"]
 
 
-async def test_dimensions_judged_per_alias_on_one_probe(fake_openai_server: FakeOpenAIServer) -> None:
+async def test_dimensions_judged_per_alias_each_by_its_own_probe(fake_openai_server: FakeOpenAIServer) -> None:
     models = {
         "small": {"model": "e", "kind": "embedding", "dimensions": 384},
         "wrong": {"model": "e", "kind": "embedding", "dimensions": 768},
@@ -155,7 +155,9 @@ async def test_dimensions_judged_per_alias_on_one_probe(fake_openai_server: Fake
     report = await preflight(cfg)
     assert report.check("small").status == "ok"
     assert report.check("wrong").error_class == "bad_response" and "384 dimensions" in report.check("wrong").message
-    assert fake_openai_server.requests["e"] == 1
+    # The client checks every answer against its alias's `dimensions` (issue 49 item 22):
+    # aliases expecting different lengths cannot share one probe.
+    assert fake_openai_server.requests["e"] == 2
 
 
 async def test_unreachable_model_gets_no_request(fake_openai_server: FakeOpenAIServer) -> None:

@@ -208,8 +208,11 @@ class _Preflight:
             variants += shapes.get(t.name, [])
             for (variant, shape), (endpoint, member, identity) in itertools.product(variants, endpoints):
                 shape_key = _canonical(shape) if shape is not None else None
+                # The embedding client checks an answer against its alias's `dimensions`:
+                # aliases expecting different lengths never share a probe.
+                expects = self.models[t.name].dimensions if t.name in self.models else None
                 group = groups.setdefault(
-                    (t.kind, identity, shape_key, endpoint),
+                    (t.kind, identity, shape_key, endpoint, expects),
                     _Group(t.kind, member, self.container.probe(t.name), shape, variant, shape_key, endpoint),
                 )
                 if t in group.targets:

@@ -40,6 +40,7 @@ from genwire.providers.request_context import (
     peek_in,
     peek_many,
     peek_scope,
+    vectors_problem,
 )
 from genwire.providers.response_cache import HOLE
 from genwire.providers.routes import Route, TokenHandle, open_route, resolve_route
@@ -893,7 +894,11 @@ class OpenAIEmbeddingModel(_Handle):
                 out[index] = [float(v) for v in vector]
             else:
                 raise bad(f"data[{position}].embedding holds a value that is not a number")
-        return [v for v in out if v is not None]
+        vectors = [v for v in out if v is not None]
+        problem = vectors_problem(vectors, count, self._dimensions)
+        if problem is not None:  # checked before the cache keeps it or a generator uses it
+            raise bad(problem)
+        return vectors
 
 
 # --- helpers -----------------------------------------------------------------------------

@@ -70,6 +70,7 @@ __all__ = [
     "peek_in",
     "peek_many",
     "peek_scope",
+    "vectors_problem",
 ]
 
 log = logging.getLogger("genwire.cache")
@@ -457,15 +458,34 @@ def is_text(answer: Any) -> bool:
     return isinstance(answer, str) and answer != "" and not answer.isspace()
 
 
-def are_vectors(answer: Any, count: int, dimensions: int | None = None) -> bool:
-    """Whether a stored embedding answer passes a fresh one's checks: ``count`` non-empty
-    lists of finite numbers, each ``dimensions`` long when that is set."""
+_NUMBERS: frozenset[type] = frozenset({float, int})
+
+
+def vectors_problem(answer: Any, count: int, dimensions: int | None = None) -> str | None:
+    """What is wrong with an embedding answer, or None: ``count`` non-empty lists of finite
+    numbers, all of one length, ``dimensions`` long when that is set. The one check every
+    embedding answer passes, fresh (before anything uses or caches it) or stored."""
     if not isinstance(answer, list) or len(answer) != count:
-        return False
-    for vector in answer:
-        if not isinstance(vector, list) or not vector or (dimensions is not None and len(vector) != dimensions):
-            return False
-        for x in vector:
-            if not (type(x) is float or type(x) is int) or not math.isfinite(x):
-                return False
-    return True
+        got = len(answer) if isinstance(answer, list) else type(answer).__name__
+        return f"has {got} vectors for {count} inputs"
+    length = dimensions
+    for position, vector in enumerate(answer):
+        if not isinstance(vector, list) or not vector:
+            return f"data[{position}].embedding is empty or not a list"
+        if length is None:
+            length = len(vector)
+        elif len(vector) != length:
+            expected = "dimensions is set to" if dimensions is not None else "data[0] has"
+            return f"data[{position}].embedding has {len(vector)} dimensions, but {expected} {length}"
+        if not set(map(type, vector)) <= _NUMBERS:  # exact types: a bool is no component
+            return f"data[{position}].embedding holds a value that is not a number"
+        if not math.isfinite(sum(vector)):  # one C loop: NaN and inf carry through to the sum
+            bad = next((x for x in vector if not math.isfinite(x)), None)
+            if bad is not None:  # else only the sum of huge finite values overflowed
+                return f"data[{position}].embedding holds {bad!r} (NaN or infinity)"
+    return None
+
+
+def are_vectors(answer: Any, count: int, dimensions: int | None = None) -> bool:
+    """Whether a stored embedding answer passes a fresh one's checks (``vectors_problem``)."""
+    return vectors_problem(answer, count, dimensions) is None

@@ -24,3 +24,31 @@ def fake_vector(text: str, dimensions: int) -> list[float]:
     """``hash_vector`` as the fake server sends it: rounded to ``WIRE_DECIMALS``."""
     rounded: list[float] = np.round(hash_vector(text, dimensions), WIRE_DECIMALS).tolist()
     return rounded
+
+
+def near_duplicates(
+    count: int, dimensions: int = 384, *, share: float = 0.2, clusters: int = 1000, seed: int = 0
+) -> np.ndarray:
+    """``count`` unit float32 vectors in the shape a dedup gate meets: topics (``clusters``
+    of related rows), and a ``share`` of rows that rephrase an earlier row, at cosines
+    spread from 0.85 to 0.99 around a 0.92 threshold (the imperfect cases: just above,
+    just below). Deterministic in ``seed``; rows are made in chunks to bound memory."""
+    rng = np.random.default_rng(seed)
+    centers = rng.standard_normal((clusters, dimensions)).astype(np.float32)
+    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+    out = np.empty((count, dimensions), dtype=np.float32)
+    for start in range(0, count, 65_536):
+        n = min(65_536, count - start)
+        rows = centers[rng.integers(0, clusters, n)] + rng.standard_normal((n, dimensions), dtype=np.float32) * 0.06
+        out[start : start + n] = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+        again = np.flatnonzero(rng.random(n) < share) + start
+        again = again[again > 0]
+        if len(again):
+            sources = out[(rng.random(len(again)) * again).astype(np.int64)]  # an earlier row each
+            # cosine c to the source: noise of norm tan(acos c), orthogonal-ish in high dimensions
+            cosine = rng.uniform(0.85, 0.99, len(again)).astype(np.float32)
+            noise = rng.standard_normal((len(again), dimensions), dtype=np.float32)
+            noise /= np.linalg.norm(noise, axis=1, keepdims=True)
+            moved = sources + noise * np.sqrt(1 / cosine**2 - 1)[:, None]
+            out[again] = moved / np.linalg.norm(moved, axis=1, keepdims=True)
+    return out

@@ -4,13 +4,17 @@ rows of lower index only: the engine calls it in index order (``in_order``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+import asyncio
+import functools
+import importlib.util
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from genwire.generators.base import Generator
 from genwire.generators.builtin.common import ColumnRef, checked_vectors, finite_unit_rows, text_at, texts_of
+from genwire.generators.builtin.kept_vectors import ExactKept, IndexedKept, Kept
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import RowFailure
 from genwire.generators.resources import Resources
@@ -24,42 +28,47 @@ if TYPE_CHECKING:
 REMEMBER_CHUNK = 256  # texts per embedding request when an earlier session's rows are replayed
 
 
+# A cosine this close to the threshold is computed again on its own, in float64: a matrix
+# product's last bits depend on the shapes multiplied (how candidates were batched).
+SETTLE_WITHIN = 1e-3
+
+
+def settled(
+    similarity: float, vector: npt.NDArray[np.float32], closest: Callable[[], Any] | None, threshold: float
+) -> float:
+    """``similarity`` (a matrix product's) near the threshold, or to be reported, made the
+    same however the vectors were batched: the two vectors' dot product in float64."""
+    if closest is None or similarity < threshold - SETTLE_WITHIN:
+        return similarity
+    import numpy as np
+
+    return float(np.dot(vector.astype(np.float64), np.asarray(closest(), dtype=np.float64)))
+
+
+INDEX_FROM = 20_000  # kept rows from which `index: auto` compares through an HNSW index
+
+
 class KeepNovelParams(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
     column: ColumnRef
     threshold: Annotated[float, Field(gt=-1, le=1)] = 0.92
+    # auto: every kept row compared until `index_from` are kept, then an HNSW index;
+    # exact: every kept row, always; hnsw: the index from the first kept row.
+    index: Literal["auto", "exact", "hnsw"] = "auto"
+    index_from: Annotated[int, Field(ge=1)] = INDEX_FROM
+
+    @model_validator(mode="after")
+    def _index_installed(self) -> KeepNovelParams:
+        if self.index == "hnsw" and not index_installed():
+            raise ValueError("index: hnsw needs usearch: pip install 'genwire[scale]' (or index: auto or exact)")
+        return self
 
 
-class KeptVectors:
-    """The kept rows' unit vectors (float32, grown by doubling) and their candidates."""
-
-    def __init__(self) -> None:
-        self._matrix: npt.NDArray[np.float32] | None = None
-        self.count = 0
-        self.candidates: list[int] = []
-
-    def closest_each(self, vectors: npt.NDArray[np.float64]) -> list[tuple[float, int]]:
-        """For each vector, (similarity, candidate) of the closest row kept so far; (-2, -1)
-        if none. One matrix product for the batch (the rows it will keep are compared by
-        the caller, in order)."""
-        if self._matrix is None or not self.count:
-            return [(-2.0, -1)] * len(vectors)
-        scores = self._matrix[: self.count] @ vectors.astype(self._matrix.dtype).T
-        best = scores.argmax(axis=0)
-        return [(float(scores[b, i]), self.candidates[int(b)]) for i, b in enumerate(best)]
-
-    def add(self, vector: npt.NDArray[np.float64], candidate: int) -> None:
-        import numpy as np
-
-        if self._matrix is None or self.count == len(self._matrix):
-            grown = np.zeros((max(64, 2 * self.count), len(vector)), dtype=np.float32)
-            if self._matrix is not None:
-                grown[: self.count] = self._matrix[: self.count]
-            self._matrix = grown
-        self._matrix[self.count] = vector
-        self.count += 1
-        self.candidates.append(candidate)
+@functools.cache
+def index_installed() -> bool:
+    """Whether usearch can be imported (looked up, not imported: that waits for the index)."""
+    return importlib.util.find_spec("usearch") is not None
 
 
 class KeepNovel(Generator[KeepNovelParams]):
@@ -75,17 +84,47 @@ class KeepNovel(Generator[KeepNovelParams]):
 
     def __init__(self, *, column: str, params: KeepNovelParams, resources: Resources, seed: int = 0) -> None:
         super().__init__(column=column, params=params, resources=resources, seed=seed)
-        self._kept = KeptVectors()
+        self._kept: Kept = ExactKept()
+        self._length: int | None = None  # of the kept vectors
 
     @classmethod
     def reads(cls, params: KeepNovelParams) -> set[str]:
         return {params.column}
 
-    async def _vectors(self, texts: list[str], indices: Sequence[int]) -> npt.NDArray[np.float64]:
+    def _check_length(self, length: int) -> None:
+        """ValueError unless vectors of ``length`` compare with the kept ones (a model
+        whose `dimensions` is not set may still answer with another length)."""
+        if self._length is not None and length != self._length:
+            raise ValueError(
+                f"embedding model returned vectors of {length} dimensions; the kept rows' have {self._length}"
+            )
+
+    def _keep(self, vectors: npt.NDArray[np.float32], candidates: list[int]) -> None:
+        """Keep the rows (in candidate order); from `index_from` kept rows (`index: auto`),
+        or from the first (`hnsw`), in the index, built from every kept row in order."""
+        if not candidates:
+            return
+        self._length = vectors.shape[1]
+        self._kept.add_many(vectors, candidates)
+        kept = self._kept
+        if isinstance(kept, ExactKept) and self._indexed_from(kept.count):
+            indexed = IndexedKept(self._length)
+            indexed.add_many(kept.matrix(), list(kept.candidates))  # one add at a time, in the order kept
+            self._kept = indexed
+
+    def _indexed_from(self, count: int) -> bool:
+        """Whether ``count`` kept rows are compared through the index."""
+        index = self.params.index
+        # auto without the scale extra: every row compared, as documented
+        return index == "hnsw" or (index == "auto" and count >= self.params.index_from and index_installed())
+
+    async def _vectors(self, texts: list[str], indices: Sequence[int]) -> npt.NDArray[np.float32]:
         """One request for the texts, cached under their rows (as the ``embedding`` column)."""
         with cached_rows(list(indices)) as asked:
             try:
-                return finite_unit_rows(checked_vectors(await self.resources.model.embed(texts), len(texts)))
+                vectors = finite_unit_rows(checked_vectors(await self.resources.model.embed(texts), len(texts)))
+                self._check_length(vectors.shape[1])
+                return vectors.astype("float32")
             except ValueError:
                 asked.discard()  # a bad answer is asked again next time
                 raise
@@ -100,8 +139,7 @@ class KeepNovel(Generator[KeepNovelParams]):
         for start in range(0, len(usable), REMEMBER_CHUNK):
             chunk = usable[start : start + REMEMBER_CHUNK]
             vectors = await self._vectors([t for t, _ in chunk], [i for _, i in chunk])
-            for vector, (_, index) in zip(vectors, chunk, strict=True):
-                self._kept.add(vector, index)
+            await asyncio.to_thread(self._keep, vectors, [i for _, i in chunk])  # a resume rebuilds the index
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
         return await self._decide(rows, range(-len(rows), 0), cache=False)
@@ -119,24 +157,60 @@ class KeepNovel(Generator[KeepNovelParams]):
             for i in positions:
                 out[i] = RowFailure(exc)
             return out
+        candidates = [indices[i] for i in positions]
         threshold = self.params.threshold
-        before = self._kept.closest_each(vectors)  # the rows kept before this batch
-        kept_here: list[int] = []  # positions in ``vectors`` of the rows this batch keeps
-        for j, (i, vector) in enumerate(zip(positions, vectors, strict=True)):
-            similarity, candidate = before[j]
-            if kept_here:  # and the rows of lower index this batch kept
+        # Off the event loop (numpy and usearch release the GIL): the batches behind this
+        # one keep sending their requests while it is judged.
+        judged = await asyncio.to_thread(self._judge, vectors, candidates)
+        for i, (similarity, candidate) in zip(positions, judged, strict=True):
+            if similarity >= threshold:
+                why = f"cosine {similarity:.3f} to candidate {candidate} (threshold {threshold:g})"
+                out[i] = Verdict(False, f"{self.params.column}: {why}")
+            else:
+                out[i] = Verdict(True)
+        return out
+
+    def _judge(self, vectors: npt.NDArray[np.float32], candidates: list[int]) -> list[tuple[float, int]]:
+        """(cosine, candidate) of the closest row kept before each vector (below the
+        threshold: kept, and so compared with the ones after it). Each vector is judged
+        against exactly the rows kept before it, in a way that depends on their count
+        alone (every row, or the index and the rows waiting to join it), however the
+        candidates are batched."""
+        out: list[tuple[float, int]] = []
+        while len(out) < len(vectors):
+            out += self._judge_segment(vectors[len(out) :], candidates[len(out) :])
+        return out
+
+    def _judge_segment(self, vectors: npt.NDArray[np.float32], candidates: list[int]) -> list[tuple[float, int]]:
+        """The rows kept before, in one call; the rows kept here compared in order. Stops
+        after a row whose keeping changes how the kept rows are compared (the index is
+        built, or rows join its graph)."""
+        threshold = self.params.threshold
+        kept = self._kept
+        before = kept.closest_each(vectors, threshold)
+        kept_here: list[int] = []  # positions in ``vectors`` of the rows kept here
+        out: list[tuple[float, int]] = []
+        for j, vector in enumerate(vectors):
+            similarity, slot = before[j]
+            closest: Callable[[], Any] | None = functools.partial(kept.vector, slot) if slot >= 0 else None
+            candidate = kept.candidates[slot] if slot >= 0 else -1
+            if kept_here:
                 scores = vectors[kept_here] @ vector
                 best = int(scores.argmax())
                 if scores[best] > similarity:
-                    similarity, candidate = float(scores[best]), indices[positions[kept_here[best]]]
-            if similarity >= threshold:
-                out[i] = Verdict(
-                    False,
-                    f"{self.params.column}: cosine {similarity:.3f} to candidate {candidate} (threshold {threshold:g})",
-                )
-            else:
+                    similarity, candidate = float(scores[best]), candidates[kept_here[best]]
+                    closest = functools.partial(vectors.__getitem__, kept_here[best])
+            similarity = settled(similarity, vector, closest, threshold)
+            out.append((similarity, candidate))
+            if similarity < threshold:
                 kept_here.append(j)
-                out[i] = Verdict(True)
-        for j in kept_here:
-            self._kept.add(vectors[j], indices[positions[j]])
+                if self._changes_after(len(kept_here)):
+                    break
+        self._keep(vectors[kept_here], [candidates[j] for j in kept_here])
         return out
+
+    def _changes_after(self, more: int) -> bool:
+        kept = self._kept
+        if isinstance(kept, IndexedKept):
+            return kept.flushes_after(more)
+        return self._indexed_from(kept.count + more)

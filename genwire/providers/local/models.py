@@ -24,7 +24,14 @@ from genwire.providers.local.runtime import (
     load_model,
 )
 from genwire.providers.metrics import note_gave_up, timed_attempt
-from genwire.providers.request_context import are_vectors, cache_slot, endpoint_id, is_text, peek_answer
+from genwire.providers.request_context import (
+    are_vectors,
+    cache_slot,
+    endpoint_id,
+    is_text,
+    peek_answer,
+    vectors_problem,
+)
 from genwire.providers.response_cache import HOLE
 from genwire.providers.routes import Route, open_route, resolve_route
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
@@ -295,6 +302,9 @@ class LocalEmbeddingModel(_LocalHandle):
         async def ask() -> list[list[float]]:
             vectors, tokens = await self._run(call, lambda answer: (answer[1], 0), chars=sum(map(len, inputs)))
             paid.append((tokens, 0))
+            problem = vectors_problem(vectors, len(inputs), self._dimensions)
+            if problem is not None:  # the one check every embedding answer passes before it is used or cached
+                raise ModelError(ErrorClass.BAD_RESPONSE, f"embedding answer {problem}", target=alias)
             return vectors
 
         count = len(inputs)

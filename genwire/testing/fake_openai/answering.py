@@ -262,6 +262,8 @@ class FakeAnswering(FakeBehaviours):
             vectors: list[list[float]] = [[] for _ in texts]
         elif item == "wrong_dimensions":
             vectors = [fake_vector(t, dims + 1) for t in texts]
+        elif item == "one_wrong_dimension":  # the last vector one longer than the others
+            vectors = [fake_vector(t, dims + (i == len(texts) - 1)) for i, t in enumerate(texts)]
         elif item == "nan":
             vectors = [[float("nan"), *fake_vector(t, dims)[1:]] for t in texts]
         else:  # "empty_text" is chat-only: embeddings answer normally

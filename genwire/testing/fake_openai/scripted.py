@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 Symbol = Literal[
+    "ok",  # answered as if unscripted (a script's way to let requests through first)
     "hang",
     "malformed",
     "empty_vector",
     "wrong_dimensions",
+    "one_wrong_dimension",
     "nan",
     "reset",
     "empty_text",
