@@ -150,7 +150,7 @@ SIGNAL_ON_IMPORT = textwrap.dedent(
         ("genwire.cli.main", "run"),
         ("yaml", "run"),  # reading the config, inside the command
         ("pydantic", "validate"),
-        ("aiohttp", "preflight"),  # building the clients
+        ("httptools", "preflight"),  # building the clients (the lean HTTP client of an http:// endpoint)
         ("rich.progress", "run"),  # the run's live display
     ],
 )

@@ -46,7 +46,6 @@ def write_report(
     from genwire.version import __version__
 
     data = collect(checkpoint_dir(output), output, done=done, counts=counts)
-    write_record(output, data, __version__)  # what the dataset card reads once the checkpoint is gone
     target = report_path(output)
     temporary = target.with_name(target.name + ".tmp")
     try:
@@ -56,6 +55,9 @@ def write_report(
         with contextlib.suppress(OSError):
             temporary.unlink()
         raise
+    # What the dataset card reads once the checkpoint is gone; after the page, so a report
+    # that could not be written leaves nothing behind.
+    write_record(output, data, __version__)
     return target
 
 
