@@ -422,7 +422,7 @@ def make_pool_model(
 ) -> PooledChatModel | PooledEmbeddingModel:
     """The handle of a pooled alias: one member model per endpoint (``clients`` in the
     order of ``config.endpoints``), each made by its provider with the pool's identity."""
-    from genwire.providers.openai import OpenAIProvider  # the loader admits only these in pools
+    from genwire.providers.openai.provider import OpenAIProvider  # the loader admits only these in pools
 
     members = []
     for endpoint, client in zip(config.endpoint_list, clients, strict=True):
