@@ -37,7 +37,9 @@ from typing import TYPE_CHECKING, Any
 from genwire.providers.usage import ModelUsage
 
 if TYPE_CHECKING:  # the store (sqlite3) loads with the first request a run may cache, not with the generators
-    from genwire.providers.response_cache import CachedAnswer, Entry, KeyTemplate, ResponseCache, Stored
+    from genwire.providers.response_cache.keys import KeyTemplate
+    from genwire.providers.response_cache.layout import CachedAnswer, Entry, Stored
+    from genwire.providers.response_cache.store import ResponseCache
 
 __all__ = [
     "BatchScope",
@@ -104,7 +106,7 @@ class ColumnScope:
         for template in self.templates:
             if template.matches(endpoint, body):
                 return template
-        from genwire.providers.response_cache import KeyTemplate  # once per column and batch
+        from genwire.providers.response_cache.keys import KeyTemplate  # once per column and batch
 
         template = KeyTemplate(endpoint, body, self.name, seed)
         # A few kept: a column whose requests differ in more than their part (a plugin

@@ -9,7 +9,7 @@ from collections.abc import AsyncGenerator, Callable, Iterator
 from genwire.container.core import WiredPipeline
 from genwire.engine.records.batch_result import BatchResult, batched
 from genwire.engine.rows.runner import BatchRunner, Earlier
-from genwire.providers.response_cache import ResponseCache
+from genwire.providers.response_cache.store import ResponseCache
 
 __all__ = ["LocalBatches"]
 

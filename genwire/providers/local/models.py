@@ -25,7 +25,7 @@ from genwire.providers.local.runtime import (
 )
 from genwire.providers.metrics import note_gave_up, timed_attempt
 from genwire.providers.request_context import are_vectors, cache_slot, endpoint_id, is_text, peek_answer
-from genwire.providers.response_cache import HOLE
+from genwire.providers.response_cache.keys import HOLE
 from genwire.providers.routes import Route, open_route, resolve_route
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
 

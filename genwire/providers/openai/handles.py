@@ -25,7 +25,7 @@ from genwire.providers.request_context import (
     peek_many,
     peek_scope,
 )
-from genwire.providers.response_cache import HOLE
+from genwire.providers.response_cache.keys import HOLE
 from genwire.providers.routes import Route, TokenHandle, resolve_route
 from genwire.providers.tool_calls import assistant_message, is_assistant_message
 from genwire.providers.tracing import trace_cache_hit, tracer
