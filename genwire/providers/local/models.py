@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from genwire.config.schema import LocalProviderConfig, ModelConfig
 from genwire.errors import ErrorClass, ModelError, exception_text
 from genwire.providers.base import chat_messages, count_attempt
-from genwire.providers.budget import CostMeter
+from genwire.providers.budget.meter import CostMeter
 from genwire.providers.local.catalog import Kind, LocalModelSpec, canonical_model_name, resolve_model
 from genwire.providers.local.runtime import (
     _CHAT_DEFAULT_MAX_TOKENS,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from genwire.config.schema import OpenAIProviderConfig
 from genwire.errors import ErrorClass, ModelError, exception_text
 from genwire.providers.base import count_attempt, note_rate_limited
-from genwire.providers.budget import CostMeter
+from genwire.providers.budget.meter import CostMeter
 from genwire.providers.failures import MAX_RETRY_WAIT_S, AttemptFailure
 from genwire.providers.metrics import current_recorder, note_gave_up, outcome_of
 from genwire.providers.openai.answers import (

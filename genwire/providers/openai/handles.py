@@ -13,7 +13,7 @@ from genwire.config.schema import ModelConfig
 from genwire.errors import ErrorClass, ModelError
 from genwire.providers.base import chat_messages, count_attempt
 from genwire.providers.batch.format import uncached_base
-from genwire.providers.budget import metered_batch_call
+from genwire.providers.budget.meter import metered_batch_call
 from genwire.providers.openai.endpoint import OpenAIEndpoint
 from genwire.providers.request_context import (
     are_vectors,
