@@ -20,6 +20,10 @@ Only answers of a row block that ends without an exception are kept (``cached_ro
 commits on a clean exit); a generator that rejects an answer inside the block (a reply
 that fails its schema) calls ``RowScope.discard()``. Kept answers are written in one
 transaction when the column's batch ends.
+
+Kept whole (~420 lines): the scopes that set the context variables and the lookups that
+read them (``cache_slot``, ``peek_*``) are one contract; this module is the only place
+either happens.
 """
 
 from __future__ import annotations

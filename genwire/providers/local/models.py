@@ -1,4 +1,8 @@
-"""The ``local`` provider and the handles plugins hold (alias, model, params, a route token)."""
+"""The ``local`` provider and the handles plugins hold (alias, model, params, a route token).
+
+One module (~410 lines) on purpose: the provider builds its handles and a handle resolves its
+route to the provider's class, so apart they would import each other.
+"""
 
 from __future__ import annotations
 
