@@ -6,6 +6,7 @@ The names this was known by as one module are exported here.
 
 from genwire.providers.budget.figures import (
     DEFAULT_OUTPUT_LIMIT,
+    MEASURED_REQUESTS,
     Hold,
     Learned,
     ModelStats,
@@ -19,6 +20,7 @@ from genwire.providers.budget.meter import CostMeter, metered_batch_call
 
 __all__ = [
     "DEFAULT_OUTPUT_LIMIT",
+    "MEASURED_REQUESTS",
     "CostMeter",
     "Hold",
     "Learned",
