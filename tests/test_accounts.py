@@ -64,7 +64,8 @@ def test_a_workers_receipts_add_up_to_what_it_did() -> None:
 async def test_a_workers_receipts_count_every_request_past_what_the_meter_measures() -> None:
     """Receipts carry the worker's request counts whole and its measurements up to the
     meter's cap; the driver's meter adds them up the same way (``add_stats``)."""
-    from genwire.providers.budget import MEASURED_REQUESTS, CostMeter
+    from genwire.providers.budget.figures import MEASURED_REQUESTS
+    from genwire.providers.budget.meter import CostMeter
     from genwire.providers.pricing import Price
 
     price = {"writer": Price(1e-6, 1e-6, 1e-6, 1e-6, "test")}

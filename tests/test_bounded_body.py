@@ -14,7 +14,7 @@ from support import cli, write
 
 from genwire.config.schema import ModelConfig, OpenAIProviderConfig
 from genwire.errors import ErrorClass, ModelError
-from genwire.providers.openai import OpenAIProvider
+from genwire.providers.openai.provider import OpenAIProvider
 from genwire.testing.fake_server import FakeOpenAIServer, FakeResponse
 
 MIB = 1 << 20

@@ -363,7 +363,7 @@ async def test_what_the_meter_keeps_per_answer_stops_growing_past_what_an_estima
     holds is kept as the largest it can."""
     import tracemalloc
 
-    from genwire.providers.budget import MEASURED_REQUESTS
+    from genwire.providers.budget.figures import MEASURED_REQUESTS
 
     meter = CostMeter({"m": Price(1e-6, 1e-6, 1e-6, 1e-6, "test")})
     answers = 3 * MEASURED_REQUESTS

@@ -202,7 +202,7 @@ async def test_real_handles_reach_no_session_key_provider_or_other_model(
     import aiohttp
 
     from genwire.providers.local import LocalProvider
-    from genwire.providers.openai import OpenAIProvider
+    from genwire.providers.openai.provider import OpenAIProvider
 
     container = genwire.boot(real_cfg(fake_openai_server.url), generators=[Prober])
     async with container:

@@ -296,7 +296,7 @@ async def test_members_serving_another_model_do_not_share_answers(tmp_path: Path
 
 
 async def test_a_pooled_handle_is_read_only_and_leads_to_no_provider(tmp_path: Path) -> None:
-    from genwire.providers.openai import OpenAIProvider
+    from genwire.providers.openai.provider import OpenAIProvider
 
     with FakeOpenAIServer() as server:
         container = genwire.boot(pool_config([server.url, server.url], tmp_path))

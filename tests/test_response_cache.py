@@ -16,7 +16,7 @@ from support import StopAfter, cli, start_cli, write
 import genwire
 from genwire.engine.records.checkpoint import checkpoint_dir, kept_rows
 from genwire.providers import response_cache
-from genwire.providers.response_cache import DB_NAME, CachedAnswer, Entry, ResponseCache
+from genwire.providers.response_cache import DB_NAME, CachedAnswer, Entry, ResponseCache, store
 from genwire.testing import FakeOpenAIServer
 
 CANARY_KEY = "sk-CANARY-cache-9b3e51d0"
@@ -521,7 +521,7 @@ def test_stored_answers_come_back_exactly_whatever_they_hold(
 ) -> None:
     """Plain texts are read without the JSON decoder; anything with an escape goes through
     it. Written in one statement, or in several (of ``INSERT_ROWS`` rows) in one transaction."""
-    monkeypatch.setattr(response_cache, "INSERT_ROWS", rows_a_statement)
+    monkeypatch.setattr(store, "INSERT_ROWS", rows_a_statement)
     answers: list[Any] = [
         "plain",
         "",

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from genwire.container.plan import WiringPlan
     from genwire.engine.run.conductor import RunResult
     from genwire.preflight.report import PreflightReport
-    from genwire.providers.response_cache import CacheInfo
+    from genwire.providers.response_cache.layout import CacheInfo
     from genwire.providers.usage import Concurrency
 
 _STATUS_STYLE = {"ok": "green", "failed": "bold red", "skipped": "yellow", "degraded": "bold yellow"}

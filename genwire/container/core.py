@@ -31,7 +31,7 @@ from genwire.providers.probes import Probe
 from genwire.providers.usage import Concurrency, ModelUsage, merge_usage, requests_of
 
 if TYPE_CHECKING:
-    from genwire.providers.pool import EndpointPool, EndpointStats
+    from genwire.providers.pool.endpoints import EndpointPool, EndpointStats
     from genwire.providers.servers.fleet import ServerFleet
 
 log = logging.getLogger("genwire.servers")

@@ -22,7 +22,7 @@ from genwire.providers.registry import ModelRegistryView
 from genwire.providers.tools import make_tool_server
 
 if TYPE_CHECKING:
-    from genwire.providers.pool import EndpointPool
+    from genwire.providers.pool.endpoints import EndpointPool
     from genwire.providers.routes import Route
     from genwire.providers.servers.fleet import ServerFleet
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 # Endpoint pools and tool servers are imported when a config has one: `validate` of the
 # others compiles neither (a cold start's cost is mostly compiling what is imported).
 def _pool_model(*args: Any) -> Any:
-    from genwire.providers.pool import make_pool_model
+    from genwire.providers.pool.handles import make_pool_model
 
     return make_pool_model(*args)
 

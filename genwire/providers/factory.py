@@ -36,7 +36,7 @@ class ProviderClient(Protocol):
 
 def make_provider(name: str, config: ProviderConfig) -> ProviderClient:
     if isinstance(config, OpenAIProviderConfig):
-        from genwire.providers.openai import OpenAIProvider
+        from genwire.providers.openai.provider import OpenAIProvider
 
         return OpenAIProvider(name, config)
     if isinstance(config, LocalProviderConfig):

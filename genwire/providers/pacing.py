@@ -29,6 +29,10 @@
 
 Waiters queue FIFO at each gate; a request passes its model's gate, then the provider's
 (one queue, the provider's, while its model's gate holds nothing back).
+
+Kept whole (~430 lines): ``ProviderGate`` and its ``ModelGate``s are one admission path (a
+request's ``Reservation`` spans both queues, and a release or a 429 updates both); the
+contract above is theirs together.
 """
 
 from __future__ import annotations

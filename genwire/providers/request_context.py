@@ -26,6 +26,10 @@ Only answers of a row block that ends without an exception are kept (``cached_ro
 commits on a clean exit); a generator that rejects an answer inside the block (a reply
 that fails its schema) calls ``RowScope.discard()``. Kept answers are written in one
 transaction when the column's batch ends.
+
+Kept whole (~420 lines): the scopes that set the context variables and the lookups that
+read them (``cache_slot``, ``peek_*``) are one contract; this module is the only place
+either happens.
 """
 
 from __future__ import annotations
@@ -44,7 +48,9 @@ from genwire.errors import NotSent, RunStopping
 from genwire.providers.usage import ModelUsage
 
 if TYPE_CHECKING:  # the store (sqlite3) loads with the first request a run may cache, not with the generators
-    from genwire.providers.response_cache import CachedAnswer, Entry, KeyTemplate, ResponseCache, Stored
+    from genwire.providers.response_cache.keys import KeyTemplate
+    from genwire.providers.response_cache.layout import CachedAnswer, Entry, Stored
+    from genwire.providers.response_cache.store import ResponseCache
 
 __all__ = [
     "Admission",
@@ -115,7 +121,7 @@ class ColumnScope:
         for template in self.templates:
             if template.matches(endpoint, body):
                 return template
-        from genwire.providers.response_cache import KeyTemplate  # once per column and batch
+        from genwire.providers.response_cache.keys import KeyTemplate  # once per column and batch
 
         template = KeyTemplate(endpoint, body, self.name, seed)
         # A few kept: a column whose requests differ in more than their part (a plugin

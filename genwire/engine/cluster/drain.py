@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from genwire.engine.records.receipt import Receipt
-from genwire.providers.response_cache import ResponseCache
+from genwire.providers.response_cache.store import ResponseCache
 
 __all__ = ["DRAIN_WAIT_S", "Drains"]
 

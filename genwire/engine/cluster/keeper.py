@@ -62,7 +62,7 @@ from genwire.generators.base import Generator
 from genwire.generators.outcome import RowFailure
 from genwire.providers.metrics import start_recording, stop_recording
 from genwire.providers.request_context import BatchScope, batch_scope, column_scope, kept_elsewhere
-from genwire.providers.response_cache import Entry
+from genwire.providers.response_cache.layout import Entry
 
 __all__ = ["GateKeeper", "KeeperClient", "RayGates", "in_order_gates"]
 

@@ -34,8 +34,8 @@ from genwire.engine.records.receipt import (
 )
 from genwire.engine.report import end_session
 from genwire.errors import BudgetStopped
-from genwire.providers.budget import CostMeter
-from genwire.providers.pool import EndpointStats
+from genwire.providers.budget.meter import CostMeter
+from genwire.providers.pool.endpoints import EndpointStats
 from genwire.providers.tracing import RunTrace, start_run_trace
 from genwire.providers.usage import Concurrency, ModelUsage, merge_usage
 

@@ -13,7 +13,8 @@ from genwire.container.core import WiredPipeline
 from genwire.engine.records.ledger import RunLedger
 from genwire.engine.records.receipt import LedgerEntry
 from genwire.errors import BudgetStopped, RunSetupError
-from genwire.providers.budget import CostMeter, Narrowed, answers_asked
+from genwire.providers.budget.figures import Narrowed, answers_asked
+from genwire.providers.budget.meter import CostMeter
 from genwire.providers.money import usd as money
 from genwire.providers.pricing import Price, PriceTable, load_price_table, model_output_limits, model_prices
 from genwire.providers.probes import CHAT_PROBE_PROMPT, STRUCTURED_PROBE_TOKENS

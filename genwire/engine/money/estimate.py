@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from genwire.config.schema import OpenAIProviderConfig
 from genwire.container.core import WiredPipeline
-from genwire.providers.budget import CostMeter, ModelStats, answers_asked, max_tokens_of, p95
+from genwire.providers.budget.figures import ModelStats, answers_asked, max_tokens_of, p95
+from genwire.providers.budget.meter import CostMeter
 from genwire.providers.pricing import Price
 
 __all__ = ["Estimate", "ModelProjection", "estimate_of", "project"]

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from genwire.engine.records.receipt import Receipt
 from genwire.errors import ModelError
-from genwire.providers.response_cache import Entry
+from genwire.providers.response_cache.layout import Entry
 
 T = TypeVar("T")
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from genwire.providers.budget import Paid
+from genwire.providers.budget.figures import Paid
 from genwire.providers.request_context import current_column, current_rows
 
 __all__ = ["LEDGER_NAME", "LedgerTotal", "RunLedger", "read_totals"]

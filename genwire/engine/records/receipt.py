@@ -11,9 +11,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from genwire.providers.budget import CostMeter, ModelStats, Narrowed, Paid
+from genwire.providers.budget.figures import ModelStats, Narrowed, Paid
+from genwire.providers.budget.meter import CostMeter
 from genwire.providers.metrics import AliasSecond, RequestRecorder
-from genwire.providers.pool import EndpointStats
+from genwire.providers.pool.endpoints import EndpointStats
 from genwire.providers.request_context import current_column, current_rows
 from genwire.providers.usage import Concurrency, ModelUsage
 

@@ -11,7 +11,7 @@ from genwire.engine.records.funnel import Funnel, funnel_summary, rejected_path
 from genwire.preflight.report import PreflightReport
 from genwire.providers.batch.format import BatchInfo
 from genwire.providers.budget import CostMeter
-from genwire.providers.pool import EndpointStats
+from genwire.providers.pool.endpoints import EndpointStats
 from genwire.providers.usage import Concurrency, ModelUsage, requests_of
 
 __all__ = ["RunResult"]

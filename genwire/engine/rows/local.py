@@ -10,7 +10,7 @@ from genwire.container.core import WiredPipeline
 from genwire.engine.records.batch_result import BatchResult, batched
 from genwire.engine.rows.runner import BatchRunner, Earlier
 from genwire.providers.request_context import Admission
-from genwire.providers.response_cache import ResponseCache
+from genwire.providers.response_cache.store import ResponseCache
 
 __all__ = ["LocalBatches"]
 

@@ -24,7 +24,8 @@ from genwire.generators.base import Generator
 from genwire.generators.outcome import RowFailure
 from genwire.generators.verdict import as_verdict
 from genwire.providers.request_context import Admission, BatchScope, admission_scope, batch_scope, column_scope
-from genwire.providers.response_cache import Entry, ResponseCache
+from genwire.providers.response_cache.layout import Entry
+from genwire.providers.response_cache.store import ResponseCache
 from genwire.providers.tracing import batch_span
 
 # Values no generator can change in place: shared between a row and its copies, never copied.

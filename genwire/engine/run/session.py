@@ -27,7 +27,7 @@ from genwire.engine.run.sink import OutputSink, Progress
 from genwire.errors import RunStopped
 from genwire.preflight.report import PreflightError, PreflightReport
 from genwire.preflight.runner import run_preflight
-from genwire.providers.response_cache import ResponseCache, cache_dir
+from genwire.providers.response_cache.store import ResponseCache, cache_dir
 from genwire.providers.usage import Concurrency
 
 __all__ = ["RunPlan", "RunSession", "in_flight_text", "response_cache_dir"]

@@ -26,6 +26,11 @@ Every error message the collector records goes through ``_fail`` or ``_break``, 
 scrub the provider's secrets: no branch can forget it. Any failure of the collector
 itself (a spool or journal file it cannot write, a bug) is ``_break``: every waiting call
 and the run fail with one message naming the file and the error; nothing waits forever.
+
+Kept whole (~640 lines): submitting, following and ending are steps of one state machine
+over the same waiting calls, spools and batches (``_pending``, ``_attached``, ``_queue``),
+and ``_fail``/``_break`` are its one exit for errors; split across modules, every step
+would reach into the others' state.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""The ``local`` provider and the handles plugins hold (alias, model, params, a route token)."""
+"""The ``local`` provider and the handles plugins hold (alias, model, params, a route token).
+
+One module (~410 lines) on purpose: the provider builds its handles and a handle resolves its
+route to the provider's class, so apart they would import each other.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from typing import Any, TypeVar
 from genwire.config.schema import LocalProviderConfig, ModelConfig
 from genwire.errors import ErrorClass, ModelError, exception_text
 from genwire.providers.base import chat_messages, count_attempt
-from genwire.providers.budget import CostMeter
+from genwire.providers.budget.meter import CostMeter
 from genwire.providers.local.catalog import Kind, LocalModelSpec, canonical_model_name, resolve_model
 from genwire.providers.local.runtime import (
     _CHAT_DEFAULT_MAX_TOKENS,
@@ -32,7 +36,7 @@ from genwire.providers.request_context import (
     peek_answer,
     vectors_problem,
 )
-from genwire.providers.response_cache import HOLE
+from genwire.providers.response_cache.keys import HOLE
 from genwire.providers.routes import Route, open_route, resolve_route
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
 

@@ -1,0 +1,158 @@
+"""What the response cache's database holds: its file name, tables and queries, the move
+from the layout before, the rows as Python sees them (``Entry``, ``CachedAnswer``,
+``Stored``, ``CacheInfo``) and an answer's JSON as stored and read back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+from dataclasses import dataclass
+from json.decoder import scanstring as _scan_text  # type: ignore[attr-defined]  # json.loads's own (C) string scanner, untyped in typeshed
+from pathlib import Path
+from typing import Any, NamedTuple
+
+__all__ = ["DB_NAME", "CacheInfo", "CachedAnswer", "Entry", "Hits", "Stored"]
+
+DB_NAME = "responses.sqlite3"
+
+# The table is clustered by (column, first row, key): a run stores its rows in order, so a
+# write appends to the end of the tree, and a batch's bulk lookup reads one contiguous
+# range. (Keyed by the sha256 alone, every write landed in a random page of two indices
+# and a first run wrote 5-8x slower as the cache grew.) A key fixes its column and first
+# row, so the triple is as unique as the key.
+LAYOUT = 3  # PRAGMA user_version; 0: the layout before, keyed by the sha256 (migrated once)
+_TABLES = (
+    """CREATE TABLE IF NOT EXISTS answers (
+    key TEXT NOT NULL,
+    col TEXT NOT NULL,
+    row INTEGER NOT NULL,
+    answer TEXT NOT NULL,
+    prompt_tokens INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    stored_at REAL NOT NULL,
+    PRIMARY KEY (col, row, key)
+) WITHOUT ROWID""",
+    "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+)
+_OLD_TABLE = "answers_before_layout_3"
+COLUMNS = "key, col, row, answer, prompt_tokens, completion_tokens, stored_at"
+_SELECT = "SELECT key, answer, prompt_tokens, completion_tokens FROM answers WHERE col = ? AND row"
+BY_RANGE = f"{_SELECT} BETWEEN ? AND ?"
+BY_ROWS = f"{_SELECT} IN"
+BY_KEY = f"{_SELECT} = ? AND key = ?"
+
+
+def ensure_layout(conn: sqlite3.Connection) -> None:
+    """Create the tables, or move a cache of the layout before into them (its entries are
+    paid answers: they are kept). Once, whichever connection comes first."""
+    if conn.execute("PRAGMA user_version").fetchone()[0] >= LAYOUT:
+        return
+    conn.execute("BEGIN IMMEDIATE")  # the other connection (or run) waits, then sees it done
+    try:
+        if conn.execute("PRAGMA user_version").fetchone()[0] < LAYOUT:
+            old = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'answers'").fetchone()
+            if old:
+                conn.execute(f"ALTER TABLE answers RENAME TO {_OLD_TABLE}")
+            for table in _TABLES:
+                conn.execute(table)
+            if old:
+                conn.execute(f"INSERT OR REPLACE INTO answers ({COLUMNS}) SELECT {COLUMNS} FROM {_OLD_TABLE}")
+                conn.execute(f"DROP TABLE {_OLD_TABLE}")  # its index goes with it
+            conn.execute(f"PRAGMA user_version = {LAYOUT}")
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+
+
+def cannot_write(exc: sqlite3.Error) -> bool:
+    """A lock held too long, a read-only file or a full disk: the cache can still be read."""
+    text = str(exc).lower()
+    return any(p in text for p in ("locked", "busy", "readonly", "read-only", "full", "disk i/o"))
+
+
+def read_only(directory: Path, path: Path) -> bool:
+    """Whether this process cannot write the cache: its directory (where WAL mode keeps
+    its -wal and -shm files) or its file is not writable. ``os.access`` asks the kernel,
+    so a read-only mount counts for root too (root passes mode bits, not a ro mount)."""
+    if path.exists():
+        return not (os.access(path, os.W_OK) and os.access(directory, os.W_OK))
+    return directory.is_dir() and not os.access(directory, os.W_OK)
+
+
+# A JSON string with no escape in it: its text is exactly what is between the quotes.
+PLAIN_STRING = re.compile(r'"[^"\\\x00-\x1f]*"')
+
+
+def stored_answer(text: str) -> Any:
+    """An entry's answer as json.loads gives it. A text with nothing to unescape is taken
+    as written; one with escapes (a newline, a quote: most of a model's answers) goes to
+    json's C string scanner alone (json.loads around it cost 5.5 us a hit, more than the
+    rest of a cached row's lookup); anything else is decoded whole."""
+    if text[:1] == '"':
+        if PLAIN_STRING.fullmatch(text):
+            return text[1:-1]
+        answer, end = _scan_text(text, 1)
+        if end == len(text):
+            return answer
+    return json.loads(text)
+
+
+# Answers as stored: strict JSON (no NaN: the output could not hold it), UTF-8 as is.
+ANSWER_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+class CachedAnswer(NamedTuple):  # a tuple: built once per hit, on the hot path
+    answer: Any
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class Hits(NamedTuple):
+    """A batch's lookups: the usable answers (None: a miss), how many, what they were paid
+    with, and whether an entry failed the checks of a fresh answer."""
+
+    answers: list[Any | None]
+    hits: int
+    prompt_tokens: int
+    completion_tokens: int
+    unusable: bool
+
+
+class Entry(NamedTuple):  # a tuple: one per answer received
+    key: str
+    column: str
+    row: int
+    answer: Any
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    directory: Path
+    entries: int
+    bytes: int
+    oldest: float | None
+    newest: float | None
+    hits: int
+    columns: dict[str, int]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "directory": str(self.directory),
+            "entries": self.entries,
+            "bytes": self.bytes,
+            "oldest": self.oldest,
+            "newest": self.newest,
+            "hits": self.hits,
+            "columns": self.columns,
+        }
+
+
+# (key, answer JSON text, prompt tokens, completion tokens), by key, as read in bulk (the
+# row as SQLite gives it, not repacked): decoded on a hit only.
+Stored = tuple[str, str, int, int]
