@@ -1,4 +1,9 @@
-"""The genwire.yaml schema as pydantic models. Unknown keys are errors everywhere."""
+"""The genwire.yaml schema as pydantic models. Unknown keys are errors everywhere.
+
+About 500 lines, kept whole: one role (the file's model, section by section), and the
+sections refer to each other (providers to servers, models to providers, columns to
+models); the self-contained sections already live beside it (``servers``, ``tools``,
+``validators``, ``limits``)."""
 
 from __future__ import annotations
 
