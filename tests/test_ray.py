@@ -218,7 +218,7 @@ class Known(Generator[Any]):
     metadata = GeneratorMetadata(name="known", description="the worker's roster", required_resources={})
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
-        from genwire.engine.cluster.engine import BlockWorker
+        from genwire.engine.cluster.worker import BlockWorker
 
         # The actor's instance (Ray's class objects for it are BlockWorker subclasses too),
         # made before the worker froze what it had for the rows (engine.rows.collector): the
@@ -397,7 +397,9 @@ async def test_a_worker_only_reads_the_cache_and_the_driver_stores_its_answers(
     """The driver is the cache's one writer: a worker (here in-process, as Ray runs it in
     its actor) sends the answers it paid for back as they settle (its drains) and writes
     nothing, not even its hit count; the driver stores them."""
-    from genwire.engine.cluster.engine import BlockWorker, WorkerSpec, store_worker_answers
+    from genwire.engine.cluster.fleet import store_worker_answers
+    from genwire.engine.cluster.wire import WorkerSpec
+    from genwire.engine.cluster.worker import BlockWorker
     from genwire.providers.response_cache import ResponseCache
 
     cfg = pipeline(fake_openai_server, tmp_path, n=16)
@@ -1247,8 +1249,8 @@ async def test_the_keeper_judges_the_clusters_batches_in_key_order_and_a_rerun_b
     whatever order the workers ask in, a re-run batch not judged against itself, a batch
     that left before the driver's word holding nothing up, a worker's call that comes
     before the driver's word waiting for it."""
-    from genwire.engine.cluster.engine import WorkerSpec
     from genwire.engine.cluster.keeper import Answer, GateKeeper
+    from genwire.engine.cluster.wire import WorkerSpec
 
     cfg = {
         "pipeline": {
@@ -1335,8 +1337,9 @@ async def test_a_worker_runs_a_later_block_first_and_its_batches_waiting_at_the_
     """Ray runs an async actor's calls in no guaranteed order: a worker may start a later
     block before an earlier one. That block's batches, waiting at the keeper for the earlier
     block's, must not hold every slot the earlier block's batches need (a deadlock)."""
-    from genwire.engine.cluster.engine import BATCHES_IN_FLIGHT, BlockWorker, WorkerSpec
     from genwire.engine.cluster.keeper import GateKeeper, KeeperClient
+    from genwire.engine.cluster.wire import WorkerSpec
+    from genwire.engine.cluster.worker import BATCHES_IN_FLIGHT, BlockWorker
 
     cfg = {
         "pipeline": {
