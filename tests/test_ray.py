@@ -1242,6 +1242,25 @@ async def test_a_gated_ray_run_stopped_by_its_budget_then_its_candidates_cap_res
     assert len(per_candidate) == len(set(per_candidate))
 
 
+async def test_a_keep_novel_ray_run_under_a_cap_of_several_times_its_cost_finishes(
+    ray_workers: Any, fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """Issue 49 item 23: the keeper's embedding requests, priced per input token, spend
+    leases of the cluster's cap as the workers' requests do; a cap of 6x what the whole run
+    costs locally must not stop it (it stopped at 6-7 % of the cap: the keeper, asking for a
+    lease while the workers held the rest unspent, ended the budget)."""
+    cfg = gated_pipeline(fake_openai_server, tmp_path)
+    cfg["models"]["embedder"]["price"] = {"input_per_mtok": 1000.0, "output_per_mtok": 0.0}
+    # A known output limit far above the answers: every request holds it, so the workers'
+    # leases (several worst cases each) soon cover the whole cap while little of it is spent.
+    cfg["models"]["writer"]["max_output_tokens"] = 256
+    local = await run(cfg, "local", output=tmp_path / "local.jsonl", response_cache=False, skip_preflight=True)
+    assert local.cost is not None and local.requests["embedder"] > 1
+    done = await run(cfg, "ray", max_cost_usd=6 * local.cost["total_usd"], skip_preflight=True)
+    assert done.rows_written == GATED_N
+    assert (tmp_path / "out.jsonl").read_bytes() == (tmp_path / "local.jsonl").read_bytes()
+
+
 async def test_the_keeper_judges_the_clusters_batches_in_key_order_and_a_rerun_batch_gets_its_first_verdicts(
     tmp_path: Path,
 ) -> None:

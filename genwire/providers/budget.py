@@ -215,6 +215,9 @@ class CostMeter:
         # (tokens, usd) before a request that does not fit waits or gives up; True when
         # it grew ``max_cost_usd`` / ``max_tokens``.
         self.more_room: Callable[[int, float], Awaitable[bool]] | None = None
+        # Called when the last request in flight settles and none waits (a Ray worker gives
+        # back the rest of its lease, so a share it no longer needs is not held from the others).
+        self.on_idle: Callable[[], None] | None = None
         self.stats: dict[str, ModelStats] = {}
         self._rows_begun = False
         self._rows_cpu_started: float | None = None  # at the rows' first request (set-up is not per row)
@@ -515,6 +518,8 @@ class CostMeter:
         self._reserved_usd -= hold.usd
         self._reserved_tokens -= hold.tokens
         self._wake()
+        if self._in_flight == 0 and self.waiting == 0 and self.on_idle is not None:
+            self.on_idle()
 
     def _wake(self) -> None:
         freed, self._freed = self._freed, None

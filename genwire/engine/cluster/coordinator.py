@@ -62,9 +62,11 @@ class Coordinator:
         free = [self._free(0), self._free(1)]
         if self.exhausted or any(free[d] < need[d] for d in (0, 1) if self._caps[d] is not None):
             if idle:
-                self.exhausted = True
                 for d in (0, 1):
                     leased[d] = min(leased[d], float(spent[d]))  # the unspent rest is free again
+                # Spent, unless another worker still holds a share unspent: it gives that back
+                # when its requests settle, and the asking worker asks again (``status``).
+                self.exhausted = self.exhausted or not self._held_elsewhere(worker)
             return None
         grant = [0.0, 0.0]
         for d in (0, 1):
@@ -72,6 +74,22 @@ class Coordinator:
                 grant[d] = min(free[d], max(need[d] * LEASE_REQUESTS, free[d] / (2 * self._workers)))
                 leased[d] += grant[d]
         return grant[0], math.floor(grant[1])
+
+    def give_back(self, worker: int, spent: tuple[float, int]) -> None:
+        """``worker`` has nothing in flight: what it holds beyond ``spent`` is free again."""
+        self._spent[worker] = (spent[0], float(spent[1]))
+        leased = self._leased.get(worker)
+        if leased is not None:
+            for d in (0, 1):
+                leased[d] = min(leased[d], float(spent[d]))
+
+    def _held_elsewhere(self, worker: int) -> bool:
+        """Whether a worker other than ``worker`` holds a lease it has not spent (as it last said)."""
+        for other, leased in self._leased.items():
+            spent = self._spent.get(other, (0.0, 0.0))
+            if other != worker and any(leased[d] > spent[d] for d in (0, 1) if self._caps[d] is not None):
+                return True
+        return False
 
     def status(self) -> BudgetStatus:
         return BudgetStatus(self.exhausted, self.leases)
