@@ -32,7 +32,7 @@ def test_an_idle_worker_refused_gives_back_what_it_holds_unspent_and_ends_the_bu
     coordinator = Coordinator(max_cost_usd=1.0, max_tokens=None, spent_usd=0.0, spent_tokens=0, workers=1)
     first = coordinator.lease(0, (0.0, 0), (0.1, 0), idle=False)
     assert first is not None and first[0] == pytest.approx(0.8)  # 8 times the worst case asked
-    assert coordinator.lease(0, (0.3, 0), (0.5, 0), idle=True) is None  # 0.2 free, 0.5 asked
+    assert coordinator.lease(0, (0.3, 0), (0.8, 0), idle=True) is None  # 0.2 free and 0.5 its own, 0.8 asked
     assert coordinator.status().exhausted
     assert coordinator.lease(1, (0.0, 0), (0.01, 0), idle=False) is None  # no one gets more
     assert coordinator._free(0) == pytest.approx(0.7)  # only what worker 0 spent stays committed
@@ -50,7 +50,8 @@ def test_an_idle_worker_refused_while_another_holds_room_unspent_waits_for_it_an
     assert coordinator.lease(2, (0.0, 0), (0.05, 0), idle=True) is not None
     coordinator.give_back(1, (0.2, 0))
     coordinator.give_back(2, (0.05, 0))
-    assert coordinator.lease(0, (0.1, 0), (0.7, 0), idle=True) is None  # 0.65 free, no one holds more
+    assert coordinator.lease(0, (0.1, 0), (0.7, 0), idle=True, what=("m", 16)) is None  # 0.65 free
+    assert coordinator.status().exhausted and coordinator.status().refused == ("m", 0.7, 16)
     assert coordinator.status().exhausted
 
 

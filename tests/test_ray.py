@@ -758,6 +758,29 @@ def priced_pipeline(server: FakeOpenAIServer, root: Path, *, n: int) -> dict[str
     return cfg
 
 
+async def test_near_the_cap_ray_keeps_as_many_rows_as_the_local_engine_and_says_what_one_request_may_cost(
+    ray_workers: Any, fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """Issue 49 item 12: at 40 % of a run's cost, Ray kept 62-70 rows of 200 where the local
+    engine kept 80 (its workers refused each other's rows near the cap); the driver holds new
+    rows back as the local engine does, and its stop message names one request's worst case."""
+    from genwire.errors import BudgetStopped
+
+    n = 200
+    full = await run(priced_pipeline(fake_openai_server, tmp_path / "full", n=n), "local", skip_preflight=True)
+    assert full.cost is not None
+    cap = 0.4 * full.cost["total_usd"]
+    kept = {}
+    for engine in ("local", "ray"):
+        cfg = priced_pipeline(fake_openai_server, tmp_path / engine, n=n)
+        with pytest.raises(BudgetStopped) as stopped:
+            await run(cfg, engine, max_cost_usd=cap, skip_preflight=True, response_cache=False)
+        kept[engine] = stopped.value.kept
+        assert "one request of writer may cost up to" in str(stopped.value), (engine, str(stopped.value))
+    assert 0 < kept["local"] < n
+    assert kept["ray"] >= kept["local"] - cfg["providers"]["r0"]["max_concurrency"], kept
+
+
 def cli_on_ray(ray: Any, *args: str | Path) -> subprocess.CompletedProcess[str]:
     address = ray.get_runtime_context().gcs_address
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}

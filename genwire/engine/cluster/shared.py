@@ -97,7 +97,7 @@ class WorkerLease:
             meter.max_tokens = meter.spent_tokens
         self._coordinator.give_back.remote(self._worker, (meter.spent_usd, meter.spent_tokens))
 
-    async def more(self, tokens: int, usd: float) -> bool:
+    async def more(self, tokens: int, usd: float, what: tuple[str, int]) -> bool:
         if self._asking is None:
             self._asking = asyncio.Lock()
         meter = self._meter
@@ -107,7 +107,7 @@ class WorkerLease:
             while True:
                 spent = (meter.spent_usd, meter.spent_tokens)
                 idle = meter.in_flight == 0
-                grant = await self._coordinator.lease.remote(self._worker, spent, (usd, tokens), idle=idle)
+                grant = await self._coordinator.lease.remote(self._worker, spent, (usd, tokens), idle=idle, what=what)
                 if grant is not None:
                     break
                 if idle:  # given back: this worker's cap is what it spent
@@ -170,6 +170,8 @@ class ClusterBudget:
     def note(self, status: BudgetStatus) -> None:
         """The coordinator's status, read by the Ray engine after every block."""
         self._exhausted = self._exhausted or status.exhausted
+        if status.refused is not None:  # the stop message says what one request may cost, as locally
+            self.costs.meter.refused_elsewhere(*status.refused)
         self.leases = status.leases
 
     def exhausted(self) -> bool:
