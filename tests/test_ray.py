@@ -1472,3 +1472,52 @@ def test_a_killed_ray_driver_leaves_no_process_and_its_resume_pays_at_most_what_
         peak = int(resume.stdout.split("peak ", 1)[1].split()[0])
         assert 2 <= peak <= cap  # the workers' gates add up (the driver's own peak is its probe's: 1)
         assert [pid for pid in ray_processes(mark) if not wait_gone(pid, timeout=60)] == []
+
+
+@pytest.mark.parametrize("stage", ["rows_kept", "before_any_row"])
+def test_a_ray_run_interrupted_by_ctrl_c_says_what_is_on_disk_and_its_resume_pays_at_most_what_was_in_flight(
+    tmp_path: Path, stage: str
+) -> None:
+    """Issue 49 item 7: Ctrl-C (SIGINT) of a CLI driver that started its own Ray: its message
+    counts what is on disk (the checkpoint's rows, or the cache's answers before any row was
+    kept), every process of its instance ends, and the resume pays again at most what was in
+    flight. ``before_any_row``: one block of the whole run, interrupted before it returns."""
+    from genwire.engine.records.checkpoint import checkpoint_dir, kept_rows
+
+    rows, cap = 48, 4
+    with FakeOpenAIServer(latency=0.4) as server:
+        batch = rows if stage == "before_any_row" else 4
+        cfg = pipeline(server, tmp_path, n=rows, max_concurrency=cap, batch_size=batch)
+        cfg["cache"] = {"dir": str(tmp_path / "cache")}
+        path = write_json(cfg, tmp_path / "genwire.yaml")
+        command = [sys.executable, "-m", "genwire.cli.main", "run", str(path), "--engine", "ray", "--workers", "2"]
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        env["GENWIRE_TEST_MARK"] = mark = f"sigint-{os.getpid()}-{time.monotonic_ns()}"
+        driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            deadline = time.monotonic() + 240
+            while server.requests["writer"] < rows // 2 and driver.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert driver.poll() is None, "the run ended before it was interrupted"
+            instance = [pid for pid in ray_processes(mark) if pid != driver.pid]
+            driver.send_signal(signal.SIGINT)
+            out, err = driver.communicate(timeout=120)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+                driver.wait(timeout=60)
+        assert driver.returncode == 130, out + err
+        assert [pid for pid in instance if not wait_gone(pid, timeout=60)] == []
+        kept = kept_rows(checkpoint_dir(tmp_path / "out.jsonl"))
+        answers = cache_table(tmp_path / "cache", "SELECT COUNT(*) FROM answers")[0][0]
+        if kept:
+            assert f"interrupted: {kept:,} of {rows:,} rows kept" in err, err
+        else:
+            assert answers > 0 and f"the response cache holds the {answers:,} answers" in err, (answers, err)
+
+        env["GENWIRE_TEST_MARK"] = mark + "-resume"
+        resume = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+        assert resume.returncode == 0, resume.stdout + resume.stderr
+        assert len(read_rows(tmp_path / "out.jsonl")) == rows
+        probes = 2  # the pre-flight's, one per session
+        assert server.requests["writer"] <= rows + cap + probes
