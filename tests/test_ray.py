@@ -1433,6 +1433,23 @@ def ray_processes(mark: str) -> list[int]:
     return found
 
 
+def ray_run_command(path: Path) -> tuple[list[str], dict[str, str], str]:
+    """A CLI run on a Ray instance of its own (two workers), its environment marked (the mark
+    finds that instance's processes: ``ray_processes``), and the mark."""
+    command = [sys.executable, "-m", "genwire.cli.main", "run", str(path), "--engine", "ray", "--workers", "2"]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["GENWIRE_TEST_MARK"] = mark = f"driver-{os.getpid()}-{time.monotonic_ns()}"
+    return command, env, mark
+
+
+def wait_for_requests(server: FakeOpenAIServer, count: int, driver: subprocess.Popen[Any]) -> None:
+    """Until the server saw ``count`` requests of the writer, the driver still running."""
+    deadline = time.monotonic() + 240
+    while server.requests["writer"] < count and driver.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert driver.poll() is None, "the run ended before it was stopped"
+
+
 def test_a_killed_ray_driver_leaves_no_process_and_its_resume_pays_at_most_what_was_in_flight(tmp_path: Path) -> None:
     """kill -9 of a CLI driver that started its own Ray mid-run: every process of that
     instance ends (by PID), the server sees no more requests than were in flight, and the
@@ -1443,15 +1460,10 @@ def test_a_killed_ray_driver_leaves_no_process_and_its_resume_pays_at_most_what_
     with FakeOpenAIServer(latency=0.4) as server:
         cfg = pipeline(server, tmp_path, n=rows, max_concurrency=cap, batch_size=4)
         path = write_json(cfg, tmp_path / "genwire.yaml")
-        command = [sys.executable, "-m", "genwire.cli.main", "run", str(path), "--engine", "ray", "--workers", "2"]
-        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-        env["GENWIRE_TEST_MARK"] = mark = f"killed-{os.getpid()}-{time.monotonic_ns()}"
+        command, env, mark = ray_run_command(path)
         driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         try:
-            deadline = time.monotonic() + 240
-            while server.requests["writer"] < rows // 2 and driver.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert driver.poll() is None, "the run ended before it was killed"
+            wait_for_requests(server, rows // 2, driver)
             instance = [pid for pid in ray_processes(mark) if pid != driver.pid]
         finally:
             driver.kill()  # kill -9
@@ -1490,15 +1502,10 @@ def test_a_ray_run_interrupted_by_ctrl_c_says_what_is_on_disk_and_its_resume_pay
         cfg = pipeline(server, tmp_path, n=rows, max_concurrency=cap, batch_size=batch)
         cfg["cache"] = {"dir": str(tmp_path / "cache")}
         path = write_json(cfg, tmp_path / "genwire.yaml")
-        command = [sys.executable, "-m", "genwire.cli.main", "run", str(path), "--engine", "ray", "--workers", "2"]
-        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-        env["GENWIRE_TEST_MARK"] = mark = f"sigint-{os.getpid()}-{time.monotonic_ns()}"
+        command, env, mark = ray_run_command(path)
         driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         try:
-            deadline = time.monotonic() + 240
-            while server.requests["writer"] < rows // 2 and driver.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert driver.poll() is None, "the run ended before it was interrupted"
+            wait_for_requests(server, rows // 2, driver)
             instance = [pid for pid in ray_processes(mark) if pid != driver.pid]
             driver.send_signal(signal.SIGINT)
             out, err = driver.communicate(timeout=120)
