@@ -32,10 +32,27 @@ def test_an_idle_worker_refused_gives_back_what_it_holds_unspent_and_ends_the_bu
     coordinator = Coordinator(max_cost_usd=1.0, max_tokens=None, spent_usd=0.0, spent_tokens=0, workers=1)
     first = coordinator.lease(0, (0.0, 0), (0.1, 0), idle=False)
     assert first is not None and first[0] == pytest.approx(0.8)  # 8 times the worst case asked
-    assert coordinator.lease(0, (0.3, 0), (0.5, 0), idle=True) is None  # 0.2 free, 0.5 asked
+    assert coordinator.lease(0, (0.3, 0), (0.8, 0), idle=True) is None  # 0.2 free and 0.5 its own, 0.8 asked
     assert coordinator.status().exhausted
     assert coordinator.lease(1, (0.0, 0), (0.01, 0), idle=False) is None  # no one gets more
     assert coordinator._free(0) == pytest.approx(0.7)  # only what worker 0 spent stays committed
+
+
+def test_an_idle_worker_refused_while_another_holds_room_unspent_waits_for_it_and_the_budget_goes_on() -> None:
+    """Issue 49 item 23: the gates' keeper (one request at a time: always idle) asked for room
+    the workers' leases held unspent, and ended the budget at 6-7 % of the cap."""
+    coordinator = Coordinator(max_cost_usd=1.0, max_tokens=None, spent_usd=0.0, spent_tokens=0, workers=2)
+    assert coordinator.lease(0, (0.0, 0), (0.1, 0), idle=False) is not None  # 0.8 leased
+    assert coordinator.lease(1, (0.0, 0), (0.1, 0), idle=False) is not None  # the 0.2 left
+    assert coordinator.lease(2, (0.0, 0), (0.05, 0), idle=True) is None  # the keeper: nothing free
+    assert not coordinator.status().exhausted  # worker 0 holds 0.8 it has not spent
+    coordinator.give_back(0, (0.1, 0))  # worker 0's requests settled: it spent 0.1
+    assert coordinator.lease(2, (0.0, 0), (0.05, 0), idle=True) is not None
+    coordinator.give_back(1, (0.2, 0))
+    coordinator.give_back(2, (0.05, 0))
+    assert coordinator.lease(0, (0.1, 0), (0.7, 0), idle=True, what=("m", 16)) is None  # 0.65 free
+    assert coordinator.status().exhausted and coordinator.status().refused == ("m", 0.7, 16)
+    assert coordinator.status().exhausted
 
 
 class _Handle:
@@ -49,8 +66,11 @@ class _Handle:
 
         class Remote:
             @staticmethod
-            async def remote(*args: Any, **kwargs: Any) -> Any:
-                return method(*args, **kwargs)
+            def remote(*args: Any, **kwargs: Any) -> asyncio.Future[Any]:
+                """Sent at once, as Ray sends it (awaited or not), its answer awaitable."""
+                answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                answer.set_result(method(*args, **kwargs))
+                return answer
 
         return Remote
 
@@ -100,10 +120,12 @@ async def test_a_worker_whose_answers_settle_during_a_refused_lease_call_ends_th
 
             class Remote:
                 @staticmethod
-                async def remote(*args: Any, **kwargs: Any) -> Any:
+                def remote(*args: Any, **kwargs: Any) -> asyncio.Future[Any]:
                     while holds:  # the answers in flight arrive while the call is on its way
                         meter.settle(holds.pop(), (400, 100), 0.01)
-                    return method(*args, **kwargs)
+                    answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                    answer.set_result(method(*args, **kwargs))
+                    return answer
 
             return Remote
 

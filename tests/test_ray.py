@@ -218,7 +218,7 @@ class Known(Generator[Any]):
     metadata = GeneratorMetadata(name="known", description="the worker's roster", required_resources={})
 
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
-        from genwire.engine.cluster.engine import BlockWorker
+        from genwire.engine.cluster.worker import BlockWorker
 
         # The actor's instance (Ray's class objects for it are BlockWorker subclasses too),
         # made before the worker froze what it had for the rows (engine.rows.collector): the
@@ -397,7 +397,9 @@ async def test_a_worker_only_reads_the_cache_and_the_driver_stores_its_answers(
     """The driver is the cache's one writer: a worker (here in-process, as Ray runs it in
     its actor) sends the answers it paid for back as they settle (its drains) and writes
     nothing, not even its hit count; the driver stores them."""
-    from genwire.engine.cluster.engine import BlockWorker, WorkerSpec, store_worker_answers
+    from genwire.engine.cluster.fleet import store_worker_answers
+    from genwire.engine.cluster.wire import WorkerSpec
+    from genwire.engine.cluster.worker import BlockWorker
     from genwire.providers.response_cache import ResponseCache
 
     cfg = pipeline(fake_openai_server, tmp_path, n=16)
@@ -754,6 +756,29 @@ def priced_pipeline(server: FakeOpenAIServer, root: Path, *, n: int) -> dict[str
     cfg["providers"]["r0"]["max_concurrency"] = 8
     cfg["pipeline"]["batch_size"] = 8
     return cfg
+
+
+async def test_near_the_cap_ray_keeps_as_many_rows_as_the_local_engine_and_says_what_one_request_may_cost(
+    ray_workers: Any, fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """Issue 49 item 12: at 40 % of a run's cost, Ray kept 62-70 rows of 200 where the local
+    engine kept 80 (its workers refused each other's rows near the cap); the driver holds new
+    rows back as the local engine does, and its stop message names one request's worst case."""
+    from genwire.errors import BudgetStopped
+
+    n = 200
+    full = await run(priced_pipeline(fake_openai_server, tmp_path / "full", n=n), "local", skip_preflight=True)
+    assert full.cost is not None
+    cap = 0.4 * full.cost["total_usd"]
+    kept = {}
+    for engine in ("local", "ray"):
+        cfg = priced_pipeline(fake_openai_server, tmp_path / engine, n=n)
+        with pytest.raises(BudgetStopped) as stopped:
+            await run(cfg, engine, max_cost_usd=cap, skip_preflight=True, response_cache=False)
+        kept[engine] = stopped.value.kept
+        assert "one request of writer may cost up to" in str(stopped.value), (engine, str(stopped.value))
+    assert 0 < kept["local"] < n
+    assert kept["ray"] >= kept["local"] - cfg["providers"]["r0"]["max_concurrency"], kept
 
 
 def cli_on_ray(ray: Any, *args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -1240,6 +1265,25 @@ async def test_a_gated_ray_run_stopped_by_its_budget_then_its_candidates_cap_res
     assert len(per_candidate) == len(set(per_candidate))
 
 
+async def test_a_keep_novel_ray_run_under_a_cap_of_several_times_its_cost_finishes(
+    ray_workers: Any, fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """Issue 49 item 23: the keeper's embedding requests, priced per input token, spend
+    leases of the cluster's cap as the workers' requests do; a cap of 6x what the whole run
+    costs locally must not stop it (it stopped at 6-7 % of the cap: the keeper, asking for a
+    lease while the workers held the rest unspent, ended the budget)."""
+    cfg = gated_pipeline(fake_openai_server, tmp_path)
+    cfg["models"]["embedder"]["price"] = {"input_per_mtok": 1000.0, "output_per_mtok": 0.0}
+    # A known output limit far above the answers: every request holds it, so the workers'
+    # leases (several worst cases each) soon cover the whole cap while little of it is spent.
+    cfg["models"]["writer"]["max_output_tokens"] = 256
+    local = await run(cfg, "local", output=tmp_path / "local.jsonl", response_cache=False, skip_preflight=True)
+    assert local.cost is not None and local.requests["embedder"] > 1
+    done = await run(cfg, "ray", max_cost_usd=6 * local.cost["total_usd"], skip_preflight=True)
+    assert done.rows_written == GATED_N
+    assert (tmp_path / "out.jsonl").read_bytes() == (tmp_path / "local.jsonl").read_bytes()
+
+
 async def test_the_keeper_judges_the_clusters_batches_in_key_order_and_a_rerun_batch_gets_its_first_verdicts(
     tmp_path: Path,
 ) -> None:
@@ -1247,8 +1291,8 @@ async def test_the_keeper_judges_the_clusters_batches_in_key_order_and_a_rerun_b
     whatever order the workers ask in, a re-run batch not judged against itself, a batch
     that left before the driver's word holding nothing up, a worker's call that comes
     before the driver's word waiting for it."""
-    from genwire.engine.cluster.engine import WorkerSpec
     from genwire.engine.cluster.keeper import Answer, GateKeeper
+    from genwire.engine.cluster.wire import WorkerSpec
 
     cfg = {
         "pipeline": {
@@ -1335,8 +1379,9 @@ async def test_a_worker_runs_a_later_block_first_and_its_batches_waiting_at_the_
     """Ray runs an async actor's calls in no guaranteed order: a worker may start a later
     block before an earlier one. That block's batches, waiting at the keeper for the earlier
     block's, must not hold every slot the earlier block's batches need (a deadlock)."""
-    from genwire.engine.cluster.engine import BATCHES_IN_FLIGHT, BlockWorker, WorkerSpec
     from genwire.engine.cluster.keeper import GateKeeper, KeeperClient
+    from genwire.engine.cluster.wire import WorkerSpec
+    from genwire.engine.cluster.worker import BATCHES_IN_FLIGHT, BlockWorker
 
     cfg = {
         "pipeline": {
@@ -1388,6 +1433,23 @@ def ray_processes(mark: str) -> list[int]:
     return found
 
 
+def ray_run_command(path: Path) -> tuple[list[str], dict[str, str], str]:
+    """A CLI run on a Ray instance of its own (two workers), its environment marked (the mark
+    finds that instance's processes: ``ray_processes``), and the mark."""
+    command = [sys.executable, "-m", "genwire.cli.main", "run", str(path), "--engine", "ray", "--workers", "2"]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["GENWIRE_TEST_MARK"] = mark = f"driver-{os.getpid()}-{time.monotonic_ns()}"
+    return command, env, mark
+
+
+def wait_for_requests(server: FakeOpenAIServer, count: int, driver: subprocess.Popen[Any]) -> None:
+    """Until the server saw ``count`` requests of the writer, the driver still running."""
+    deadline = time.monotonic() + 240
+    while server.requests["writer"] < count and driver.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert driver.poll() is None, "the run ended before it was stopped"
+
+
 def test_a_killed_ray_driver_leaves_no_process_and_its_resume_pays_at_most_what_was_in_flight(tmp_path: Path) -> None:
     """kill -9 of a CLI driver that started its own Ray mid-run: every process of that
     instance ends (by PID), the server sees no more requests than were in flight, and the
@@ -1398,15 +1460,10 @@ def test_a_killed_ray_driver_leaves_no_process_and_its_resume_pays_at_most_what_
     with FakeOpenAIServer(latency=0.4) as server:
         cfg = pipeline(server, tmp_path, n=rows, max_concurrency=cap, batch_size=4)
         path = write_json(cfg, tmp_path / "genwire.yaml")
-        command = [sys.executable, "-m", "genwire.cli.main", "run", str(path), "--engine", "ray", "--workers", "2"]
-        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-        env["GENWIRE_TEST_MARK"] = mark = f"killed-{os.getpid()}-{time.monotonic_ns()}"
+        command, env, mark = ray_run_command(path)
         driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         try:
-            deadline = time.monotonic() + 240
-            while server.requests["writer"] < rows // 2 and driver.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert driver.poll() is None, "the run ended before it was killed"
+            wait_for_requests(server, rows // 2, driver)
             instance = [pid for pid in ray_processes(mark) if pid != driver.pid]
         finally:
             driver.kill()  # kill -9
@@ -1427,3 +1484,47 @@ def test_a_killed_ray_driver_leaves_no_process_and_its_resume_pays_at_most_what_
         peak = int(resume.stdout.split("peak ", 1)[1].split()[0])
         assert 2 <= peak <= cap  # the workers' gates add up (the driver's own peak is its probe's: 1)
         assert [pid for pid in ray_processes(mark) if not wait_gone(pid, timeout=60)] == []
+
+
+@pytest.mark.parametrize("stage", ["rows_kept", "before_any_row"])
+def test_a_ray_run_interrupted_by_ctrl_c_says_what_is_on_disk_and_its_resume_pays_at_most_what_was_in_flight(
+    tmp_path: Path, stage: str
+) -> None:
+    """Issue 49 item 7: Ctrl-C (SIGINT) of a CLI driver that started its own Ray: its message
+    counts what is on disk (the checkpoint's rows, or the cache's answers before any row was
+    kept), every process of its instance ends, and the resume pays again at most what was in
+    flight. ``before_any_row``: one block of the whole run, interrupted before it returns."""
+    from genwire.engine.records.checkpoint import checkpoint_dir, kept_rows
+
+    rows, cap = 48, 4
+    with FakeOpenAIServer(latency=0.4) as server:
+        batch = rows if stage == "before_any_row" else 4
+        cfg = pipeline(server, tmp_path, n=rows, max_concurrency=cap, batch_size=batch)
+        cfg["cache"] = {"dir": str(tmp_path / "cache")}
+        path = write_json(cfg, tmp_path / "genwire.yaml")
+        command, env, mark = ray_run_command(path)
+        driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            wait_for_requests(server, rows // 2, driver)
+            instance = [pid for pid in ray_processes(mark) if pid != driver.pid]
+            driver.send_signal(signal.SIGINT)
+            out, err = driver.communicate(timeout=120)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+                driver.wait(timeout=60)
+        assert driver.returncode == 130, out + err
+        assert [pid for pid in instance if not wait_gone(pid, timeout=60)] == []
+        kept = kept_rows(checkpoint_dir(tmp_path / "out.jsonl"))
+        answers = cache_table(tmp_path / "cache", "SELECT COUNT(*) FROM answers")[0][0]
+        if kept:
+            assert f"interrupted: {kept:,} of {rows:,} rows kept" in err, err
+        else:
+            assert answers > 0 and f"the response cache holds the {answers:,} answers" in err, (answers, err)
+
+        env["GENWIRE_TEST_MARK"] = mark + "-resume"
+        resume = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+        assert resume.returncode == 0, resume.stdout + resume.stderr
+        assert len(read_rows(tmp_path / "out.jsonl")) == rows
+        probes = 2  # the pre-flight's, one per session
+        assert server.requests["writer"] <= rows + cap + probes

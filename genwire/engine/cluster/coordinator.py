@@ -19,6 +19,7 @@ LEASE_REQUESTS = 8  # a lease covers at least this many of the asking request's 
 class BudgetStatus:
     exhausted: bool
     leases: int  # lease calls answered (the coordinator's work)
+    refused: tuple[str, float, int] | None = None  # the request that ended it: (alias, usd, max_tokens)
 
 
 class Coordinator:
@@ -35,6 +36,7 @@ class Coordinator:
         self._spent: dict[int, tuple[float, float]] = {}  # per worker: as it last reported
         self.exhausted = False
         self.leases = 0
+        self.refused: tuple[str, float, int] | None = None
 
     def begin(self, *, spent_usd: float, spent_tokens: int) -> None:
         """What was spent before the workers' first request, now that it is known (the
@@ -51,20 +53,33 @@ class Coordinator:
         return cap - self._before[dim] - committed
 
     def lease(
-        self, worker: int, spent: tuple[float, int], need: tuple[float, int], *, idle: bool
+        self,
+        worker: int,
+        spent: tuple[float, int],
+        need: tuple[float, int],
+        *,
+        idle: bool,
+        what: tuple[str, int] | None = None,
     ) -> tuple[float, int] | None:
         """More room for ``worker`` (which has spent ``spent`` so far and asks for at least
         ``need``), or None. ``idle``: nothing of the worker's is in flight, so a refusal
-        ends its spending: it gives back what it holds unspent and the budget is exhausted."""
+        ends its spending: it gives back what it holds unspent and the budget is exhausted.
+        ``what``: the asking request's model and ``max_tokens``, for the stop message."""
         self.leases += 1
         leased = self._leased.setdefault(worker, [0.0, 0.0])
         self._spent[worker] = (spent[0], float(spent[1]))
         free = [self._free(0), self._free(1)]
-        if self.exhausted or any(free[d] < need[d] for d in (0, 1) if self._caps[d] is not None):
+        # An idle worker has nothing reserved: the rest of its lease counts towards the request.
+        short = [need[d] - (max(0.0, leased[d] - spent[d]) if idle else 0.0) for d in (0, 1)]
+        if self.exhausted or any(free[d] < short[d] for d in (0, 1) if self._caps[d] is not None):
             if idle:
-                self.exhausted = True
                 for d in (0, 1):
                     leased[d] = min(leased[d], float(spent[d]))  # the unspent rest is free again
+                # Spent, unless another worker still holds a share unspent: it gives that back
+                # when its requests settle, and the asking worker asks again (``status``).
+                if not self.exhausted and not self._held_elsewhere(worker):
+                    self.exhausted = True
+                    self.refused = None if what is None else (what[0], need[0], what[1])
             return None
         grant = [0.0, 0.0]
         for d in (0, 1):
@@ -73,5 +88,21 @@ class Coordinator:
                 leased[d] += grant[d]
         return grant[0], math.floor(grant[1])
 
+    def give_back(self, worker: int, spent: tuple[float, int]) -> None:
+        """``worker`` has nothing in flight: what it holds beyond ``spent`` is free again."""
+        self._spent[worker] = (spent[0], float(spent[1]))
+        leased = self._leased.get(worker)
+        if leased is not None:
+            for d in (0, 1):
+                leased[d] = min(leased[d], float(spent[d]))
+
+    def _held_elsewhere(self, worker: int) -> bool:
+        """Whether a worker other than ``worker`` holds a lease it has not spent (as it last said)."""
+        for other, leased in self._leased.items():
+            spent = self._spent.get(other, (0.0, 0.0))
+            if other != worker and any(leased[d] > spent[d] for d in (0, 1) if self._caps[d] is not None):
+                return True
+        return False
+
     def status(self) -> BudgetStatus:
-        return BudgetStatus(self.exhausted, self.leases)
+        return BudgetStatus(self.exhausted, self.leases, self.refused)

@@ -53,7 +53,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from genwire.engine.cluster.batch_slots import held_slot
-from genwire.engine.cluster.engine import CLOSE_TIMEOUT_S, BlockWorker, RemoteError, WorkerSpec, first_line, last_line
+from genwire.engine.cluster.fleet import CLOSE_TIMEOUT_S
+from genwire.engine.cluster.wire import RemoteError, WorkerSpec, first_line, last_line
+from genwire.engine.cluster.worker import BlockWorker
 from genwire.engine.gates.turns import GateTurns
 from genwire.engine.records.receipt import Receipt
 from genwire.engine.rows.runner import BatchRunner, Earlier

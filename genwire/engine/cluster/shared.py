@@ -16,10 +16,16 @@ never spends past its lease by more than one request's estimate error (its meter
 guarantee), so the cluster's spend never passes the cap by more than one request's worst
 case per worker.
 
+* A worker whose requests have all settled gives back what it holds unspent
+  (``WorkerLease.give_back``, not awaited): a share is held only while it is used, so the
+  gates' keeper (one request at a time) and a worker between blocks are not refused while
+  another worker sits on room it does not need (issue 49 item 23: a keep-novel run stopped
+  at 6-7 % of its cap).
 * A refusal (less is free than the worst case) makes the request wait for the worker's
   own requests in flight, as locally; with none in flight the worker gives back what it
-  holds unspent, the coordinator is *exhausted*, and the worker refuses every later
-  request (its rows are neither kept nor failed: a resumed run makes them). The driver
+  holds unspent and, while another worker still holds a lease unspent, asks again after
+  ``LEASE_WAIT_S``; once no one does, the coordinator is *exhausted*, and the worker refuses
+  every later request (its rows are neither kept nor failed: a resumed run makes them). The driver
   reads the coordinator after every block and takes no new rows once it is exhausted;
   the run then stops with exit 3 as locally.
 * What each request costs the coordinator: nothing while the worker's lease covers it
@@ -33,7 +39,7 @@ One brake per model for the cluster
 A worker's gate brakes a model on its own evidence (SPEC §10: 429s that persist); the
 first 429 of an overload (``ProviderGate.on_brake``) is sent straight to every other
 worker (``BlockWorker.brake``; every block carries the others' handles, the
-``ray_engine.Roster``): their gate for that model of that endpoint pauses for
+``engine.cluster.wire.Roster``): their gate for that model of that endpoint pauses for
 the same ``Retry-After``, halves its concurrency and learns its rate from its own
 successes, exactly as if the 429s had been its own; no other model and no other
 endpoint is touched. A stray 429 sends nothing. What it costs: one message to each other
@@ -54,6 +60,7 @@ and endpoints out still reach the others, and its budget's lease is asked again.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +72,8 @@ from genwire.providers.budget import CostMeter
 
 __all__ = ["BudgetStatus", "ClusterBudget", "Coordinator", "WorkerLease", "worker_meter"]
 
+LEASE_WAIT_S = 0.05  # a worker refused while another holds unspent room asks again after this
+
 
 class WorkerLease:
     """A worker's side: its meter's cap is what it was leased; ``more`` asks for more."""
@@ -75,9 +84,20 @@ class WorkerLease:
         self._meter = meter
         self._asking: Any = None  # one lease call at a time (an asyncio.Lock, made in the loop)
 
-    async def more(self, tokens: int, usd: float) -> bool:
-        import asyncio
+    def give_back(self) -> None:
+        """Nothing in flight: the rest of the lease goes back to the coordinator (not awaited;
+        a later lease call of this worker reaches it after this one), so the other workers and
+        the gates' keeper are not refused while this worker holds room it does not use."""
+        meter = self._meter
+        if self._asking is not None and self._asking.locked():
+            return  # a lease call under way: its grant must not be given back before it is counted
+        if meter.max_cost_usd is not None:
+            meter.max_cost_usd = meter.spent_usd
+        if meter.max_tokens is not None:
+            meter.max_tokens = meter.spent_tokens
+        self._coordinator.give_back.remote(self._worker, (meter.spent_usd, meter.spent_tokens))
 
+    async def more(self, tokens: int, usd: float, what: tuple[str, int]) -> bool:
         if self._asking is None:
             self._asking = asyncio.Lock()
         meter = self._meter
@@ -87,13 +107,16 @@ class WorkerLease:
             while True:
                 spent = (meter.spent_usd, meter.spent_tokens)
                 idle = meter.in_flight == 0
-                grant = await self._coordinator.lease.remote(self._worker, spent, (usd, tokens), idle=idle)
+                grant = await self._coordinator.lease.remote(self._worker, spent, (usd, tokens), idle=idle, what=what)
                 if grant is not None:
                     break
                 if idle:  # given back: this worker's cap is what it spent
                     meter.max_cost_usd = None if meter.max_cost_usd is None else meter.spent_usd
                     meter.max_tokens = None if meter.max_tokens is None else meter.spent_tokens
-                    return False
+                    if (await self._coordinator.status.remote()).exhausted:
+                        return False
+                    await asyncio.sleep(LEASE_WAIT_S)  # another worker gives its unspent share back as it settles
+                    continue
                 if meter.in_flight:
                     return False  # the meter waits for an answer to settle, then asks again
                 # The worker's last requests settled during the call: asked again as idle, so
@@ -109,7 +132,8 @@ def worker_meter(meter: CostMeter, caps: tuple[bool, bool], coordinator: Any, wo
     """Make ``meter`` spend leases of the cluster's cap (``caps``: usd capped, tokens capped)."""
     meter.max_cost_usd = 0.0 if caps[0] else None
     meter.max_tokens = 0 if caps[1] else None
-    meter.more_room = WorkerLease(coordinator, worker, meter).more
+    lease = WorkerLease(coordinator, worker, meter)
+    meter.more_room, meter.on_idle = lease.more, lease.give_back
 
 
 class ClusterBudget:
@@ -146,6 +170,8 @@ class ClusterBudget:
     def note(self, status: BudgetStatus) -> None:
         """The coordinator's status, read by the Ray engine after every block."""
         self._exhausted = self._exhausted or status.exhausted
+        if status.refused is not None:  # the stop message says what one request may cost, as locally
+            self.costs.meter.refused_elsewhere(*status.refused)
         self.leases = status.leases
 
     def exhausted(self) -> bool:

@@ -122,7 +122,7 @@ class RunSession:
 
     def _source(self) -> BatchSource:
         if self.plan.engine == "ray":
-            from genwire.engine.cluster.engine import RayBatches
+            from genwire.engine.cluster.driver import RayBatches
             from genwire.engine.cluster.keeper import RayGates, in_order_gates
             from genwire.engine.cluster.shared import ClusterBudget
 

@@ -104,7 +104,11 @@ class CostMeter:
         # A share of a larger cap (a Ray worker's lease, SPEC §22): asked for more room
         # (tokens, usd) before a request that does not fit waits or gives up; True when
         # it grew ``max_cost_usd`` / ``max_tokens``.
-        self.more_room: Callable[[int, float], Awaitable[bool]] | None = None
+        # The third argument names the request: (alias, max_tokens, -1 for an embedding).
+        self.more_room: Callable[[int, float, tuple[str, int]], Awaitable[bool]] | None = None
+        # Called when the last request in flight settles and none waits (a Ray worker gives
+        # back the rest of its lease, so a share it no longer needs is not held from the others).
+        self.on_idle: Callable[[], None] | None = None
         self.stats: dict[str, ModelStats] = {}
         self._rows_begun = False
         self._rows_cpu_started: float | None = None  # at the rows' first request (set-up is not per row)
@@ -241,7 +245,8 @@ class CostMeter:
             untried = first_alone and self.stats_of(alias).answered == 0 and self._in_flight_of.get(alias, 0) > 0
             if not untried and self._fits(tokens, usd):
                 break
-            if not untried and self.more_room is not None and await self.more_room(tokens, usd):
+            what = (alias, max_tokens if output else -1)
+            if not untried and self.more_room is not None and await self.more_room(tokens, usd, what):
                 continue  # a larger share of the cap (a Ray worker's lease)
             if not untried:
                 self._note_narrowed(alias, usd)
@@ -286,6 +291,12 @@ class CostMeter:
         if self.max_tokens is not None:
             caps.append(f"{self.spent_tokens:,} of {self.max_tokens:,} tokens")
         return "not sent: the budget is spent (" + ", ".join(caps) + ")" + self.refusal_hint()
+
+    def refused_elsewhere(self, alias: str, usd: float, max_tokens: int) -> None:
+        """The request that ended the budget was another process's (a Ray worker's): the
+        stop message names it as this meter's own (``refusal_hint``)."""
+        if self._refused is None:
+            self._refused = (alias, usd, max_tokens)
 
     def refusal_hint(self) -> str:
         """Why nothing more fit when a single request is dearer than what was left (the
@@ -405,6 +416,8 @@ class CostMeter:
         self._reserved_usd -= hold.usd
         self._reserved_tokens -= hold.tokens
         self._wake()
+        if self._in_flight == 0 and self.waiting == 0 and self.on_idle is not None:
+            self.on_idle()
 
     def _wake(self) -> None:
         freed, self._freed = self._freed, None
