@@ -136,3 +136,29 @@ async def test_a_worker_whose_answers_settle_during_a_refused_lease_call_ends_th
             holds.append(await meter.reserve("m", 400, 100))
     assert meter.in_flight == 0
     assert coordinator.status().exhausted  # the driver learns the budget stopped the run
+
+
+async def test_a_receipt_covering_several_seconds_is_spread_over_them_in_the_report(tmp_path: Any) -> None:
+    """Issue 49 item 13: a worker's receipt carries when its figures began (``since``); the
+    driver's metrics line spans them, so the requests-per-second plot spreads them over
+    those seconds instead of piling them into the driver's current one."""
+    import time
+
+    from genwire.engine.records.metrics import RunMetrics
+    from genwire.engine.records.receipt import ReceiptBook
+    from genwire.engine.report.data import collect
+    from genwire.providers.usage import ModelUsage
+
+    usage = {"writer": ModelUsage()}
+    metrics = RunMetrics(tmp_path, lambda: usage, lambda: (0, 0)).start(num_records=12, engine="ray")
+    book = ReceiptBook()  # a worker's, made as its session starts
+    await asyncio.sleep(3.0)  # the worker paid for 12 answers over these seconds, the driver heard of none
+    usage["writer"].requests = 12
+    receipt = book.take(usage, {})
+    assert receipt.since is not None and time.time() - receipt.since >= 3.0
+    metrics.spans(receipt.since)
+    metrics.end(None)
+    bins = collect(tmp_path, tmp_path / "out.jsonl").bins(count=10_000)
+    rates = [b.requests.get("writer", 0) / b.width for b in bins]
+    assert round(sum(rates)) == 12
+    assert max(rates) <= 12 / 3 + 1.5, rates  # not 12 in the last second

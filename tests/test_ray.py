@@ -1530,3 +1530,35 @@ def test_a_ray_run_interrupted_by_ctrl_c_says_what_is_on_disk_and_its_resume_pay
         assert len(read_rows(tmp_path / "out.jsonl")) == rows
         probes = 2  # the pre-flight's, one per session
         assert server.requests["writer"] <= rows + cap + probes
+
+
+LATENCY_S = 0.25
+
+
+async def test_an_interrupted_ray_runs_requests_per_second_stay_within_what_its_concurrency_allows(
+    ray_workers: Any, fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """Item 13 of issue 49: a worker's receipts may cover several seconds (its last at the
+    interruption); the report spreads them over those seconds, never into the last one."""
+    from genwire.engine.records.checkpoint import checkpoint_dir
+    from genwire.engine.report.data import collect
+
+    fake_openai_server.set_latency("writer", LATENCY_S)
+    cap = 4
+    out = tmp_path / "out.jsonl"
+    container = genwire.boot(pipeline(fake_openai_server, tmp_path, n=400, max_concurrency=cap))
+    async with container:
+        task = asyncio.create_task(
+            container.run(engine="ray", ray_workers=WORKERS, skip_preflight=True, output=out)
+        )
+        deadline = time.monotonic() + 60
+        while fake_openai_server.requests["writer"] < 40 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    data = collect(checkpoint_dir(out), out)
+    bins = data.bins(count=10_000)  # one-second bins
+    rates = [b.requests.get("writer", 0) / b.width for b in bins]
+    assert max(rates) <= cap / LATENCY_S * 1.5 + 2, rates  # the slack: a tick's edges, a loaded machine
+    assert round(sum(b.requests.get("writer", 0) for b in bins)) == fake_openai_server.requests["writer"]

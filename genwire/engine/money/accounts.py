@@ -140,6 +140,8 @@ class RunAccounts:
             )
         if self.metrics is not None:
             add_seconds(self.metrics.recorder, receipt.seconds)
+            if receipt.since is not None:
+                self.metrics.spans(receipt.since)
 
     # --- what it says ----------------------------------------------------------------------
 

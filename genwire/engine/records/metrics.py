@@ -93,12 +93,15 @@ class RunMetrics:
         self._interval = TICK_S
         self._ticks = 0
         self._last_t = time.time()
+        self._from = self._last_t  # the earliest moment the current interval's figures cover
+        self._began = self._last_t
         self.session = 1
 
     def start(self, **about: Any) -> RunMetrics:
         """Open the file, write the session line, record this task's requests (and those
         of the tasks it starts) and tick once a second."""
         self.session = _sessions(self.path) + 1
+        self._began = self._from = self._last_t = time.time()
         try:
             self._handle = self.path.open("ab")
         except OSError as exc:  # the run goes on; its report will say less
@@ -107,6 +110,13 @@ class RunMetrics:
         self._token = start_recording(self.recorder)
         self._ticker = asyncio.create_task(self._tick_forever())
         return self
+
+    def spans(self, since: float) -> None:
+        """Figures added to this interval happened since ``since`` (Unix time: a Ray
+        worker's receipt, which may cover several seconds, e.g. its last at close). The
+        interval's line then spans them (its ``dt``), so the report spreads them over the
+        seconds they happened in rather than piling them into the last one."""
+        self._from = max(self._began, min(self._from, since))
 
     def note(self, kind: str, **payload: Any) -> None:
         self._write({"kind": kind, "session": self.session, **payload})
@@ -145,12 +155,12 @@ class RunMetrics:
                     "kind": "tick",
                     "session": self.session,
                     "t": round(now, 3),
-                    "dt": round(now - self._last_t, 3),
+                    "dt": round(now - min(self._last_t, self._from), 3),
                     "rows": rows,
                     "models": models,
                 }
             )
-        self._last_t = now
+        self._last_t = self._from = now
 
     def end(
         self,

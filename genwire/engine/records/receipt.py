@@ -43,6 +43,7 @@ class Receipt:
     worker: int = 0
     narrowed: Narrowed | None = None  # the first time its budget's reservations narrowed its requests in flight
     concurrency: dict[str, Concurrency] = field(default_factory=dict)  # per provider: the worker's gates now
+    since: float | None = None  # Unix time of the worker's previous receipt: its figures happened since
 
 
 class ReceiptBook:
@@ -56,6 +57,7 @@ class ReceiptBook:
         self._endpoints: dict[tuple[str, str], tuple[int, int, int]] = {}
         self._stats: dict[str, tuple[int, int]] = {}  # per alias: the requests and measurements already sent
         self._cpu_s = time.process_time()
+        self._since = time.time()
         self.worker = 0
         self.meter: CostMeter | None = None  # the worker's, once it has one
         self.on_paid: Callable[[], None] = lambda: None  # told of every paid answer
@@ -74,6 +76,7 @@ class ReceiptBook:
         paid, self._paid = self._paid, []
         cpu_s, self._cpu_s = self._cpu_s, time.process_time()
         receipt = Receipt(paid=paid, seconds=self.recorder.take(), cpu_s=self._cpu_s - cpu_s, worker=self.worker)
+        receipt.since, self._since = self._since, time.time()
         receipt.narrowed = self.meter.narrowed if self.meter is not None else None
         receipt.concurrency = dict(concurrency or {})
         if self.meter is not None:
