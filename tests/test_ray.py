@@ -1128,6 +1128,10 @@ def test_estimate_on_ray_measures_the_workers_requests_and_the_run_continues_aft
         assert found[engine]["rows_left"] == 184 and writer["requests"] == 184
         assert writer["sample_requests"] == 16 and writer["latency_s_mean"] > 0
         assert found[engine]["duration_s"] > 0
+    # Issue 49 item 20: the projection counts the workers' start-up the sample measured.
+    assert found["local"]["workers_start_s"] is None
+    assert found["ray"]["workers_start_s"] > 0
+    assert found["ray"]["duration_s"] >= found["ray"]["workers_start_s"]
     same = ("requests_per_row", "input_tokens_mean", "output_tokens_mean", "cost_usd")
     assert {k: found["ray"]["models"]["writer"][k] for k in same} == {
         k: found["local"]["models"]["writer"][k] for k in same
@@ -1548,9 +1552,7 @@ async def test_an_interrupted_ray_runs_requests_per_second_stay_within_what_its_
     out = tmp_path / "out.jsonl"
     container = genwire.boot(pipeline(fake_openai_server, tmp_path, n=400, max_concurrency=cap))
     async with container:
-        task = asyncio.create_task(
-            container.run(engine="ray", ray_workers=WORKERS, skip_preflight=True, output=out)
-        )
+        task = asyncio.create_task(container.run(engine="ray", ray_workers=WORKERS, skip_preflight=True, output=out))
         deadline = time.monotonic() + 60
         while fake_openai_server.requests["writer"] < 40 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)

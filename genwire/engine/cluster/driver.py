@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import logging
 import math
+import time
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterator
 from types import ModuleType
@@ -108,6 +109,9 @@ class RayBatches:
         self._gates = gates
         self._keeper: Any = None  # the gates' keeper's client (engine.cluster.keeper), made with the workers
         self._drains: Drains | None = None  # what the workers settle, stored as it comes (engine.cluster.drain)
+        # When (time.perf_counter) every worker had booted its container: an estimate counts the start-up.
+        self.ready_at: float | None = None
+        self._warming: asyncio.Task[None] | None = None
 
     def live_rows(self) -> int:
         return 0  # batch mode, which counts them, runs on the local engine only
@@ -155,6 +159,7 @@ class RayBatches:
         loaded = container.loaded
         if container.servers is not None:  # SPEC §23: the driver runs the servers; workers only call them
             loaded = dataclasses.replace(loaded, config=container.servers.resolved(loaded.config))
+        warming = []
         for i in range(workers):
             spec = WorkerSpec(
                 split_config(loaded, caps, workers, i),
@@ -171,7 +176,13 @@ class RayBatches:
             except Exception as exc:  # the spec must pickle: config data and importable classes
                 raise RunError(f"cannot send the pipeline to the Ray workers: {exception_text(exc)}") from exc
             self._actors.append(actor)
-            actor.warm.remote()  # its container boots now; a failure shows with its first block
+            warming.append(actor.warm.remote())  # its container boots now; a failure shows with its first block
+        self._warming = asyncio.create_task(self._stamp_ready(warming))
+
+    async def _stamp_ready(self, warming: list[Any]) -> None:
+        """``ready_at``, once every worker's container booted (or failed to: its block says so)."""
+        await asyncio.gather(*warming, return_exceptions=True)
+        self.ready_at = time.perf_counter()
 
     async def aclose(self) -> None:
         """End the workers (again: a no-op): after the rows, or a run that ends before them
@@ -180,6 +191,9 @@ class RayBatches:
         if starting is not None:
             starting.cancel()  # a no-op once started; else no (more) actors are made
             await asyncio.gather(starting, return_exceptions=True)
+        warming, self._warming = self._warming, None
+        if warming is not None:
+            warming.cancel()  # a no-op once the workers are ready
         actors, self._actors = self._actors, []
         drains, self._drains = self._drains, None
         if actors:

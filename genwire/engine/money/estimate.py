@@ -83,6 +83,8 @@ class Estimate:
     binding_limit: str
     # Where the cap's reservations would hold a model below its max_concurrency (SPEC §16).
     narrowed: list[str] = field(default_factory=list)
+    # Ray: the workers' start-up measured in the sample, part of ``duration_s`` (the run starts them again).
+    workers_start_s: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -111,6 +113,7 @@ def project(
     output_bound: Callable[[str, int], int],
     sample_cpu_s: float = 0.0,
     batch: bool = False,
+    workers_start_s: float | None = None,
 ) -> Estimate:
     """``output_bound(alias, max_tokens)``: the most output tokens one answer may have, as
     the budget reserves it (``CostMeter.output_bound``): the worst case is the same number."""
@@ -174,8 +177,9 @@ def project(
         output_tokens=sum(m.output_tokens for m in models),
         cost_usd=None if None in costs else sum(c for c in costs if c is not None),
         worst_cost_usd=None if None in worst else sum(c for c in worst if c is not None),
-        duration_s=(slowest.duration_s if slowest else 0.0) + chain,
+        duration_s=(slowest.duration_s if slowest else 0.0) + chain + (workers_start_s or 0.0),
         binding_limit=slowest.binding_limit if slowest else "none",
+        workers_start_s=workers_start_s,
     )
 
 
@@ -252,6 +256,7 @@ def estimate_of(container: WiredPipeline, sample: RunResult, *, batch: bool = Fa
         output_bound=meter.output_bound,
         sample_cpu_s=meter.rows_cpu_s,
         batch=batch,
+        workers_start_s=sample.workers_start_s,
     )
     found.narrowed = narrowing(container, meter, found)
     return found

@@ -46,6 +46,8 @@ class RunResult:
     already_complete: bool = False
     # Managed servers (SPEC §23) this run used: per server, how often it was restarted.
     servers: dict[str, int] = field(default_factory=dict)
+    # Ray: seconds from the session's start to its workers being ready (their start-up).
+    workers_start_s: float | None = None
 
     @property
     def rejected_file(self) -> Path:

@@ -55,6 +55,8 @@ class LocalBatches:
         self._batch_mode = batch_mode
         self._runner: BatchRunner | None = None
 
+    ready_at: float | None = None  # no workers to start
+
     def live_rows(self) -> int:
         """Rows in the batches running now, not yet failed (batch mode's rounds count them)."""
         return self._runner.live if self._runner is not None else 0

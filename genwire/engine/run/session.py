@@ -54,6 +54,8 @@ class BatchSource(Protocol):
         self, indices: Iterator[int], batch_size: int, *, feed: Iterator[list[int]] | None = None
     ) -> AsyncGenerator[BatchResult, None]: ...
 
+    ready_at: float | None  # when (time.perf_counter) its workers were ready; None: none to start
+
     def live_rows(self) -> int: ...
 
     def start(self, rows: int, batch_size: int) -> None: ...
@@ -348,6 +350,7 @@ class RunSession:
             funnel=self.candidates.funnel if self.candidates is not None else None,
             surplus=sink.surplus,
             servers=self._server_restarts(),
+            workers_start_s=None if self.source.ready_at is None else max(0.0, self.source.ready_at - self.started),
         )
 
     def _server_restarts(self) -> dict[str, int]:
