@@ -343,6 +343,17 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+async def cancel_ray_run_after(container: Any, server: FakeOpenAIServer, requests: int, **kw: Any) -> None:
+    """A Ray run of ``container`` (no pre-flight), cancelled once ``server`` saw ``requests`` of the writer."""
+    task = asyncio.create_task(container.run(engine="ray", ray_workers=WORKERS, skip_preflight=True, **kw))
+    deadline = time.monotonic() + 60
+    while server.requests["writer"] < requests and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 # --- tests ------------------------------------------------------------------------------
 
 
@@ -541,13 +552,7 @@ async def test_cancelled_run_closes_its_workers(
     fake_openai_server.set_latency("writer", 0.05)
     container = genwire.boot(pipeline(fake_openai_server, tmp_path, n=2000, max_concurrency=4))
     async with container:
-        task = asyncio.create_task(container.run(engine="ray", ray_workers=WORKERS, skip_preflight=True))
-        deadline = time.monotonic() + 30
-        while fake_openai_server.requests["writer"] < 20 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await cancel_ray_run_after(container, fake_openai_server, 20)
     assert not (tmp_path / "out.jsonl").exists()
     # (the ray_workers fixture then checks that both actors were killed)
 
@@ -1552,13 +1557,7 @@ async def test_an_interrupted_ray_runs_requests_per_second_stay_within_what_its_
     out = tmp_path / "out.jsonl"
     container = genwire.boot(pipeline(fake_openai_server, tmp_path, n=400, max_concurrency=cap))
     async with container:
-        task = asyncio.create_task(container.run(engine="ray", ray_workers=WORKERS, skip_preflight=True, output=out))
-        deadline = time.monotonic() + 60
-        while fake_openai_server.requests["writer"] < 40 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await cancel_ray_run_after(container, fake_openai_server, 40, output=out)
     data = collect(checkpoint_dir(out), out)
     bins = data.bins(count=10_000)  # one-second bins
     rates = [b.requests.get("writer", 0) / b.width for b in bins]
