@@ -162,3 +162,20 @@ async def test_a_receipt_covering_several_seconds_is_spread_over_them_in_the_rep
     rates = [b.requests.get("writer", 0) / b.width for b in bins]
     assert round(sum(rates)) == 12
     assert max(rates) <= 12 / 3 + 1.5, rates  # not 12 in the last second
+
+
+@pytest.mark.parametrize("workers_start_s", [9.0, None])
+def test_the_estimate_table_says_the_ray_workers_start_up_is_in_its_duration(workers_start_s: float | None) -> None:
+    """Issue 49 item 20: a Ray estimate's duration includes the start-up, and says so."""
+    from genwire.cli.commands.estimate_command import estimate_table
+    from genwire.engine.money.estimate import Estimate
+
+    found = Estimate(
+        sample_rows=1, sample_failed=0, sample_duration_s=10.0, sample_cost_usd=None, rows_total=2, rows_done=1,
+        rows_left=1, batch=False, models=[], providers=[], requests=0, input_tokens=0, output_tokens=0,
+        cost_usd=None, worst_cost_usd=None, duration_s=10.5, binding_limit="max_concurrency 8 (srv)",
+        workers_start_s=workers_start_s,
+    )  # fmt: skip
+    caption = str(estimate_table(found).caption)
+    assert caption.startswith("duration ≈ 10.5 s, bound by max_concurrency 8 (srv)")
+    assert ("includes the Ray workers' start-up, 9.0 s in the sample" in caption) == (workers_start_s is not None)

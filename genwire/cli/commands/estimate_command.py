@@ -94,7 +94,7 @@ def estimate_table(found: Estimate, unit: str = "rows") -> Table:
         usd(found.cost_usd), usd(found.worst_cost_usd), "",
     )  # fmt: skip
     start = found.workers_start_s
-    started = f" (the Ray workers' start-up included: {_duration(start)} in the sample)" if start is not None else ""
+    started = f"; includes the Ray workers' start-up, {_duration(start)} in the sample" if start is not None else ""
     table.caption = escape(f"duration ≈ {_duration(found.duration_s)}, bound by {found.binding_limit}{started}")
     table.caption_justify = "left"
     return table
