@@ -7,6 +7,7 @@ on how candidates were batched."""
 from __future__ import annotations
 
 import array
+import asyncio
 import functools
 import re
 from collections.abc import Sequence
@@ -91,9 +92,11 @@ class KeptSignatures:
             return (-1.0, -1)
         slots.sort()
         digest = np.asarray(signature.digest(), dtype=np.uint32)
-        similarity = (self._digests[slots] == digest).mean(axis=1)
-        best = int(similarity.argmax())
-        return (float(similarity[best]), slots[best])
+        # Equal hashes counted as integers (a mean over booleans made a float64 copy: half
+        # the gate's time when short texts share most shingles and the LSH returns most rows).
+        equal = np.count_nonzero(self._digests[slots] == digest, axis=1)
+        best = int(equal.argmax())
+        return (int(equal[best]) / PERMUTATIONS, slots[best])
 
     def add(self, signature: RMinHash, candidate: int) -> None:
         import numpy as np
@@ -124,6 +127,9 @@ class KeepNearUnique(Generator[KeepNearUniqueParams]):
     def __init__(self, *, column: str, params: KeepNearUniqueParams, resources: Resources, seed: int = 0) -> None:
         super().__init__(column=column, params=params, resources=resources, seed=seed)
         self._kept = KeptSignatures(params.threshold)
+        # The batches' signatures made ahead of their turn, by their indices (one entry per
+        # batch waiting at this gate: 64 signatures of 128 hashes, 33 kB).
+        self._signed: dict[tuple[int, ...], list[RMinHash]] = {}
 
     @classmethod
     def reads(cls, params: KeepNearUniqueParams) -> set[str]:
@@ -147,11 +153,33 @@ class KeepNearUnique(Generator[KeepNearUniqueParams]):
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
         return await self.generate_batch(rows, range(-len(rows), 0))
 
+    def _signatures(self, texts: list[str]) -> list[RMinHash]:
+        return [self._signature(text) for text in texts]
+
+    async def ahead(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> None:
+        """The batch's signatures, made before its turn (they depend on its texts alone)."""
+        _, _, texts = texts_of(rows, self.params.column)
+        self._signed[tuple(indices)] = await asyncio.to_thread(self._signatures, texts)
+
     async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any]:
         out, positions, texts = texts_of(rows, self.params.column)
+        signatures = self._signed.pop(tuple(indices), None)
+        # Off the event loop (numpy's comparisons release the GIL): the batches behind keep
+        # sending their requests while this one is judged.
+        return await asyncio.to_thread(self._judge, out, positions, texts, indices, signatures)
+
+    def _judge(
+        self,
+        out: list[Any],
+        positions: list[int],
+        texts: list[str],
+        indices: Sequence[int],
+        signatures: list[RMinHash] | None,
+    ) -> list[Any]:
         threshold = self.params.threshold
-        for i, text in zip(positions, texts, strict=True):
-            signature = self._signature(text)
+        if signatures is None:
+            signatures = self._signatures(texts)
+        for i, signature in zip(positions, signatures, strict=True):
             similarity, slot = self._kept.closest(signature)
             if similarity >= threshold:
                 first = self._kept.candidates[slot]
