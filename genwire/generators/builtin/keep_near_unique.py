@@ -80,7 +80,7 @@ def equal_hashes(digests: npt.NDArray[np.uint32], digest: npt.NDArray[np.uint32]
     over 10k rows (a float mean was slower still)."""
     import numpy as np
 
-    words = (digests == digest).view(np.uint64)  # rows of a multiple of 8 hashes
+    words = (digests == digest).view(np.uint64)  # PERMUTATIONS is a multiple of 8
     return ((words * np.uint64(BYTE_SUM)) >> np.uint64(56)).sum(axis=1)  # type: ignore[no-any-return]
 
 
@@ -92,15 +92,12 @@ class KeptSignatures:
 
         self._lsh: RMinHashLSH = RMinHashLSH(threshold=threshold, num_perm=PERMUTATIONS, num_bands=bands_for(threshold))
         self._digests: npt.NDArray[np.uint32] | None = None
-        # Equal hashes a row needs to reach the threshold (the same float comparison as the gate's).
-        self._need = next(k for k in range(PERMUTATIONS + 1) if k / PERMUTATIONS >= threshold)
         self.count = 0
         self.candidates = array.array("q")
 
     def closest(self, signature: RMinHash) -> tuple[float, int]:
         """(estimated Jaccard, slot) of the most similar kept row among the LSH's
-        candidates that may reach the threshold; ties go to the row kept first. (-1, -1)
-        when there is none."""
+        candidates; ties go to the row kept first. (-1, -1) when there is none."""
         import numpy as np
 
         slots = self._lsh.query(signature)
@@ -108,23 +105,14 @@ class KeptSignatures:
             return (-1.0, -1)
         slots.sort()
         digest = np.asarray(signature.digest(), dtype=np.uint32)
-        # Short texts sharing most shingles (a template) make the LSH return most kept rows.
-        # Their first half of hashes is compared first: a row with more unequal ones there
-        # than the threshold allows in all cannot reach it (at Jaccard 0.5 and threshold 0.8,
-        # 19 rows in 20); the rest are compared whole.
-        half = PERMUTATIONS // 2
-        many = 8 * len(slots) > self.count  # then compared in place, not copied, and slots picked
-        rows = self._digests[: self.count, :half] if many else self._digests[slots, :half]
-        first = equal_hashes(rows, digest[:half])
+        # Short texts sharing most shingles (a template) make the LSH return most kept rows:
+        # then every row is compared in place (no copy of the rows asked), and slots picked.
+        many = 8 * len(slots) > self.count
+        equal = equal_hashes(self._digests[: self.count] if many else self._digests[slots], digest)
         if many:
-            first = first[slots]
-        may = np.flatnonzero(half - first.astype(np.int64) <= PERMUTATIONS - self._need)
-        if not len(may):
-            return (-1.0, -1)
-        chosen = np.asarray(slots, dtype=np.int64)[may]
-        equal = equal_hashes(self._digests[chosen], digest)
+            equal = equal[slots]
         best = int(equal.argmax())
-        return (int(equal[best]) / PERMUTATIONS, int(chosen[best]))
+        return (int(equal[best]) / PERMUTATIONS, slots[best])
 
     def add(self, signature: RMinHash, candidate: int) -> None:
         import numpy as np
