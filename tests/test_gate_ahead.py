@@ -14,7 +14,6 @@ from genwire.generators.base import Generator
 from genwire.generators.metadata import GeneratorMetadata
 
 
-
 class WaitsForTheNextBatch(Generator[Any]):
     """Keeps every row; batch 0's verdict waits until batch 4's ``ahead`` has run (a gate
     whose batches behind it were held until its turn would never see it)."""
