@@ -80,6 +80,12 @@ class Generator(Generic[P]):
         the default ignores them."""
         return await self.generate(rows)
 
+    async def ahead(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> None:
+        """An ``in_order`` gate: the work on a batch that does not depend on the rows kept
+        before it (an embedding request, a signature), done before the batch's turn while
+        lower batches are judged. The engine then calls ``generate_batch`` with the same
+        rows and indices (or never, if the run stops first); the default does nothing."""
+
     async def remember(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> None:
         """An ``in_order`` gate: rows (with their indices, in index order) that passed this
         gate before this session; compare later candidates with them as with kept ones."""

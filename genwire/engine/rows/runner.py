@@ -166,10 +166,15 @@ class BatchRunner:
             if in_order and self.keeper is not None:  # judged where the cluster's order is kept
                 values = await self.keeper.judge(gen.column, key, private_rows(live, mutable), list(indices))
             else:
+                rows = private_rows(live, mutable)
                 if in_order:
+                    # The order-free part first (its requests overlap the lower batches' turns),
+                    # then wait for this batch's turn.
+                    with column_scope(gen.column, indices):
+                        await self.call(gen, rows, indices, ahead=True)
                     await self.turns.turn(gen.column, key, functools.partial(self.remember, gen))
                 with column_scope(gen.column, indices):  # the column's hits, looked up in one query
-                    values = await self.call(gen, private_rows(live, mutable), indices)
+                    values = await self.call(gen, rows, indices)
                 if in_order:
                     self.turns.passed(gen.column, key)
             if scope is not None and scope.kept and self.store_answers:
@@ -229,10 +234,16 @@ class BatchRunner:
                 ) from exc
 
     @staticmethod
-    async def call(gen: Generator[Any], rows: list[dict[str, Any]], indices: list[int]) -> list[Any]:
-        """``gen`` over ``rows``, which it may change (give it ``private_rows``)."""
+    async def call(
+        gen: Generator[Any], rows: list[dict[str, Any]], indices: list[int], *, ahead: bool = False
+    ) -> list[Any]:
+        """``gen`` over ``rows``, which it may change (give it ``private_rows``). ``ahead``:
+        an in-order gate's order-free part (``Generator.ahead``), nothing returned."""
         name = gen.metadata.name
         try:
+            if ahead:
+                await gen.ahead(rows, list(indices))
+                return []
             values = await gen.generate_batch(rows, list(indices))
         except ModelError as exc:
             # The model stayed unhealthy through its retries: every row of the batch fails.
@@ -241,7 +252,8 @@ class BatchRunner:
             raise
         except Exception as exc:
             raise PluginError(
-                f"generator {name!r} (column {gen.column!r}) raised in generate(): {exception_text(exc)}"
+                f"generator {name!r} (column {gen.column!r}) raised in {'ahead' if ahead else 'generate'}(): "
+                f"{exception_text(exc)}"
             ) from exc
         if not isinstance(values, list) or len(values) != len(rows):
             got = len(values) if isinstance(values, list) else type(values).__name__

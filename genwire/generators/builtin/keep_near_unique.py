@@ -7,6 +7,7 @@ on how candidates were batched."""
 from __future__ import annotations
 
 import array
+import asyncio
 import functools
 import re
 from collections.abc import Sequence
@@ -70,6 +71,19 @@ def bands_for(threshold: float) -> int:
     return PERMUTATIONS
 
 
+BYTE_SUM = 0x0101010101010101  # times a word of 0/1 bytes: their sum in the top byte
+
+
+def equal_hashes(digests: npt.NDArray[np.uint32], digest: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint64]:
+    """How many of each row's hashes equal ``digest``'s. The comparison's 0/1 bytes are
+    summed 8 at a time (a word times ``BYTE_SUM``): 2.7x faster than ``count_nonzero``
+    over 10k rows (a float mean was slower still)."""
+    import numpy as np
+
+    words = (digests == digest).view(np.uint64)  # PERMUTATIONS is a multiple of 8
+    return ((words * np.uint64(BYTE_SUM)) >> np.uint64(56)).sum(axis=1)  # type: ignore[no-any-return]
+
+
 class KeptSignatures:
     """The kept rows' MinHash signatures (uint32, grown by doubling) and an LSH over them."""
 
@@ -91,9 +105,14 @@ class KeptSignatures:
             return (-1.0, -1)
         slots.sort()
         digest = np.asarray(signature.digest(), dtype=np.uint32)
-        similarity = (self._digests[slots] == digest).mean(axis=1)
-        best = int(similarity.argmax())
-        return (float(similarity[best]), slots[best])
+        # Short texts sharing most shingles (a template) make the LSH return most kept rows:
+        # then every row is compared in place (no copy of the rows asked), and slots picked.
+        many = 8 * len(slots) > self.count
+        equal = equal_hashes(self._digests[: self.count] if many else self._digests[slots], digest)
+        if many:
+            equal = equal[slots]
+        best = int(equal.argmax())
+        return (int(equal[best]) / PERMUTATIONS, slots[best])
 
     def add(self, signature: RMinHash, candidate: int) -> None:
         import numpy as np
@@ -124,6 +143,9 @@ class KeepNearUnique(Generator[KeepNearUniqueParams]):
     def __init__(self, *, column: str, params: KeepNearUniqueParams, resources: Resources, seed: int = 0) -> None:
         super().__init__(column=column, params=params, resources=resources, seed=seed)
         self._kept = KeptSignatures(params.threshold)
+        # The batches' signatures made ahead of their turn, by their indices (one entry per
+        # batch waiting at this gate: 64 signatures of 128 hashes, 33 kB).
+        self._signed: dict[tuple[int, ...], list[RMinHash]] = {}
 
     @classmethod
     def reads(cls, params: KeepNearUniqueParams) -> set[str]:
@@ -147,11 +169,33 @@ class KeepNearUnique(Generator[KeepNearUniqueParams]):
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
         return await self.generate_batch(rows, range(-len(rows), 0))
 
+    def _signatures(self, texts: list[str]) -> list[RMinHash]:
+        return [self._signature(text) for text in texts]
+
+    async def ahead(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> None:
+        """The batch's signatures, made before its turn (they depend on its texts alone)."""
+        _, _, texts = texts_of(rows, self.params.column)
+        self._signed[tuple(indices)] = await asyncio.to_thread(self._signatures, texts)
+
     async def generate_batch(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> list[Any]:
         out, positions, texts = texts_of(rows, self.params.column)
+        signatures = self._signed.pop(tuple(indices), None)
+        # Off the event loop (numpy's comparisons release the GIL): the batches behind keep
+        # sending their requests while this one is judged.
+        return await asyncio.to_thread(self._judge, out, positions, texts, indices, signatures)
+
+    def _judge(
+        self,
+        out: list[Any],
+        positions: list[int],
+        texts: list[str],
+        indices: Sequence[int],
+        signatures: list[RMinHash] | None,
+    ) -> list[Any]:
         threshold = self.params.threshold
-        for i, text in zip(positions, texts, strict=True):
-            signature = self._signature(text)
+        if signatures is None:
+            signatures = self._signatures(texts)
+        for i, signature in zip(positions, signatures, strict=True):
             similarity, slot = self._kept.closest(signature)
             if similarity >= threshold:
                 first = self._kept.candidates[slot]

@@ -86,6 +86,9 @@ class KeepNovel(Generator[KeepNovelParams]):
         super().__init__(column=column, params=params, resources=resources, seed=seed)
         self._kept: Kept = ExactKept()
         self._length: int | None = None  # of the kept vectors
+        # The batches' vectors asked for ahead of their turn (or why they could not be), by
+        # their indices: one entry per batch waiting at this gate (64 rows x 384 f32: 98 kB).
+        self._asked: dict[tuple[int, ...], npt.NDArray[np.float32] | Exception] = {}
 
     @classmethod
     def reads(cls, params: KeepNovelParams) -> set[str]:
@@ -141,6 +144,19 @@ class KeepNovel(Generator[KeepNovelParams]):
             vectors = await self._vectors([t for t, _ in chunk], [i for _, i in chunk])
             await asyncio.to_thread(self._keep, vectors, [i for _, i in chunk])  # a resume rebuilds the index
 
+    async def ahead(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> None:
+        """The batch's embedding request, sent before its turn (it does not depend on the
+        rows kept before): the batches behind the one being judged wait with their vectors."""
+        _, positions, texts = texts_of(rows, self.params.column)
+        if not texts or self._length is None:
+            # Until a row is kept, the vectors' length is unknown: an answer of another length
+            # is found at the turn, and must not be cached, so the turn asks (the first batches).
+            return
+        try:
+            self._asked[tuple(indices)] = await self._vectors(texts, [indices[i] for i in positions])
+        except Exception as exc:  # the rows' failure, at their turn
+            self._asked[tuple(indices)] = exc
+
     async def generate(self, rows: list[dict[str, Any]]) -> list[Any]:
         return await self._decide(rows, range(-len(rows), 0), cache=False)
 
@@ -151,8 +167,15 @@ class KeepNovel(Generator[KeepNovelParams]):
         out, positions, texts = texts_of(rows, self.params.column)
         if not texts:
             return out
+        asked = self._asked.pop(tuple(indices), None) if cache else None
         try:
-            vectors = await self._vectors(texts, [indices[i] for i in positions] if cache else [])
+            if asked is None:
+                vectors = await self._vectors(texts, [indices[i] for i in positions] if cache else [])
+            elif isinstance(asked, Exception):
+                raise asked
+            else:
+                vectors = asked
+                self._check_length(vectors.shape[1])  # rows kept since it was asked may say another length
         except Exception as exc:  # one call serves the batch: its failure is each row's
             for i in positions:
                 out[i] = RowFailure(exc)
