@@ -115,25 +115,25 @@ class RunCosts:
                     "(or a pricing: {source: FILE} table), or cap tokens with pipeline.budget.max_tokens instead"
                 )
         self.ledger: RunLedger | None = None
-        self.meter = CostMeter(
+        self.meter = self._meter()
+        self._clients: list[Any] = []
+
+    def _meter(self, **earlier: Any) -> CostMeter:
+        """The run's one meter: its prices, limits and caps, plus what ``earlier`` says was spent."""
+        return CostMeter(
             self.prices,
             output_limits=self.output_limits,
             max_cost_usd=self.max_cost_usd,
             max_tokens=self.max_tokens,
             concurrency=self.concurrency,
+            **earlier,
         )
-        self._clients: list[Any] = []
 
     def open(self, directory: Path, *, probing: bool) -> None:
         """The ledger of the checkpoint ``directory`` (what earlier sessions paid counts
         against the cap), then the refusal of a cap the pre-flight alone could pass."""
         self.ledger = ledger = RunLedger(directory)
-        self.meter = CostMeter(
-            self.prices,
-            output_limits=self.output_limits,
-            max_cost_usd=self.max_cost_usd,
-            max_tokens=self.max_tokens,
-            concurrency=self.concurrency,
+        self.meter = self._meter(
             spent_usd=ledger.earlier_usd,
             spent_tokens=ledger.earlier_tokens,
             record=ledger.record,
