@@ -243,7 +243,7 @@ def checker_version() -> list[Any]:
     another version of it (an upgrade, an edit in a development checkout) are stale."""
     digest = hashlib.sha256()
     here = Path(__file__).parent
-    for name in ("scan_model.py", "scan_function.py", "source_scan.py", "source_check.py"):
+    for name in ("scan_model.py", "scan_function.py", "source_scan.py", "source_check.py", "source_members.py"):
         try:
             digest.update((here / name).read_bytes())
         except OSError:

@@ -285,7 +285,7 @@ def check_output(target: Path, *, protected: Iterable[Path] = (), extra: Iterabl
             )
 
 
-_PACKAGE = Path(os.path.realpath(Path(__file__).parent.parent))  # the installed genwire/ folder
+_PACKAGE = Path(os.path.realpath(Path(__file__).parents[2]))  # the installed genwire/ (this is genwire/engine/records/)
 
 
 def _real(path: Path) -> Path:
