@@ -10,6 +10,7 @@ from typing import Any
 from genwire.engine.report.wiring import LAYERS, Node, WiringGraph
 
 BOX_W, BOX_H, GAP_X, GAP_Y, PAD = 190, 40, 70, 14, 10
+LOOP_X = 40  # how far right a column-to-column edge loops (its curve stays within the svg)
 LABEL_CHARS = 26
 FILL = {
     "server": "#f3f0ff",
@@ -35,7 +36,9 @@ def wiring_svg(graph: WiringGraph) -> str:
     for x_index, layer in enumerate(layers):
         for y_index, node in enumerate(layer):
             where[node.id] = (PAD + x_index * (BOX_W + GAP_X), PAD + y_index * (BOX_H + GAP_Y))
-    width = PAD * 2 + len(layers) * BOX_W + (len(layers) - 1) * GAP_X
+    # A column feeding a later column loops out on the right of their layer: room for it.
+    loops = any(where[a][0] == where[b][0] for a, b in graph.edges)
+    width = PAD * 2 + len(layers) * BOX_W + (len(layers) - 1) * GAP_X + (LOOP_X if loops else 0)
     height = PAD * 2 + max(len(layer) for layer in layers) * (BOX_H + GAP_Y) - GAP_Y
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -45,7 +48,7 @@ def wiring_svg(graph: WiringGraph) -> str:
         (x1, y1), (x2, y2) = where[a], where[b]
         if x1 == x2:  # a column feeding a later column of the same layer: around the right side
             sx, sy, ex, ey = x1 + BOX_W, y1 + BOX_H // 2, x2 + BOX_W, y2 + BOX_H // 2
-            path = f"M{sx},{sy} C{sx + 40},{sy} {ex + 40},{ey} {ex},{ey}"
+            path = f"M{sx},{sy} C{sx + LOOP_X},{sy} {ex + LOOP_X},{ey} {ex},{ey}"
         else:
             sx, sy, ex, ey = x1 + BOX_W, y1 + BOX_H // 2, x2, y2 + BOX_H // 2
             mid = (sx + ex) // 2
