@@ -6,8 +6,6 @@ written literally masked by the one scrubber)."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, SecretStr
 
+from genwire.engine.report.finished import fingerprint_digest
 from genwire.engine.report.wiring import wiring_graph
 from genwire.scrub import scrub
 
@@ -102,9 +101,7 @@ class RunAbout:
             self.reported.update({str(a): str(m) for a, m in record["reported"].items()})
 
 
-def fingerprint_digest(fingerprint: Any) -> str:
-    """The run's fingerprint (every key path's hash, SPEC §9) as one short digest."""
-    if not isinstance(fingerprint, dict):
-        return ""
-    text = json.dumps(fingerprint, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def short_fingerprint(fingerprint: Any) -> str:
+    """The run's fingerprint (every key path's hash, SPEC §9) as one short digest: the start
+    of the finished mark's (``finished.fingerprint_digest``), "" when there is none."""
+    return fingerprint_digest(fingerprint)[:16] if isinstance(fingerprint, dict) else ""

@@ -21,7 +21,7 @@ from typing import Any
 
 from genwire.engine.gates.costs import paid_by_column
 from genwire.engine.records.metrics import METRICS_FILE
-from genwire.engine.report.about import fingerprint_digest
+from genwire.engine.report.about import short_fingerprint
 from genwire.engine.report.figures import FailureGroup, ModelTotals, Point, ReportData
 from genwire.engine.report.funnel import read_funnel
 from genwire.providers.metrics import BUCKETS
@@ -52,7 +52,7 @@ def collect(
         meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
         data.rows_requested = int(meta["num_records"])
         data.fingerprint = meta.get("fingerprint")
-        data.about.fingerprint = fingerprint_digest(meta.get("fingerprint"))
+        data.about.fingerprint = short_fingerprint(meta.get("fingerprint"))
     rows_files = _session_files(directory, _ROWS)
     if done is None:
         kept = _kept_indices(rows_files)
