@@ -20,6 +20,7 @@ from genwire.engine.handoff.stats import OutputStats
 from genwire.engine.report.figures import ReportData
 from genwire.engine.report.wiring import WiringGraph
 from genwire.engine.report.wiring_mermaid import mermaid
+from genwire.providers.money import usd as dollars
 
 DATA_FILES = "data/train-*.parquet"
 REJECTED_FILES = "rejected/train-*.parquet"
@@ -108,10 +109,6 @@ def _table(head: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _usd(value: float | None) -> str:
-    return "unknown" if value is None else f"${value:.6f}".rstrip("0").rstrip(".") if value else "$0"
-
-
 def _made(run: FinishedRun, rows: int) -> str:
     data, about = run.data, run.data.about
     lines = [
@@ -125,7 +122,7 @@ def _made(run: FinishedRun, rows: int) -> str:
     ]
     cost = (data.summary or {}).get("cost")
     if isinstance(cost, dict) and "total_usd" in cost:
-        lines.append(f"* cost: {_usd(cost['total_usd'])} in all")
+        lines.append(f"* cost: {dollars(cost['total_usd'])} in all")
     return "\n".join(lines) + "\n"
 
 
@@ -187,7 +184,7 @@ def _models(data: ReportData) -> str:
                 int(counters.get("requests", 0)),
                 int(counters.get("prompt_tokens", 0)),
                 int(counters.get("completion_tokens", 0)),
-                _usd(usd.get(alias)) if alias in usd else "unknown",
+                dollars(usd.get(alias)) if alias in usd else "unknown",
                 source or "none (no price)",
             ]
         )
@@ -220,7 +217,7 @@ def _funnel(data: ReportData, rows: int) -> str:
     lines = ["## Funnel\n", f"* candidates: **{funnel.candidates:,}**"]
     lines += [f"* passed `{gate}`: {passed:,}" for gate, passed in funnel.steps]
     lines.append(f"* kept: **{funnel.kept:,}**" + (f" (+{funnel.surplus:,} surplus)" if funnel.surplus else ""))
-    lines.append(f"* the rejected candidates' answers cost {_usd(funnel.rejected_usd)}\n")
+    lines.append(f"* the rejected candidates' answers cost {dollars(funnel.rejected_usd)}\n")
     for gate, group in funnel.rejects.items():
         lines.append(f"Rejected by `{gate}`: {group.count:,}; for example:\n")
         lines += [f"* candidate {e['candidate']}: {cell(e['reason'])}" for e in group.examples]
