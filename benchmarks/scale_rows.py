@@ -32,6 +32,7 @@ import yaml
 from genwire.testing import FakeOpenAIServer
 
 GATES = ("near", "novel")
+CHOICES = (*GATES, "if")  # keep-if: a gate that keeps no state (the run's own memory, alone)
 
 
 def pipeline(
@@ -52,6 +53,8 @@ def pipeline(
     ]
     if gated and "near" in gates:
         columns.append({"name": "near", "generator": "keep-near-unique", "params": {"column": "question"}})
+    if gated and "if" in gates:
+        columns.append({"name": "ok", "generator": "keep-if", "params": {"expression": "n % 10 != 3"}})
     if gated and "novel" in gates:
         columns += [
             {
@@ -110,7 +113,7 @@ def main() -> None:
     parser.add_argument("--index-from", type=int, default=20_000)
     # The benchmark's texts share 2 of their 3 shingles ("answer to: question about <n>"): the
     # LSH proposes most kept rows for each candidate, keep-near-unique's worst case.
-    parser.add_argument("--gates", nargs="+", choices=GATES, default=list(GATES))
+    parser.add_argument("--gates", nargs="+", choices=CHOICES, default=list(GATES))
     args = parser.parse_args()
     head = f"{'rows':>9} {'case':18} {'candidates':>11} {'time s':>8} {'cand./s':>8} {'vs plain':>9}"
     print(f"{head} {'peak RSS MB':>12} output")

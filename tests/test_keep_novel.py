@@ -122,8 +122,8 @@ async def test_the_index_path_rejects_what_every_row_compared_rejects_however_ba
     exact = await verdicts(novel_gate(index="exact"), range(3000), 64)
     rejected = sum(not keep for keep, _ in exact)
     assert 200 < rejected < 900  # the data holds near-duplicates on both sides of the threshold
-    indexed = await verdicts(novel_gate(index="hnsw"), range(3000), 64)
-    assert await verdicts(novel_gate(index="hnsw"), range(3000), 7) == indexed  # the same, batched otherwise
+    indexed = await verdicts(novel_gate(index_from=64), range(3000), 64)  # trained on the first 64
+    assert await verdicts(novel_gate(index_from=64), range(3000), 7) == indexed  # the same, batched otherwise
     missed = sum(e != i for e, i in zip(exact, indexed, strict=True))
     assert missed <= rejected // 100  # >= 99 % of the exact gate's rejections, each with its reason
     # auto: every row compared up to 1,000 kept rows, then the index; where it switches
@@ -145,13 +145,13 @@ async def test_a_gate_that_remembers_an_earlier_session_judges_as_an_uninterrupt
 
 
 def repeating_pipeline(server: FakeOpenAIServer, root: Path, concurrency: int) -> dict[str, Any]:
-    """keep-novel through its index from 50 kept rows (the index's graph from 256) over
+    """keep-novel through its index from 64 kept rows (rows join it 256 at a time) over
     questions that repeat (``n`` in 0..599: a repeated question is a cosine of 1)."""
     cfg = novel_pipeline(server, root)
     cfg["providers"]["srv"]["max_concurrency"] = concurrency
     cfg["pipeline"].update(num_records=400, batch_size=16, max_failure_rate=0.0)
     cfg["pipeline"]["columns"][0]["params"].update(high=599)
-    cfg["pipeline"]["columns"][2]["params"].update(index_from=50)
+    cfg["pipeline"]["columns"][2]["params"].update(index_from=64)
     return cfg
 
 

@@ -10,11 +10,12 @@ import importlib.util
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from genwire.generators.base import Generator
 from genwire.generators.builtin.common import ColumnRef, checked_vectors, finite_unit_rows, text_at, texts_of
-from genwire.generators.builtin.kept_vectors import ExactKept, IndexedKept, Kept
+from genwire.generators.builtin.kept_index import IndexedKept
+from genwire.generators.builtin.kept_vectors import ExactKept
 from genwire.generators.metadata import GeneratorMetadata, ResourceKind
 from genwire.generators.outcome import RowFailure
 from genwire.generators.resources import Resources
@@ -45,7 +46,8 @@ def settled(
     return float(np.dot(vector.astype(np.float64), np.asarray(closest(), dtype=np.float64)))
 
 
-INDEX_FROM = 20_000  # kept rows from which `index: auto` compares through an HNSW index
+INDEX_FROM = 20_000  # kept rows from which `index: auto` compares through the index
+FEWEST_TO_INDEX = 64  # kept rows the index is trained on, at least (its codebooks: 16 codes a part)
 
 
 class KeepNovelParams(BaseModel):
@@ -53,22 +55,16 @@ class KeepNovelParams(BaseModel):
 
     column: ColumnRef
     threshold: Annotated[float, Field(gt=-1, le=1)] = 0.92
-    # auto: every kept row compared until `index_from` are kept, then an HNSW index;
-    # exact: every kept row, always; hnsw: the index from the first kept row.
-    index: Literal["auto", "exact", "hnsw"] = "auto"
-    index_from: Annotated[int, Field(ge=1)] = INDEX_FROM
-
-    @model_validator(mode="after")
-    def _index_installed(self) -> KeepNovelParams:
-        if self.index == "hnsw" and not index_installed():
-            raise ValueError("index: hnsw needs usearch: pip install 'genwire[scale]' (or index: auto or exact)")
-        return self
+    # auto: every kept row compared until `index_from` are kept, then the index (trained
+    # on them; with the scale extra installed); exact: every kept row, always.
+    index: Literal["auto", "exact"] = "auto"
+    index_from: Annotated[int, Field(ge=FEWEST_TO_INDEX)] = INDEX_FROM
 
 
 @functools.cache
 def index_installed() -> bool:
-    """Whether usearch can be imported (looked up, not imported: that waits for the index)."""
-    return importlib.util.find_spec("usearch") is not None
+    """Whether faiss can be imported (looked up, not imported: that waits for the index)."""
+    return importlib.util.find_spec("faiss") is not None
 
 
 class KeepNovel(Generator[KeepNovelParams]):
@@ -84,7 +80,7 @@ class KeepNovel(Generator[KeepNovelParams]):
 
     def __init__(self, *, column: str, params: KeepNovelParams, resources: Resources, seed: int = 0) -> None:
         super().__init__(column=column, params=params, resources=resources, seed=seed)
-        self._kept: Kept = ExactKept()
+        self._kept: ExactKept | IndexedKept = ExactKept()
         self._length: int | None = None  # of the kept vectors
         # The batches' vectors asked for ahead of their turn (or why they could not be), by
         # their indices: one entry per batch waiting at this gate (64 rows x 384 f32: 98 kB).
@@ -103,23 +99,20 @@ class KeepNovel(Generator[KeepNovelParams]):
             )
 
     def _keep(self, vectors: npt.NDArray[np.float32], candidates: list[int]) -> None:
-        """Keep the rows (in candidate order); from `index_from` kept rows (`index: auto`),
-        or from the first (`hnsw`), in the index, built from every kept row in order."""
+        """Keep the rows (in candidate order); from `index_from` kept rows (`index: auto`)
+        in the index, trained on and built from every kept row in order."""
         if not candidates:
             return
         self._length = vectors.shape[1]
         self._kept.add_many(vectors, candidates)
         kept = self._kept
         if isinstance(kept, ExactKept) and self._indexed_from(kept.count):
-            indexed = IndexedKept(self._length)
-            indexed.add_many(kept.matrix(), list(kept.candidates))  # one add at a time, in the order kept
-            self._kept = indexed
+            self._kept = IndexedKept(kept.matrix(), list(kept.candidates))  # in the order kept
 
     def _indexed_from(self, count: int) -> bool:
         """Whether ``count`` kept rows are compared through the index."""
-        index = self.params.index
         # auto without the scale extra: every row compared, as documented
-        return index == "hnsw" or (index == "auto" and count >= self.params.index_from and index_installed())
+        return self.params.index == "auto" and count >= self.params.index_from and index_installed()
 
     async def _vectors(self, texts: list[str], indices: Sequence[int]) -> npt.NDArray[np.float32]:
         """One request for the texts, cached under their rows (as the ``embedding`` column)."""
@@ -182,7 +175,7 @@ class KeepNovel(Generator[KeepNovelParams]):
             return out
         candidates = [indices[i] for i in positions]
         threshold = self.params.threshold
-        # Off the event loop (numpy and usearch release the GIL): the batches behind this
+        # Off the event loop (numpy and faiss release the GIL): the batches behind this
         # one keep sending their requests while it is judged.
         judged = await asyncio.to_thread(self._judge, vectors, candidates)
         for i, (similarity, candidate) in zip(positions, judged, strict=True):
@@ -234,6 +227,6 @@ class KeepNovel(Generator[KeepNovelParams]):
 
     def _changes_after(self, more: int) -> bool:
         kept = self._kept
-        if isinstance(kept, IndexedKept):
-            return kept.flushes_after(more)
-        return self._indexed_from(kept.count + more)
+        if isinstance(kept, ExactKept):
+            return self._indexed_from(kept.count + more)
+        return kept.flushes_after(more)

@@ -1,0 +1,155 @@
+"""``keep-novel``'s index over the rows it kept, for runs past ``index_from`` of them: an
+inverted file (faiss ``IndexIVFPQFastScan``) proposes each new vector's nearest kept rows,
+and each proposal is checked against its exact float32 vector, kept in a temporary file.
+
+Why an inverted file (issue 53, measured by ``benchmarks/gates.py --parts scale``): near
+duplicates sit in the same cluster of the kept rows, so probing the two clusters nearest a
+vector finds them; adding a row costs one comparison with the cluster centres (an HNSW
+graph's add explored 128 neighbours: 0.56 ms a row at 100,000 rows against 0.04), and the
+rows are held as 4-bit product-quantised codes (24 bytes at 384 dimensions, scanned with
+SIMD), so a million rows take about 32 MB. The codes' scores are coarse, so the gate never
+trusts them: the ``PROPOSALS`` best-scored rows are read back and compared exactly.
+
+Deterministic by construction: the clusters and codebooks are trained once, on the first
+``index_from`` kept rows, by one thread with a fixed seed; rows join the index ``FLUSH`` at a
+time in the order kept (the last ones wait in memory and are compared exactly); a vector's
+proposals depend on that vector and on the rows in the index alone, not on the others
+searched with it. So what a vector is compared with depends on the count of kept rows alone,
+and a resumed run that re-adds the rows an earlier session kept, in order, finds what an
+uninterrupted run finds."""
+
+from __future__ import annotations
+
+import array
+import os
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+from genwire.generators.builtin.kept_vectors import NONE
+
+if TYPE_CHECKING:
+    from genwire.generators.builtin.kept_vectors import Matrix
+
+PROBES = 2  # clusters searched per vector: 99.9-100 % of the exact gate's rejections (docs)
+PROPOSALS = 4  # best-scored rows per vector checked exactly
+MOST_LISTS = 1024  # clusters, at most
+ROWS_PER_LIST = 20  # training rows per cluster, at least (k-means wants a few per centre)
+TRAINING_ROUNDS = 10  # k-means iterations (faiss's default for an inverted file)
+
+
+def lists_for(rows: int) -> int:
+    """The clusters of an index trained on ``rows``: a power of two, 1 to ``MOST_LISTS``."""
+    lists = 1
+    while lists * 2 <= min(MOST_LISTS, rows // ROWS_PER_LIST):
+        lists *= 2
+    return lists
+
+
+def subvectors_for(ndim: int) -> int:
+    """Product-quantiser parts: about 8 dimensions each (48 at 384), dividing ``ndim``."""
+    wanted = max(1, ndim // 8)
+    return max(m for m in range(1, wanted + 1) if ndim % m == 0)
+
+
+class IndexedKept:
+    """The kept rows in an inverted file, built from the rows kept so far (``first``, in
+    order: the training set), then grown ``FLUSH`` rows at a time."""
+
+    FLUSH = 256
+
+    def __init__(self, first: Matrix, candidates: list[int]) -> None:
+        import faiss
+        import numpy as np
+
+        faiss.omp_set_num_threads(1)  # training and adds in one thread: the same rows, the same index
+        self._ndim = ndim = int(first.shape[1])
+        lists = lists_for(len(first))
+        factory = f"IVF{lists},PQ{subvectors_for(ndim)}x4fs"
+        self._owner = faiss.index_factory(ndim, factory, faiss.METRIC_INNER_PRODUCT)
+        index: Any = faiss.downcast_index(self._owner)  # a view: the factory's index owns the memory
+        for clustering in (index.cp, index.pq.cp):
+            clustering.niter = TRAINING_ROUNDS
+            clustering.min_points_per_centroid = 1  # few rows make a coarse index, not a warning on stderr
+        index.nprobe = min(PROBES, lists)
+        self._index = index
+        index.train(np.ascontiguousarray(first, dtype=np.float32))
+        self._exact = tempfile.TemporaryFile(prefix="genwire-kept-")  # noqa: SIM115 (closed with the gate)
+        self._indexed = 0  # rows in the index: slots 0 .. _indexed - 1
+        self._pending: Matrix = np.zeros((self.FLUSH, ndim), dtype=np.float32)  # slots from _indexed on
+        self.count = 0
+        self.candidates = array.array("q")
+        self.add_many(first, candidates)
+
+    def __del__(self) -> None:
+        exact = getattr(self, "_exact", None)
+        if exact is not None:
+            exact.close()
+
+    def flushes_after(self, more: int) -> bool:
+        """Whether keeping ``more`` rows puts the waiting ones in the index."""
+        return self.count - self._indexed + more >= self.FLUSH
+
+    def closest_each(self, vectors: Matrix, floor: float) -> list[tuple[float, int]]:
+        import numpy as np
+
+        out = [NONE] * len(vectors)
+        if self._indexed:
+            _, proposed = self._index.search(vectors, min(PROPOSALS, self._indexed))
+            for i, vector in enumerate(vectors):
+                slots = np.sort(proposed[i][proposed[i] >= 0])  # the order kept: ties go to the first
+                if len(slots):
+                    scores = self._rows(slots) @ vector
+                    best = int(scores.argmax())
+                    out[i] = (float(scores[best]), int(slots[best]))
+        waiting = self.count - self._indexed
+        if waiting:
+            scores = self._pending[:waiting] @ vectors.T
+            best = scores.argmax(axis=0)
+            for i, b in enumerate(best):
+                if scores[b, i] > out[i][0]:  # strictly: an equal indexed row was kept first
+                    out[i] = (float(scores[b, i]), self._indexed + int(b))
+        return out
+
+    def vector(self, slot: int) -> Matrix:
+        row: Matrix = self._rows([slot])[0] if slot < self._indexed else self._pending[slot - self._indexed]
+        return row
+
+    def add_many(self, vectors: Matrix, candidates: list[int]) -> None:
+        for start in range(0, len(vectors), self.FLUSH):
+            part = vectors[start : start + self.FLUSH]
+            waiting = self.count - self._indexed
+            room = min(len(part), self.FLUSH - waiting)
+            self._pending[waiting : waiting + room] = part[:room]
+            self.count += room
+            if self.count - self._indexed == self.FLUSH:
+                self._flush()
+            if room < len(part):
+                self._pending[: len(part) - room] = part[room:]
+                self.count += len(part) - room
+        self.candidates.extend(candidates)
+
+    def _flush(self) -> None:
+        rows = self._pending[: self.count - self._indexed]
+        os.pwrite(self._exact.fileno(), rows.tobytes(), self._indexed * self._row)
+        self._index.add(rows)  # ids are the order of the adds: slots
+        self._indexed = self.count
+
+    @property
+    def memory_bytes(self) -> int:
+        """What the index holds in memory (the exact vectors are on disk): each row's code
+        and id, the cluster centres, the rows waiting, the candidates' numbers."""
+        index = self._index
+        codes = self._indexed * (int(index.code_size) + 8) + int(index.nlist) * self._ndim * 4
+        return codes + self.candidates.itemsize * len(self.candidates) + self._pending.nbytes
+
+    @property
+    def _row(self) -> int:
+        return self._ndim * 4
+
+    def _rows(self, slots: object) -> Matrix:
+        """The exact vectors of indexed rows ``slots`` (one read per row)."""
+        import numpy as np
+
+        fd, row = self._exact.fileno(), self._row
+        data = b"".join(os.pread(fd, row, int(s) * row) for s in slots)  # type: ignore[attr-defined]
+        return np.frombuffer(data, dtype=np.float32).reshape(-1, self._ndim)
