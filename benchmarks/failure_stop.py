@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import genwire
-from genwire.engine.run.failure_stop import MIN_ROWS_FOR_RATE, FailureStop
+from genwire.engine.rows.failure_stop import MIN_ROWS_FOR_RATE, FailureStop
 from genwire.testing import FakeOpenAIServer
 from genwire.testing.fake_server import FakeResponse
 

@@ -13,7 +13,7 @@ import pytest
 from support import cli, write
 
 import genwire
-from genwire.engine.run.failure_stop import MIN_ROWS_FOR_RATE
+from genwire.engine.rows.failure_stop import MIN_ROWS_FOR_RATE
 from genwire.testing import FakeOpenAIServer
 from genwire.testing.fake_server import FakeResponse
 
@@ -131,7 +131,7 @@ async def test_a_stop_the_written_rows_do_not_confirm_sends_the_dropped_rows_and
     """Rows decided with no request after the stop (answers from the cache) can bring the
     written rows back under the rate: the run then goes on, making each dropped row once.
     The stop is forced here (once 128 rows are written); the rows are real."""
-    from genwire.engine.run.failure_stop import FailureStop
+    from genwire.engine.rows.failure_stop import FailureStop
 
     tripped: list[bool] = []
 
@@ -190,7 +190,7 @@ async def test_a_stop_the_written_rows_do_not_confirm_makes_the_dropped_rows_in_
     written) are made in a checkpoint segment of their own: the output is the one a run
     without the stop writes, row for row, in order; a gated run takes its dropped
     candidates first, so it keeps the same candidates."""
-    from genwire.engine.run.failure_stop import FailureStop
+    from genwire.engine.rows.failure_stop import FailureStop
 
     def shape(root: Path) -> dict[str, Any]:
         cfg = config(server, root, 640)

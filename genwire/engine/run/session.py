@@ -19,9 +19,9 @@ from genwire.engine.records.batch_result import BatchResult
 from genwire.engine.records.checkpoint import Checkpoint
 from genwire.engine.records.result import RunResult
 from genwire.engine.report.about import run_about
+from genwire.engine.rows.failure_stop import FailureStop
 from genwire.engine.rows.local import LocalBatches
 from genwire.engine.run.batch_mode import BatchMode
-from genwire.engine.run.failure_stop import FailureStop
 from genwire.engine.run.options import RunOptions
 from genwire.engine.run.sink import OutputSink, Progress
 from genwire.errors import RunStopped
@@ -100,10 +100,10 @@ class RunSession:
         self.sink: OutputSink | None = None
         self.report: PreflightReport | None = None
         self.candidates: CandidatePlan | None = None  # a gated run's schedule
-        # Judged as rows settle in a local online run, gated or not (its requests stop at once);
-        # an estimate, batch mode and Ray judge written batches (``OutputSink.add``).
+        # Judged as rows settle in an online run, gated or not, local or on Ray (its requests
+        # stop at once); an estimate and batch mode judge written batches (``OutputSink.add``).
         self.failure_stop = FailureStop(container.config.pipeline.max_failure_rate, checkpoint.failed_before())
-        self.live_stop = plan.engine != "ray" and not plan.batching and options.sample_rows is None
+        self.live_stop = not plan.batching and options.sample_rows is None
         self.source = self._source()
         self.batch_mode = (
             BatchMode(container, plan.batching, plan.directory, self.source.live_rows) if plan.batching else None
@@ -140,6 +140,7 @@ class RunSession:
                 output_limits=self.accounts.costs.output_limits,
                 # Stateful gates judged by one keeper for the cluster, in index order (SPEC §21).
                 gates=RayGates(in_order, gated.earlier(self.checkpoint)) if gated is not None and in_order else None,
+                failure_stop=self.failure_stop if self.live_stop else None,
             )
         budget, failure_stop = self.accounts.budget, self.failure_stop
         batch_rows = self.container.config.pipeline.batch_size

@@ -1,0 +1,65 @@
+"""The failure-rate stop on the Ray engine (issue 49 item 10): each worker judges the rows it
+settles with the same rule as the local engine and stops sending at once, tells the other
+workers and the driver; so with a 400 on every row the cluster sends at most each worker's
+sample plus one round of ``max_concurrency`` (split between the workers), where judging
+whole blocks on the driver sent every block in flight. Real HTTP against the fake server,
+which counts the requests; the Ray instance and its actors are the ones ``test_ray``'s
+fixtures start and check."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_failure_stop import CONCURRENCY, config
+from test_ray import WORKERS, ray_cluster, ray_workers  # noqa: F401 - the fixtures
+
+import genwire
+from genwire.engine.rows.failure_stop import MIN_ROWS_FOR_RATE
+from genwire.testing import FakeOpenAIServer
+
+
+async def run_on_ray(cfg: dict[str, Any]) -> Any:
+    async with genwire.boot(cfg) as container:
+        return await container.run(engine="ray", ray_workers=WORKERS, skip_preflight=True)
+
+
+@pytest.fixture
+def server() -> Any:
+    with FakeOpenAIServer() as srv:
+        yield srv
+
+
+async def test_a_ray_run_with_a_400_on_every_row_stops_within_each_workers_sample_and_one_round(
+    ray_workers: Any,  # noqa: F811 - the fixture
+    server: FakeOpenAIServer,
+    tmp_path: Path,
+) -> None:
+    server.fail_when("writer", "", 400)
+    cfg = config(server, tmp_path, 1000)
+    with pytest.raises(genwire.RunError, match=r"stopped after \d+ rows: \d+ failed \(100%\), above max_failure_rate"):
+        await run_on_ray(cfg)
+    server.wait_idle()
+    # Each worker's judge stops it within its sample and its share of max_concurrency, by
+    # construction (whatever reaches it from the others, and whenever).
+    assert server.requests["writer"] <= WORKERS * MIN_ROWS_FOR_RATE + CONCURRENCY
+    failed = [json.loads(line) for line in (tmp_path / "out.jsonl.errors.jsonl").read_text().splitlines()]
+    assert len(failed) == server.requests["writer"]  # a row never sent is not failed: dropped for the rerun
+
+    server.clear()  # the fault clears: the rerun makes every row, the dropped ones too
+    result = await run_on_ray(cfg)
+    assert result.rows_written == 1000 and result.rows_failed == 0
+
+
+async def test_a_ray_run_with_scattered_failures_below_the_rate_finishes(
+    ray_workers: Any,  # noqa: F811 - the fixture
+    server: FakeOpenAIServer,
+    tmp_path: Path,
+) -> None:
+    server.fail_rate("writer", 0.03, (400,), seed=1)
+    result = await run_on_ray(config(server, tmp_path, 640))
+    assert result.rows_written + result.rows_failed == 640
+    assert 0 < result.rows_failed < 64
+    assert server.requests["writer"] == 640  # each row sent once
