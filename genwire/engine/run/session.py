@@ -100,10 +100,10 @@ class RunSession:
         self.sink: OutputSink | None = None
         self.report: PreflightReport | None = None
         self.candidates: CandidatePlan | None = None  # a gated run's schedule
-        # Judged as rows settle in an online run, gated or not, local or on Ray (its requests
-        # stop at once); an estimate and batch mode judge written batches (``OutputSink.add``).
+        # Judged as rows settle, gated or not, local or on Ray (requests stop at once; in batch
+        # mode, no call joins a round once the rate passed); an estimate judges written batches.
         self.failure_stop = FailureStop(container.config.pipeline.max_failure_rate, checkpoint.failed_before())
-        self.live_stop = not plan.batching and options.sample_rows is None
+        self.live_stop = options.sample_rows is None
         self.source = self._source()
         self.batch_mode = (
             BatchMode(container, plan.batching, plan.directory, self.source.live_rows) if plan.batching else None
