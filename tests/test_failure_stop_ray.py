@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_failure_stop import CONCURRENCY, config
+from test_failure_stop import CONCURRENCY, config, gated
 from test_ray import WORKERS, ray_cluster, ray_workers  # noqa: F401 - the fixtures
 
 import genwire
@@ -32,13 +32,19 @@ def server() -> Any:
         yield srv
 
 
+@pytest.mark.parametrize("with_gate", [False, True])
 async def test_a_ray_run_with_a_400_on_every_row_stops_within_each_workers_sample_and_one_round(
     ray_workers: Any,  # noqa: F811 - the fixture
     server: FakeOpenAIServer,
     tmp_path: Path,
+    with_gate: bool,
 ) -> None:
+    """With a gate, ``num_records`` counts kept rows: the plan's first window is one
+    candidate per row wanted (1,000), all sent before the first block was judged."""
     server.fail_when("writer", "", 400)
     cfg = config(server, tmp_path, 1000)
+    if with_gate:
+        cfg = gated(cfg)
     with pytest.raises(genwire.RunError, match=r"stopped after \d+ rows: \d+ failed \(100%\), above max_failure_rate"):
         await run_on_ray(cfg)
     server.wait_idle()
