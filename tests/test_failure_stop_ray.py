@@ -17,7 +17,7 @@ from test_failure_stop import CONCURRENCY, config, gated
 from test_ray import WORKERS, ray_cluster, ray_workers  # noqa: F401 - the fixtures
 
 import genwire
-from genwire.engine.rows.failure_stop import MIN_ROWS_FOR_RATE
+from genwire.engine.rows.failure_stop import MIN_ROWS_FOR_RATE, FailureStop
 from genwire.testing import FakeOpenAIServer
 
 
@@ -69,3 +69,33 @@ async def test_a_ray_run_with_scattered_failures_below_the_rate_finishes(
     assert result.rows_written + result.rows_failed == 640
     assert 0 < result.rows_failed < 64
     assert server.requests["writer"] == 640  # each row sent once
+
+
+async def test_a_stopping_driver_starts_no_block_and_after_a_reopen_makes_the_dropped_rows(
+    ray_workers: Any,  # noqa: F811 - the fixture
+    server: FakeOpenAIServer,
+    tmp_path: Path,
+) -> None:
+    """While the session's judge is stopping the driver starts no block; once the written
+    rows did not confirm the stop (rows decided from the cache after it), the session asks
+    the same engine again for the dropped rows: its workers (ended with the first call)
+    start again, with judges of their own that know nothing of the stop."""
+    from genwire.engine.cluster.driver import RayBatches
+
+    judge = FailureStop(0.1)
+
+    async def rows(engine: RayBatches, indices: range) -> list[int]:
+        return [row async for result in engine.batches(iter(indices), 16) for row in result.indices]
+
+    async with genwire.boot(config(server, tmp_path, 128)) as container:
+        engine = RayBatches(container, None, WORKERS, failure_stop=judge)
+        try:
+            assert await rows(engine, range(64)) == list(range(64))
+            judge.halt()
+            assert await rows(engine, range(64, 128)) == []
+            assert server.requests["writer"] == 64
+            judge.reopen()
+            assert await rows(engine, range(64, 128)) == list(range(64, 128))
+        finally:
+            await engine.aclose()
+    assert server.requests["writer"] == 128
