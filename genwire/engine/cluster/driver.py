@@ -43,6 +43,7 @@ from genwire.engine.cluster.worker import BlockWorker, provider_caps
 from genwire.engine.money.costs import priced_models
 from genwire.engine.records.batch_result import BatchResult
 from genwire.engine.records.receipt import Receipt
+from genwire.engine.rows.failure_stop import FailureStop
 from genwire.errors import RunError, exception_text
 from genwire.providers.pricing import Price
 from genwire.providers.response_cache import ResponseCache
@@ -89,12 +90,14 @@ class RayBatches:
         budget: ClusterBudget | None = None,
         output_limits: dict[str, int] | None = None,
         gates: GateKeeping | None = None,
+        failure_stop: FailureStop | None = None,
     ) -> None:
         """``response_cache``: the driver's cache, the one that stores the workers' answers;
         ``feed``: the run's accounting, which every worker's receipt goes to; ``prices``:
         the models' prices the workers' meters price their answers with; ``budget``: the
         run's, held cluster-wide by a coordinator when capped; ``gates``: a gated run's
-        in-order gates, judged by one keeper for the cluster."""
+        in-order gates, judged by one keeper for the cluster; ``failure_stop``: the session's
+        judge of the failure rate, judged live on each worker too (``engine.rows.failure_stop``)."""
         self._container = container
         self._cache = response_cache
         self._address = address
@@ -107,6 +110,7 @@ class RayBatches:
         self._actors: list[Any] = []
         self._coordinator: Any = None  # a capped run's (engine.cluster.shared), made with the workers
         self._gates = gates
+        self._failure_stop = failure_stop
         self._keeper: Any = None  # the gates' keeper's client (engine.cluster.keeper), made with the workers
         self._drains: Drains | None = None  # what the workers settle, stored as it comes (engine.cluster.drain)
         # When (time.perf_counter) every worker had booted its container: an estimate counts the start-up.
@@ -168,6 +172,7 @@ class RayBatches:
                 prices,
                 output_limits=self._output_limits,
                 worker=i,
+                max_failure_rate=self._failure_stop.max_failure_rate if self._failure_stop is not None else None,
             )
             try:
                 if self._gates is not None and self._keeper is None:  # booted as a worker, on the first one's share
@@ -286,9 +291,13 @@ class RayBatches:
         running = [0] * workers
         ahead = workers * (BLOCKS_PER_WORKER + 1)
         rows_done = 0  # rows returned in this session (what a row costs, for the budget's hold)
+        judge = self._failure_stop
+        retried = judge.retried if judge is not None else ()
 
         def held() -> bool:
-            """The budget takes no new rows: exhausted, or near the cap while blocks run."""
+            """No new rows: the failure rate passed; the budget exhausted, or near the cap while blocks run."""
+            if judge is not None and judge.stopping:
+                return True
             if budget is None:
                 return False
             if budget.exhausted():
@@ -312,7 +321,8 @@ class RayBatches:
                 if gates is not None:  # before the block: the keeper takes the batches in index order
                     gates.enter(batch_keys(rows, batch_size))
                 running[worker] += 1
-                ref = actors[worker].run_block.remote(rows, batch_size, roster)
+                again = [row for row in rows if row in retried] if retried else []
+                ref = actors[worker].run_block.remote(rows, batch_size, roster, again)
                 pending.append(Block(rows, worker, ref, asyncio.ensure_future(ref)))
 
         submit()
@@ -337,6 +347,8 @@ class RayBatches:
             assert self._drains is not None
             await self._drains.covered(block.worker, through)  # its answers and receipts stored and fed
             rows_done += sum(len(result.indices) for result in out)
+            if judge is not None and any(result.stopping for result in out):
+                judge.halt()  # a worker passed the rate: no new block; the session judges the rows written
             if budget is not None and coordinator is not None:
                 budget.note(await coordinator.status.remote())
             submit()  # before yielding: the next block runs while the sink writes this one

@@ -33,6 +33,8 @@ class WorkerSpec:
     output_limits: dict[str, int] = dataclasses.field(default_factory=dict)  # the driver's: the same worst cases
     worker: int = 0  # this worker's index
     gates: Any = None  # the run's in-order gates' keeper (engine.cluster.keeper.KeeperClient), when it has any
+    # The failure-rate stop judged as the worker's rows settle (engine.rows.failure_stop); None: not live.
+    max_failure_rate: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import functools
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from genwire.container.core import WiredPipeline
@@ -22,6 +23,7 @@ from genwire.engine.money.costs import attach_meter, model_concurrency
 from genwire.engine.records.batch_result import BatchResult, batched
 from genwire.engine.records.receipt import Receipt, ReceiptBook
 from genwire.engine.rows.collector import collector_for_rows
+from genwire.engine.rows.failure_stop import FailureStop
 from genwire.engine.rows.runner import BatchRunner
 from genwire.providers.budget import CostMeter
 from genwire.providers.metrics import start_recording, stop_recording
@@ -60,6 +62,14 @@ class BlockWorker:
         self._draining = 0  # drains under way (``close`` lets them return first)
         self._settle = asyncio.Event()  # an answer paid or a block ended: a drain waiting returns
         self._book.on_paid = self._settle.set
+        # The failure-rate stop, judged here on this worker's rows (engine.rows.failure_stop); a
+        # peer's verdict (``halt``) stops it too. ``_retried``: rows an earlier session failed.
+        self._retried: set[int] = set()
+        self._failure_judge = (
+            FailureStop(spec.max_failure_rate, self._retried) if spec.max_failure_rate is not None else None
+        )
+        if self._failure_judge is not None:
+            self._failure_judge.on_stop = self._stopping
 
     async def _ready(self) -> tuple[BatchRunner, asyncio.Semaphore]:
         if self._boot_lock is None:
@@ -69,7 +79,13 @@ class BlockWorker:
                 self._container = boot_worker_container(self._spec)
                 if self._spec.response_cache is not None:  # read only: the driver stores the answers
                     self._cache = ResponseCache(self._spec.response_cache, writer=False)
-                self._runner = BatchRunner(self._container, self._cache, store_answers=False, keeper=self._spec.gates)
+                self._runner = BatchRunner(
+                    self._container,
+                    self._cache,
+                    store_answers=False,
+                    keeper=self._spec.gates,
+                    admission=self._failure_judge,
+                )
                 # Metered as on the driver: each paid answer goes to the driver's ledger.
                 meter = CostMeter(
                     self._spec.prices,
@@ -120,22 +136,23 @@ class BlockWorker:
             worker_meter(meter, roster.budget_caps, roster.coordinator, self._spec.worker)
 
     async def run_block(
-        self, indices: list[int], batch_size: int, roster: Roster | None = None
+        self, indices: list[int], batch_size: int, roster: Roster | None = None, retried: Sequence[int] = ()
     ) -> tuple[tuple[str, int], list[BatchResult]] | RemoteError:
         """The block's number in this process and its batches in order, or the first error
         in row order (as the local engine would raise it). Their answers and receipts go by
-        ``drain``."""
+        ``drain``. ``retried``: the block's rows an earlier session failed (not judged)."""
         recording = start_recording(self._book.recorder)  # the block's tasks inherit it
         try:
             runner, slots = await self._ready()
             self._join(roster if roster is not None else Roster())
+            self._retried.update(retried)
 
             async def batch(rows: list[int]) -> BatchResult:
                 slot = BatchSlot(slots)
                 await slot.take()  # FIFO: earlier blocks' batches go first
                 held_slot.set(slot)  # in this batch's task (given up while it waits at the gates' keeper)
                 try:
-                    return await runner.run(rows)
+                    return self._told_judge(await runner.run(rows))
                 finally:
                     slot.give()
 
@@ -168,6 +185,26 @@ class BlockWorker:
             return Drained(answers, self._receipt(), through)
         finally:
             self._draining -= 1
+
+    def _told_judge(self, result: BatchResult) -> BatchResult:
+        """A batch settled: told to this worker's failure-rate judge; marked when it is stopping."""
+        judge = self._failure_judge
+        if judge is not None:
+            judge.settled(
+                result.indices, [int(f["row"]) for f in result.failures], [r["candidate"] for r in result.rejected]
+            )
+            result.stopping = judge.stopping
+        return result
+
+    def _stopping(self) -> None:
+        """This worker's rows passed the failure rate: so the others stop sending too."""
+        for peer in self._peers:  # not awaited, as a brake: a worker that is gone misses it
+            peer.halt.remote()
+
+    async def halt(self) -> None:
+        """Another worker's rows passed the failure rate: this one sends nothing more either."""
+        if self._failure_judge is not None:
+            self._failure_judge.halt()
 
     def _braked(self, provider: str, model: str, wait: float) -> None:
         for peer in self._peers:  # not awaited: a worker that is gone misses it

@@ -70,6 +70,9 @@ class CandidatePlan:
         self.scheduled = 0  # this session
         self.recorded = 0  # this session
         self.retried: list[int] = []  # the failed candidates generated again (retry)
+        # Started and not yet decided: once every batch is back, the candidates dropped unsent
+        # (the failure-rate stop refused their requests), which ``requeue`` starts again.
+        self._open: set[int] = set()
         self._decided_before = funnel.decided  # by earlier sessions
 
     @property
@@ -107,12 +110,16 @@ class CandidatePlan:
         if not batch:
             return None
         self.scheduled += len(batch)
+        self._open.update(batch)
         return batch
 
     def record(self, result: BatchResult, *, kept: int | None = None) -> None:
         """A finished batch (``kept``: its rows the sink could write, when not all)."""
         size = result.size or len(result.indices) + len(result.failures) + len(result.rejected)
         self.recorded += size
+        self._open.difference_update(result.indices)
+        self._open.difference_update(int(f["row"]) for f in result.failures)
+        self._open.difference_update(int(r["candidate"]) for r in result.rejected)
         self.funnel.session += size
         self.funnel.kept += len(result.rows) if kept is None else kept
         self.funnel.failed += len(result.failures) + (len(result.rows) - kept if kept is not None else 0)
@@ -132,6 +139,20 @@ class CandidatePlan:
         self.funnel.failed -= len(failed)  # undecided again
         self.funnel.session -= len(failed)
         return True
+
+    def requeue(self) -> list[int]:
+        """Every batch is back and the failure-rate stop was not confirmed by the rows
+        written: the candidates it dropped (started, neither kept, failed nor rejected) are
+        the next ones taken, before those never started. Returns them."""
+        dropped = sorted(self._open)
+        self._open.clear()
+        if dropped:
+            self.scheduled -= len(dropped)
+            self.recorded -= len(dropped)
+            self.funnel.session -= len(dropped)
+            self._pending = itertools.chain(dropped, self._pending)
+            self._drained = False
+        return dropped
 
     def feed(self, batch_size: int) -> Iterator[list[int]]:
         """``take`` as an iterator for ``LocalBatches``: a list to start, ``[]`` for none

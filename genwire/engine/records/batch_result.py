@@ -37,6 +37,8 @@ class BatchResult:
     # ``{"candidate", "gate", "reason", "row"}`` (the row's cells generated so far).
     rejected: list[dict[str, Any]] = field(default_factory=list)
     size: int = 0  # rows the batch was started with (kept, failed, rejected or dropped at the budget)
+    # Made by a Ray worker that had stopped sending at the failure rate (its unsent rows dropped).
+    stopping: bool = False
 
 
 def failure_record(

@@ -33,6 +33,7 @@ import contextlib
 import errno
 import fcntl
 import heapq
+import itertools
 import json
 import logging
 import os
@@ -119,6 +120,7 @@ class Checkpoint:
         self.resumed = len(done)
         self.kept = self.resumed
         self._session = session
+        self._first_segment = session  # this session's first: ``next_segment`` adds more
         self._rows: IO[bytes] | None = None
         self._failed: IO[bytes] | None = None
         self._rejected: IO[bytes] | None = None
@@ -365,11 +367,20 @@ class Checkpoint:
         return indices
 
     def failures(self) -> Iterator[dict[str, Any]]:
-        """This session's failure records: every row not done failed in it."""
+        """This session's failure records, in row order, over its segments: a row's latest,
+        unless a later segment made it (kept or rejected)."""
         self._flush()
-        path = self.directory / f"failed-{self._session:04d}.jsonl"
-        if path.exists():
-            yield from json_lines(path)
+        paths = [p for p in session_files(self.directory, FAILED_FILE) if segment_number(p) >= self._first_segment]
+        if len(paths) == 1:  # a session in one segment (nearly every one): its file as it is
+            yield from json_lines(paths[0])
+            return
+        streams = [((int(r["row"]), n, r) for r in json_lines(path)) for n, path in enumerate(paths)]
+        rejected = self.rejections.done
+        merged = heapq.merge(*streams, key=lambda item: (item[0], item[1]))
+        for row, records in itertools.groupby(merged, key=lambda item: item[0]):
+            *_, (_, _, latest) = records
+            if row not in self._done and row not in rejected:
+                yield latest
 
     # --- ending ------------------------------------------------------------------------
 

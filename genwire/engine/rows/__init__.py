@@ -2,8 +2,9 @@
 kept apart, in-order gates taken in turn.
 
 Owns the batch runner (``runner``: ``BatchRunner``, used by the local engine and by every Ray
-worker), the local engine's batches in flight (``local``) and the garbage collector's settings
-while rows are made (``collector``).
+worker), the failure-rate stop judged as rows settle (``failure_stop``: the session's judge and
+each Ray worker's), the local engine's batches in flight (``local``) and the garbage
+collector's settings while rows are made (``collector``).
 
 May import: ``engine.gates``, ``engine.records`` and the layers below the engine. Independent of
 ``engine.money``: the meter a request goes through is attached to its provider, not handed here.

@@ -83,7 +83,7 @@ class BatchRunner:
         an earlier session let through in-order gate ``gate`` (none without it).
         ``keeper``: the in-order gates are judged there, not here (a Ray worker's).
         ``admission``: admits each request and hears each row that fails (the run's
-        failure-rate stop, ``engine.failure_stop``)."""
+        failure-rate stop, ``engine.rows.failure_stop``)."""
         container.reset_generators()  # generators may keep per-run state (cursors, caches)
         self.generators: list[Generator[Any]] = [container.generator(c.name) for c in container.columns]
         self.columns = [c.name for c in container.columns]

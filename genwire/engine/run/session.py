@@ -19,9 +19,9 @@ from genwire.engine.records.batch_result import BatchResult
 from genwire.engine.records.checkpoint import Checkpoint
 from genwire.engine.records.result import RunResult
 from genwire.engine.report.about import run_about
+from genwire.engine.rows.failure_stop import FailureStop
 from genwire.engine.rows.local import LocalBatches
 from genwire.engine.run.batch_mode import BatchMode
-from genwire.engine.run.failure_stop import FailureStop
 from genwire.engine.run.options import RunOptions
 from genwire.engine.run.sink import OutputSink, Progress
 from genwire.errors import RunStopped
@@ -100,12 +100,10 @@ class RunSession:
         self.sink: OutputSink | None = None
         self.report: PreflightReport | None = None
         self.candidates: CandidatePlan | None = None  # a gated run's schedule
-        # Judged as rows settle in a local, online, ungated run (its requests stop at once);
-        # a gated run, an estimate, batch mode and Ray judge written batches (``OutputSink.add``).
+        # Judged as rows settle, gated or not, local or on Ray (requests stop at once; in batch
+        # mode, no call joins a round once the rate passed); an estimate judges written batches.
         self.failure_stop = FailureStop(container.config.pipeline.max_failure_rate, checkpoint.failed_before())
-        self.live_stop = (
-            plan.engine != "ray" and not plan.batching and plan.gated is None and options.sample_rows is None
-        )
+        self.live_stop = options.sample_rows is None
         self.source = self._source()
         self.batch_mode = (
             BatchMode(container, plan.batching, plan.directory, self.source.live_rows) if plan.batching else None
@@ -142,6 +140,7 @@ class RunSession:
                 output_limits=self.accounts.costs.output_limits,
                 # Stateful gates judged by one keeper for the cluster, in index order (SPEC §21).
                 gates=RayGates(in_order, gated.earlier(self.checkpoint)) if gated is not None and in_order else None,
+                failure_stop=self.failure_stop if self.live_stop else None,
             )
         budget, failure_stop = self.accounts.budget, self.failure_stop
         batch_rows = self.container.config.pipeline.batch_size
@@ -240,8 +239,7 @@ class RunSession:
                 # Stopped sending as the rate passed; every batch is written now: judged on them.
                 sink.stop_at_rate()
                 self.failure_stop.reopen()  # not above after all: the dropped rows are made
-                dropped = (i for i in self.checkpoint.pending() if i not in sink.failed_here)
-                await self._take(self.source.batches(dropped, batch_size), sink)
+                await self._take(await self._dropped(sink, batch_size), sink)
             # At the cap with candidates that failed in this session (a transient error at a
             # later column): generated again, as a resume would, before the run stops. An
             # in-order gate is asked afresh, remembering what the checkpoint holds (Ray's
@@ -270,6 +268,18 @@ class RunSession:
             raise candidates.stopped(self.plan.directory)
         if candidates is None and self.options.sample_rows is None:
             self._check_every_row_tried(sink)
+
+    async def _dropped(self, sink: OutputSink, batch_size: int) -> AsyncGenerator[BatchResult, None]:
+        """The batches of the rows the failure-rate stop dropped unsent (a gated run: its
+        dropped candidates first, then as its plan schedules), into a checkpoint segment of
+        their own: they are below rows already written, and each file holds its rows in order."""
+        await self.checkpoint.next_segment()
+        candidates = self.candidates
+        if candidates is not None:
+            candidates.requeue()
+            return self.source.batches(iter(()), batch_size, feed=candidates.feed(batch_size))
+        dropped = (i for i in self.checkpoint.pending() if i not in sink.failed_here)
+        return self.source.batches(dropped, batch_size)
 
     async def _take(self, batches: AsyncGenerator[BatchResult, None], sink: OutputSink) -> None:
         """Every batch the engine gives back, into the sink and the candidates' plan."""

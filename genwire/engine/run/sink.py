@@ -14,7 +14,7 @@ from genwire.engine.records.batch_result import BatchResult, failure_record
 from genwire.engine.records.checkpoint import Checkpoint
 from genwire.engine.records.encoding import UnwritableCell, encode_failure, encode_row
 from genwire.engine.records.writers import AtomicFile, WriteFailure, errors_path, open_writer
-from genwire.engine.run.failure_stop import FailureStop
+from genwire.engine.rows.failure_stop import FailureStop
 from genwire.errors import RunStopped
 
 T = TypeVar("T")
@@ -89,11 +89,8 @@ class OutputSink:
         if self.progress is not None:
             self.progress.advance(shown, len(failures), self._status_text())
         stop = self.failure_stop
-        retried = stop.retried  # rejected candidates were tried (and decided) in this session
-        done = sum(1 for index, _ in rows if index not in retried) + len(rejected)
         self.failed_here.update(failed)
-        lost = sum(1 for index in failed if index not in retried)
-        stop.wrote(itertools.chain(result.indices, failed, (r[0] for r in rejected)), done, lost)
+        stop.settled([index for index, _ in rows], failed, [r[0] for r in rejected])
         if not stop.stopping:  # stopping: the running batches send nothing more; judged once they are written
             self.stop_at_rate()
 

@@ -19,6 +19,7 @@ from yarl import URL  # light, and loaded with the config already (its base_url 
 from genwire.config.schema import OpenAIProviderConfig
 from genwire.errors import ErrorClass
 from genwire.providers.failures import AttemptFailure
+from genwire.providers.openai.framing import aiohttp_framing, framed
 from genwire.providers.wire import MalformedAnswer, WireClient, WireError, serves
 from genwire.scrub import scrub
 from genwire.version import __version__
@@ -53,7 +54,9 @@ class _NeverRaised(Exception):
 class HttpClients:
     """One endpoint's clients and their life; the base of ``OpenAIProvider``."""
 
-    def __init__(self, config: OpenAIProviderConfig) -> None:
+    def __init__(self, config: OpenAIProviderConfig, *, lean_client: bool = True) -> None:
+        """``lean_client=False``: aiohttp sends every request, an http:// endpoint's too (as
+        it sends an https:// endpoint's)."""
         self.config = config  # api_key stays a SecretStr; unwrapped only for the header
         self.base_url = config.url.rstrip("/")
         # Shown in messages: never the userinfo part a base URL might carry.
@@ -64,6 +67,7 @@ class HttpClients:
         # fast endpoint's speed is the client's CPU); opened and closed with the session.
         self._wire: WireClient | None = None
         self._aiohttp_only = False  # set once a redirect or a cookie made aiohttp take over
+        self._lean = lean_client
         self._origin = URL(self.base_url).origin()  # where requests may go (no redirect elsewhere)
         # aiohttp's errors, known once it is imported (with the first session).
         self._invalid_url: type[BaseException] = _NeverRaised
@@ -86,10 +90,14 @@ class HttpClients:
     def load_client_code(self) -> None:
         """Import the client code this endpoint's requests need (aiohttp: ~150 ms), so that a
         timed stage (the pre-flight) does not pay for it at its first request."""
-        if self._aiohttp_only or not serves(self.base_url, self._request_headers()):
+        if not self._serves_lean(self._request_headers()):
             import aiohttp  # noqa: F401
         else:
             import httptools  # noqa: F401
+
+    def _serves_lean(self, headers: Mapping[str, str]) -> bool:
+        """Whether the lean client sends this endpoint's requests (else aiohttp does)."""
+        return self._lean and not self._aiohttp_only and serves(self.base_url, headers)
 
     def _bound_here(self, loop: asyncio.AbstractEventLoop) -> bool:
         """Whether this provider's clients may be used from ``loop``. A client is bound to
@@ -110,7 +118,7 @@ class HttpClients:
         if self._wire is not None or (self._session is not None and not self._session.closed):
             return
         headers = self._request_headers()
-        if not self._aiohttp_only and serves(self.base_url, headers):
+        if self._serves_lean(headers):
             cfg = self.config
             self._wire = WireClient(self.base_url, headers, timeout_s=cfg.timeout_s, max_body=self._max_body)
             self._loop = loop
@@ -213,13 +221,21 @@ class HttpClients:
     async def _exchange(
         self, session: aiohttp.ClientSession, url: str, body: bytes
     ) -> tuple[int, Mapping[str, str], bytes]:
-        """One POST over aiohttp: status, headers, the body read whole (``_read_body``)."""
-        async with session.post(url, data=body) as resp:
-            declared = resp.content_length
-            if declared is not None and declared <= self._max_body and CONTENT_ENCODING not in resp.headers:
-                # A plain body of a declared length within the limit: read whole at once.
-                return resp.status, resp.headers, await resp.read()
-            return resp.status, resp.headers, await self._read_body(resp, url)
+        """One POST over aiohttp: status, headers, the body read whole (``_read_body``).
+        An answer aiohttp's parser (llhttp) refuses is a ``MalformedAnswer``, as the lean
+        client's are (``aiohttp_framing``); a connection refused, reset or cut short is not."""
+        try:
+            async with session.post(url, data=body) as resp:
+                declared = resp.content_length
+                if declared is not None and declared <= self._max_body and CONTENT_ENCODING not in resp.headers:
+                    # A plain body of a declared length within the limit: read whole at once.
+                    return resp.status, resp.headers, await resp.read()
+                return resp.status, resp.headers, await framed(resp, self._read_body(resp, url))
+        except self._client_errors as exc:
+            refused = aiohttp_framing(exc)
+            if refused is None:
+                raise
+            raise MalformedAnswer(f"{refused} (aiohttp)") from None
 
     async def _read_body(self, resp: aiohttp.ClientResponse, url: str) -> bytes:
         """The body, read in chunks up to ``max_response_mb``: past it (or with a larger

@@ -55,8 +55,8 @@ _BODY_ENCODER = json.JSONEncoder(separators=(",", ":"))
 class OpenAIEndpoint(HttpClients):
     """An OpenAI-compatible endpoint's requests (see the module); the base of ``OpenAIProvider``."""
 
-    def __init__(self, name: str, config: OpenAIProviderConfig) -> None:
-        super().__init__(config)
+    def __init__(self, name: str, config: OpenAIProviderConfig, *, lean_client: bool = True) -> None:
+        super().__init__(config, lean_client=lean_client)
         self.name = name
         self.usage: dict[str, ModelUsage] = {}  # per model alias: attempts, retries, 429s, tokens
         self.reported: dict[str, str] = {}  # per model alias: the model id its first answer named (the card's)

@@ -16,6 +16,7 @@ from genwire.providers.batch.format import uncached_base
 from genwire.providers.budget.meter import metered_batch_call
 from genwire.providers.openai.endpoint import OpenAIEndpoint
 from genwire.providers.request_context import (
+    admit_request,
     are_vectors,
     cache_slot,
     current_column,
@@ -70,6 +71,7 @@ class _Handle(TokenHandle):
                 return cached
         batcher = provider.batcher
         if batcher is not None:  # batch mode: the call waits for its line of a batch
+            admit_request()  # a run stopping on its failure rate puts no more lines in a round
             column = current_column()
             base = slot.key if slot is not None else uncached_base(provider.cache_endpoint, path, body, column)
             custom_id = batcher.request_id(base)

@@ -16,8 +16,9 @@ __all__ = ["OpenAIProvider"]
 class OpenAIProvider(OpenAIEndpoint):
     """An OpenAI-compatible endpoint; builds the chat and embedding models that use it."""
 
-    def __init__(self, name: str, config: OpenAIProviderConfig) -> None:
-        super().__init__(name, config)
+    def __init__(self, name: str, config: OpenAIProviderConfig, *, lean_client: bool = True) -> None:
+        """``lean_client=False``: aiohttp sends every request (``client.HttpClients``)."""
+        super().__init__(name, config, lean_client=lean_client)
         self._routes: list[Route[OpenAIProvider]] = []  # keeps the handles' routes alive
 
     def __repr__(self) -> str:
