@@ -9,6 +9,7 @@ passed rows. Cases: ``gated`` (the two gates, at concurrency 64 and again at 8: 
 (``n`` drawn from 0 .. 1.25 x rows), so the gates reject about a fifth of the candidates.
 
     python benchmarks/scale_rows.py [--rows 10000 100000] [--latency 0.005] [--index-from 20000] [--gates novel]
+    python benchmarks/scale_rows.py --rows 1000000 --gates novel --values 10 --no-plain  # the 1M run
 
 At 1,000,000 rows the gated run makes about 1.25 M candidates (2.5 M requests): hours on a
 loaded 2-core machine; 100,000 rows takes minutes.
@@ -36,13 +37,21 @@ CHOICES = (*GATES, "if")  # keep-if: a gate that keeps no state (the run's own m
 
 
 def pipeline(
-    url: str, root: Path, rows: int, concurrency: int, index_from: int, *, gated: bool, gates: tuple[str, ...] = GATES
+    url: str,
+    root: Path,
+    rows: int,
+    concurrency: int,
+    index_from: int,
+    *,
+    gated: bool,
+    gates: tuple[str, ...] = GATES,
+    values: float = 1.25,
 ) -> dict[str, Any]:
     columns: list[dict[str, Any]] = [
         {
             "name": "n",
             "generator": "sampler",
-            "params": {"kind": "uniform", "low": 0, "high": rows * 5 // 4, "integer": True},
+            "params": {"kind": "uniform", "low": 0, "high": int(rows * values), "integer": True},
         },
         {
             "name": "question",
@@ -82,13 +91,21 @@ def pipeline(
 
 
 def run(
-    url: str, rows: int, concurrency: int, index_from: int, *, gated: bool, gates: tuple[str, ...] = GATES
+    url: str,
+    rows: int,
+    concurrency: int,
+    index_from: int,
+    *,
+    gated: bool,
+    gates: tuple[str, ...] = GATES,
+    values: float = 1.25,
 ) -> tuple[float, float, str, int]:
     """(seconds, peak RSS MB, sha256 of the output, candidates) of one fresh run."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         config = root / "genwire.yaml"
-        config.write_text(yaml.safe_dump(pipeline(url, root, rows, concurrency, index_from, gated=gated, gates=gates)))
+        cfg = pipeline(url, root, rows, concurrency, index_from, gated=gated, gates=gates, values=values)
+        config.write_text(yaml.safe_dump(cfg))
         out, err = root / "stdout", root / "stderr"
         started = time.perf_counter()
         with out.open("w") as stdout, err.open("w") as stderr:
@@ -114,27 +131,41 @@ def main() -> None:
     # The benchmark's texts share 2 of their 3 shingles ("answer to: question about <n>"): the
     # LSH proposes most kept rows for each candidate, keep-near-unique's worst case.
     parser.add_argument("--gates", nargs="+", choices=CHOICES, default=list(GATES))
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[64, 8])
+    # n is drawn from 0 .. values x rows: 1.25 makes the gates reject many (late in the run,
+    # most candidates repeat an n); 10 makes a run of about 1.05 x rows candidates.
+    parser.add_argument("--values", type=float, default=1.25)
+    parser.add_argument("--no-plain", action="store_true", help="skip the plain baseline (long at 1M rows)")
     args = parser.parse_args()
     head = f"{'rows':>9} {'case':18} {'candidates':>11} {'time s':>8} {'cand./s':>8} {'vs plain':>9}"
     print(f"{head} {'peak RSS MB':>12} output")
     with FakeOpenAIServer(latency=args.latency) as server:
         for rows in args.rows:
-            plain_s, plain_mb, _, _ = run(server.url, rows, 64, args.index_from, gated=False)
-            plain = f"{rows:>9,} {'plain (baseline)':18} {rows:>11,} {plain_s:>8.1f} {rows / plain_s:>8.0f}"
-            print(f"{plain} {'':>9} {plain_mb:>12.0f}")
+            plain_s = float("nan")
+            if not args.no_plain:
+                plain_s, plain_mb, _, _ = run(server.url, rows, 64, args.index_from, gated=False, values=args.values)
+                plain = f"{rows:>9,} {'plain (baseline)':18} {rows:>11,} {plain_s:>8.1f} {rows / plain_s:>8.0f}"
+                print(f"{plain} {'':>9} {plain_mb:>12.0f}", flush=True)
             digests = set()
-            for concurrency in (64, 8):
+            for concurrency in args.concurrency:
                 took, mb, digest, candidates = run(
-                    server.url, rows, concurrency, args.index_from, gated=True, gates=tuple(args.gates)
+                    server.url,
+                    rows,
+                    concurrency,
+                    args.index_from,
+                    gated=True,
+                    gates=tuple(args.gates),
+                    values=args.values,
                 )
                 digests.add(digest)
                 case = f"{'+'.join(args.gates)}, conc. {concurrency}"
                 rate = candidates / took  # the gated run makes more candidates than it keeps
                 print(
                     f"{rows:>9,} {case:18} {candidates:>11,} {took:>8.1f} {rate:>8.0f} "
-                    f"{rate / (rows / plain_s):>8.0%} {mb:>12.0f} {digest}"
+                    f"{rate / (rows / plain_s):>8.0%} {mb:>12.0f} {digest}",
+                    flush=True,
                 )
-            print(f"{'':>9} kept rows identical at concurrency 64 and 8: {len(digests) == 1}")
+            print(f"{'':>9} kept rows identical at concurrency {args.concurrency}: {len(digests) == 1}")
 
 
 if __name__ == "__main__":
