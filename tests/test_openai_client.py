@@ -9,6 +9,7 @@ import traceback
 from collections.abc import AsyncIterator
 from typing import Any
 
+import numpy as np
 import pytest
 from pydantic import SecretStr
 
@@ -106,8 +107,10 @@ async def test_embed_returns_one_vector_per_text_in_order(
     assert len(vectors) == 3
     assert all(len(v) == 384 for v in vectors)
     assert vectors[0] == vectors[2] != vectors[1]
-    assert vectors[0] == fake_vector("alpha", 384)
-    assert fake_openai_server.last_body[EMBED] == {"model": EMBED, "input": ["alpha", "beta", "alpha"]}
+    # asked as base64 (the default): the server's numbers as float32, exactly
+    assert vectors[0] == np.asarray(fake_vector("alpha", 384), dtype=np.float32).tolist()
+    sent = fake_openai_server.last_body[EMBED]
+    assert sent == {"model": EMBED, "encoding_format": "base64", "input": ["alpha", "beta", "alpha"]}
     assert embedder.dimensions is None
 
 
@@ -152,6 +155,25 @@ async def test_embed_orders_vectors_by_index(
     }
     fake_openai_server.script(EMBED, [FakeResponse(200, json=shuffled)])
     assert await embedder.embed(["a", "b"]) == [[1.0, 0.0], [0.0, 1.0]]
+
+
+async def test_embed_takes_floats_when_the_config_asks_for_them_and_refuses_broken_base64(
+    fake_openai_server: FakeOpenAIServer, provider: OpenAIProvider
+) -> None:
+    floats = provider.embedding_model("floats", embed_config(encoding_format="float"))
+    assert await floats.embed(["alpha"]) == [fake_vector("alpha", 384)]  # the JSON numbers, exactly
+    assert fake_openai_server.last_body[EMBED]["encoding_format"] == "float"
+
+    embedder = provider.embedding_model("embedder", embed_config())
+    for broken in ["not base64!", "AAA", "AAAAAAA="]:  # bad characters; padding; 5 bytes (not float32s)
+        fake_openai_server.script(EMBED, [FakeResponse(200, json={"data": [{"index": 0, "embedding": broken}]})])
+        with pytest.raises(ModelError) as caught:
+            await embedder.embed(["a"])
+        assert caught.value.error_class is ErrorClass.BAD_RESPONSE
+        assert "data[0].embedding is not base64 of float32 numbers" in str(caught.value)
+    fake_openai_server.script(EMBED, [FakeResponse(200, json={"data": [{"index": 0, "embedding": "AADAfw=="}]})])
+    with pytest.raises(ModelError, match="NaN or infinity"):  # base64 of a float32 NaN: checked as numbers are
+        await embedder.embed(["a"])
 
 
 async def test_endpoint_identity_covers_everything_that_changes_the_request(

@@ -6,6 +6,9 @@ sent through the endpoint's ``post``; the answer is checked before it is kept or
 
 from __future__ import annotations
 
+import array
+import binascii
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -216,7 +219,9 @@ class OpenAIEmbeddingModel(_Handle):
         inputs = list(texts)
         if not inputs:
             return []
-        payload = {**self._params, "input": inputs}
+        # base64 unless the config's params say otherwise (as OpenAI's own client does): a
+        # vector's bytes are half its JSON numbers' and decode in C (64 x 384: 3 ms vs 11 ms)
+        payload = {"encoding_format": "base64", **self._params, "input": inputs}
         count = len(inputs)
         return await self._ask(
             "/embeddings",
@@ -248,6 +253,10 @@ class OpenAIEmbeddingModel(_Handle):
             if type(index) is not int or not 0 <= index < count or out[index] is not None:
                 raise bad(f"data[{position}].index is missing, out of range or repeated")
             vector = item.get("embedding")
+            if isinstance(vector, str):  # encoding_format: base64
+                vector = _decoded(vector)
+                if vector is None:
+                    raise bad(f"data[{position}].embedding is not base64 of float32 numbers")
             if not isinstance(vector, list):
                 raise bad(f"data[{position}].embedding is not a list of numbers")
             # json.loads already made floats: keep the list as is (no copy) in that case.
@@ -267,6 +276,20 @@ class OpenAIEmbeddingModel(_Handle):
 
 
 # --- helpers -----------------------------------------------------------------------------
+
+
+def _decoded(text: str) -> list[float] | None:
+    """A base64 embedding (little-endian float32 bytes, OpenAI's format) as floats, or None."""
+    try:
+        raw = binascii.a2b_base64(text, strict_mode=True)
+    except (binascii.Error, ValueError):
+        return None
+    if len(raw) % 4:  # an empty one is an empty vector, named as such by the one check
+        return None
+    values = array.array("f", raw)  # C floats: 32 bits wherever Python runs
+    if sys.byteorder == "big":
+        values.byteswap()
+    return values.tolist()
 
 
 def _routed(

@@ -35,6 +35,7 @@ from genwire.testing.fake_openai.wire import (
     raw_response,
     request_texts,
     scripted_response,
+    wants_base64,
 )
 from genwire.testing.vectors import fake_vector
 
@@ -212,8 +213,8 @@ class FakeAnswering(FakeBehaviours):
         self._count_usage(model, prompt_tokens, 0)
         if vectors is None:
             dims = self._dims(model, body)
-            return raw_response(200, fast_embedding_body(model, texts, dims, prompt_tokens))
-        return json_response(200, embedding_body(model, vectors, prompt_tokens))
+            return raw_response(200, fast_embedding_body(model, texts, dims, prompt_tokens, base64=wants_base64(body)))
+        return json_response(200, embedding_body(model, vectors, prompt_tokens, base64=wants_base64(body)))
 
     def _count_usage(self, model: str, prompt_tokens: int, completion_tokens: int) -> None:
         with self._lock:

@@ -6,12 +6,14 @@ Pure functions of their arguments: the server's state decides which answer, thes
 
 from __future__ import annotations
 
+import binascii
 import functools
 import json
 import time
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 from aiohttp import web
 
 from genwire.testing.fake_openai.scripted import FakeResponse
@@ -41,6 +43,20 @@ def vector_json(text: str, dimensions: int) -> str:
     # Cached encoded form: pipelines embed the same texts repeatedly (dedup, probes).
     # Same numbers as json.dumps would give for the 6-decimal floats, 40% cheaper.
     return "[" + ",".join(map("{:.6f}".format, fake_vector(text, dimensions))) + "]"
+
+
+def as_base64(vector: list[float]) -> str:
+    """A vector as ``encoding_format: base64`` sends it: little-endian float32 bytes."""
+    return binascii.b2a_base64(np.asarray(vector, dtype="<f4").tobytes(), newline=False).decode()
+
+
+@functools.lru_cache(maxsize=8192)
+def vector_base64(text: str, dimensions: int) -> str:
+    return f'"{as_base64(fake_vector(text, dimensions))}"'
+
+
+def wants_base64(body: dict[str, Any]) -> bool:
+    return body.get("encoding_format") == "base64"
 
 
 def fake_answer(prompt: str) -> str:
@@ -106,19 +122,25 @@ def chat_body(
     }
 
 
-def embedding_body(model: str, vectors: list[list[float]], prompt_tokens: int) -> dict[str, Any]:
+def embedding_body(
+    model: str, vectors: list[list[float]], prompt_tokens: int, *, base64: bool = False
+) -> dict[str, Any]:
+    data: list[Any] = [as_base64(v) for v in vectors] if base64 else vectors
     return {
         "object": "list",
         "model": model,
-        "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
+        "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(data)],
         "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
     }
 
 
-def fast_embedding_body(model: str, texts: list[str], dims: int, prompt_tokens: int) -> bytes:
-    """Same document as ``embedding_body`` with normal vectors, from cached JSON pieces."""
+def fast_embedding_body(model: str, texts: list[str], dims: int, prompt_tokens: int, *, base64: bool = False) -> bytes:
+    """Same document as ``embedding_body`` with normal vectors, from cached JSON pieces;
+    ``base64``: each vector as the base64 of its little-endian float32 bytes (OpenAI's
+    ``encoding_format: base64``)."""
+    encoded = vector_base64 if base64 else vector_json
     items = ",".join(
-        f'{{"object":"embedding","index":{i},"embedding":{vector_json(t, dims)}}}' for i, t in enumerate(texts)
+        f'{{"object":"embedding","index":{i},"embedding":{encoded(t, dims)}}}' for i, t in enumerate(texts)
     )
     head = json.dumps({"object": "list", "model": model})[:-1]
     usage = f'"usage":{{"prompt_tokens":{prompt_tokens},"total_tokens":{prompt_tokens}}}'
