@@ -60,15 +60,17 @@ class Drains:
                 self._changed.notify_all()
 
     async def _drains(self, worker: int, actor: Any) -> None:
+        stored: tuple[str, int] | None = None  # the last drain stored: said with the next call
         while not self._closing:
             self._issued[worker] = issued = self._issued.get(worker, 0) + 1
             try:
-                drained = await actor.drain.remote(DRAIN_WAIT_S)
+                drained = await actor.drain.remote(DRAIN_WAIT_S, stored)
             except self._ray.exceptions.RayError:  # the worker is being restarted (or is gone: the run says so)
                 await asyncio.sleep(RETRY_S)
                 continue
             await self.store(drained.answers)
             self._feed(drained.receipt)  # after its answers: the ledger never counts one the cache lacks
+            stored = (drained.through[0], drained.number)  # its answers' slots are free once the worker hears it
             async with self._changed:
                 self._through[worker] = drained.through
                 self._done[worker] = issued

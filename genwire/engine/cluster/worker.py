@@ -16,6 +16,7 @@ from genwire.container.core import WiredPipeline
 from genwire.container.graph import build_graph
 from genwire.container.wiring import wire_columns
 from genwire.engine.cluster.batch_slots import BatchSlot, held_slot
+from genwire.engine.cluster.holds import Holds
 from genwire.engine.cluster.shared import worker_meter
 from genwire.engine.cluster.wire import Drained, RemoteError, Roster, WorkerSpec
 from genwire.engine.money.costs import attach_meter, model_concurrency
@@ -25,6 +26,7 @@ from genwire.engine.rows.collector import collector_for_rows
 from genwire.engine.rows.runner import BatchRunner
 from genwire.providers.budget import CostMeter
 from genwire.providers.metrics import start_recording, stop_recording
+from genwire.providers.request_context import holding_scope
 from genwire.providers.response_cache import ResponseCache
 
 BATCHES_IN_FLIGHT = 4  # per worker, across its blocks: keeps its provider slots busy
@@ -60,6 +62,7 @@ class BlockWorker:
         self._draining = 0  # drains under way (``close`` lets them return first)
         self._settle = asyncio.Event()  # an answer paid or a block ended: a drain waiting returns
         self._book.on_paid = self._settle.set
+        self._holds = Holds(self._settle.set)  # paid answers keep their slot until the driver stored them
 
     async def _ready(self) -> tuple[BatchRunner, asyncio.Semaphore]:
         if self._boot_lock is None:
@@ -139,7 +142,8 @@ class BlockWorker:
                 finally:
                     slot.give()
 
-            tasks = [asyncio.create_task(batch(rows)) for rows in batched(indices, batch_size)]
+            with holding_scope(self._holds):  # the batches' tasks inherit it
+                tasks = [asyncio.create_task(batch(rows)) for rows in batched(indices, batch_size)]
             try:
                 results = [await task for task in tasks]
             finally:
@@ -154,10 +158,14 @@ class BlockWorker:
         finally:
             stop_recording(recording)
 
-    async def drain(self, wait_s: float) -> Drained:
+    async def drain(self, wait_s: float, stored: tuple[str, int] | None = None) -> Drained:
         """What settled since the last drain (answers, what was paid), once something did
-        or after ``wait_s``: the driver keeps one such call waiting on every worker."""
+        or after ``wait_s``: the driver keeps one such call waiting on every worker.
+        ``stored``: this process's drains up to that number are on the driver's disk (their
+        answers' slots are free: ``engine.cluster.holds``)."""
         self._draining += 1
+        if stored is not None and stored[0] == self._process:
+            self._holds.stored(stored[1])
         try:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._settle.wait(), wait_s)
@@ -165,7 +173,8 @@ class BlockWorker:
             await asyncio.sleep(SETTLE_S)  # the rows whose answers just came commit them to their batch
             through = (self._process, self._blocks_ended)
             answers = self._runner.take_answers() if self._runner is not None else []
-            return Drained(answers, self._receipt(), through)
+            number = self._holds.take()  # with its answers, in the same step
+            return Drained(answers, self._receipt(), through, number)
         finally:
             self._draining -= 1
 
@@ -207,6 +216,7 @@ class BlockWorker:
         while self._draining:
             await asyncio.sleep(SETTLE_S)
         receipt = self._receipt()
+        self._holds.free_all()
         container, self._container, self._runner = self._container, None, None
         cache, self._cache = self._cache, None
         for client in self._metered:
