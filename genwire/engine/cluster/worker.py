@@ -120,7 +120,7 @@ class BlockWorker:
         if meter is not None:
             meter.learn(roster.learned)  # a probe's over-long answer marks the model here too
         if any(roster.budget_caps) and meter is not None:  # the cap is the cluster's: spend leases of it
-            worker_meter(meter, roster.budget_caps, roster.coordinator, self._spec.worker)
+            worker_meter(meter, roster.budget_caps, roster.coordinator, self._spec.worker, self._process)
 
     async def run_block(
         self, indices: list[int], batch_size: int, roster: Roster | None = None
