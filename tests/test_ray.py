@@ -1527,6 +1527,17 @@ def wait_for_requests(server: FakeOpenAIServer, count: int, driver: subprocess.P
     assert driver.poll() is None, "the run ended before it was stopped"
 
 
+def start_ray_driver(
+    server: FakeOpenAIServer, root: Path, rows: int, cap: int
+) -> tuple[list[str], dict[str, str], str, subprocess.Popen[Any]]:
+    """A CLI run of ``pipeline`` (batches of 4) on a Ray instance of its own, started in the
+    background: its command, environment and mark (``ray_run_command``), and its process."""
+    cfg = pipeline(server, root, n=rows, max_concurrency=cap, batch_size=4)
+    command, env, mark = ray_run_command(write_json(cfg, root / "genwire.yaml"))
+    driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    return command, env, mark, driver
+
+
 def test_a_killed_ray_driver_leaves_no_process_and_its_resume_pays_at_most_what_was_in_flight(tmp_path: Path) -> None:
     """kill -9 of a CLI driver that started its own Ray mid-run: every process of that
     instance ends (by PID), the server sees no more requests than were in flight, and the
@@ -1535,10 +1546,7 @@ def test_a_killed_ray_driver_leaves_no_process_and_its_resume_pays_at_most_what_
     and its summary shows the cluster's peak in flight, not the driver's."""
     rows, cap = 48, 4
     with FakeOpenAIServer(latency=0.4) as server:
-        cfg = pipeline(server, tmp_path, n=rows, max_concurrency=cap, batch_size=4)
-        path = write_json(cfg, tmp_path / "genwire.yaml")
-        command, env, mark = ray_run_command(path)
-        driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        command, env, mark, driver = start_ray_driver(server, tmp_path, rows, cap)
         try:
             wait_for_requests(server, rows // 2, driver)
             instance = [pid for pid in ray_processes(mark) if pid != driver.pid]
@@ -1590,10 +1598,7 @@ def test_a_ray_worker_killed_then_its_driver_pays_at_most_the_cap_after_the_driv
     paid and not yet handed over (its share of the cap: those answers died with it)."""
     rows, cap = 48, 4
     with FakeOpenAIServer(latency=0.4) as server:
-        cfg = pipeline(server, tmp_path, n=rows, max_concurrency=cap, batch_size=4)
-        path = write_json(cfg, tmp_path / "genwire.yaml")
-        command, env, mark = ray_run_command(path)
-        driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        command, env, mark, driver = start_ray_driver(server, tmp_path, rows, cap)
         try:
             wait_for_requests(server, rows // 4, driver)
             victim = block_workers(mark)[0]

@@ -30,7 +30,11 @@ from genwire.providers.request_context import holding_scope
 from genwire.providers.response_cache import ResponseCache
 
 BATCHES_IN_FLIGHT = 4  # per worker, across its blocks: keeps its provider slots busy
-SETTLE_S = 0.01  # a drain woken by an answer lets its row commit it first
+# A drain woken by an answer yields once, so the rows whose answers just came commit them
+# first (no sleep: each answer holds its slot until its drain is stored, and a commit that
+# comes later wakes the next drain: engine.cluster.holds).
+SETTLE_S = 0.0
+CLOSE_POLL_S = 0.01  # ``close`` waits for the drains under way to return
 
 
 def boot_worker_container(spec: WorkerSpec) -> WiredPipeline:
@@ -214,7 +218,7 @@ class BlockWorker:
         (a block cancelled or failed midway). A drain waiting returns first."""
         self._settle.set()  # a drain waiting returns: the driver reads it before killing this actor
         while self._draining:
-            await asyncio.sleep(SETTLE_S)
+            await asyncio.sleep(CLOSE_POLL_S)
         receipt = self._receipt()
         self._holds.free_all()
         container, self._container, self._runner = self._container, None, None
