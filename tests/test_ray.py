@@ -1543,13 +1543,22 @@ def test_a_killed_ray_driver_leaves_no_process_and_its_resume_pays_at_most_what_
     instance ends (by PID), the server sees no more requests than were in flight, and the
     resume (which starts and ends its own instance too) pays again only for those: every
     answer settled before the kill was on disk. The resume's stderr holds no line of Ray's,
-    and its summary shows the cluster's peak in flight, not the driver's."""
+    and its summary shows the cluster's peak in flight, not the driver's.
+
+    The driver stalls first (SIGSTOP: swapped out, or busy), so it stores nothing for a
+    while: the workers must not go on paying beyond the cap meanwhile (without the answers'
+    holds they did, at every slot's turn, until the kill)."""
     rows, cap = 48, 4
     with FakeOpenAIServer(latency=0.4) as server:
         command, env, mark, driver = start_ray_driver(server, tmp_path, rows, cap)
         try:
             wait_for_requests(server, rows // 2, driver)
             instance = [pid for pid in ray_processes(mark) if pid != driver.pid]
+            driver.send_signal(signal.SIGSTOP)
+            stalled = server.requests["writer"]
+            deadline = time.monotonic() + 5  # the workers may run on meanwhile: at most the cap
+            while server.requests["writer"] <= stalled + cap and time.monotonic() < deadline:
+                time.sleep(0.05)
         finally:
             driver.kill()  # kill -9
             driver.wait(timeout=60)
