@@ -231,8 +231,10 @@ def holding_scope(holds: AnswerHolds | None) -> Iterator[None]:
 def hold_answer(release: Callable[[], None]) -> bool:
     """Inside a ``holding_scope``, for a request whose answer the cache may keep: True, and
     ``release`` (which frees its slot) is called once the answer is stored or dropped."""
+    if _holds.get() is None:  # every request outside a Ray worker's blocks: nothing more to look up
+        return False
     row = _row.get()
-    if _holds.get() is None or _batch.get() is None or _column.get() is None or row is None or not row.rows:
+    if _batch.get() is None or _column.get() is None or row is None or not row.rows:
         return False
     row.held.append(release)
     return True
