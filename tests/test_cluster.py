@@ -55,6 +55,19 @@ def test_an_idle_worker_refused_while_another_holds_room_unspent_waits_for_it_an
     assert coordinator.status().exhausted
 
 
+def test_a_worker_ray_restarts_leaves_its_dead_processs_lease_counted_and_waits_for_no_one() -> None:
+    """A worker Ray restarts asks under the same index from a new process, having spent
+    nothing yet: what the dead process was leased stays counted (it may have spent it all),
+    and its unspent rest never holds the budget open (no one will give it back)."""
+    coordinator = Coordinator(max_cost_usd=1.0, max_tokens=None, spent_usd=0.0, spent_tokens=0, workers=2)
+    assert coordinator.lease(0, (0.0, 0), (0.05, 0), idle=False, process="a") == (pytest.approx(0.4), 0)
+    # Process a dies holding its lease; process b has spent nothing yet.
+    coordinator.give_back(0, (0.0, 0), process="b")
+    assert coordinator._free(0) == pytest.approx(0.6)  # a's lease is not forgotten
+    assert coordinator.lease(0, (0.0, 0), (0.8, 0), idle=True, process="b") is None  # 0.6 free, 0.8 asked
+    assert coordinator.status().exhausted  # not waiting for a to give its lease back
+
+
 class _Handle:
     """A Ray actor handle's shape over a plain coordinator: ``handle.lease.remote(...)``."""
 

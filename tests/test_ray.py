@@ -402,6 +402,76 @@ def cache_table(directory: Path, sql: str) -> list[tuple[Any, ...]]:
         conn.close()
 
 
+async def drained_block(worker: Any, rows: list[int], batch_size: int) -> tuple[Any, list[Any], tuple[str, int]]:
+    """``worker.run_block`` with the driver's drains beside it, each said stored by the next
+    (as ``engine.cluster.drain`` does): the block's result, every answer drained, and what
+    the last drain (taken after the block ended) covered."""
+    return await drained_block_rest(worker, asyncio.create_task(worker.run_block(rows, batch_size)), None)
+
+
+async def test_a_ray_workers_answer_holds_its_slot_until_the_driver_stored_it(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """Issue 49 item 7: a worker's answer keeps its concurrency slot until a drain that
+    carried it is said stored (the driver's next drain call), so what is paid and not on
+    the driver's disk never passes the worker's share of the cap, however late the driver
+    is (or if it died): here 2 slots, nothing said stored, and the server sees 2 requests,
+    not the block's 8; each drain said stored lets as many more go."""
+    from genwire.engine.cluster.wire import WorkerSpec
+    from genwire.engine.cluster.worker import BlockWorker
+    from genwire.providers.response_cache import ResponseCache
+
+    cap = 2
+    cfg = pipeline(fake_openai_server, tmp_path, n=8, max_concurrency=cap)
+    at = tmp_path / "cache"
+    ResponseCache(at).prepare()
+    container = genwire.boot(cfg)
+    spec = WorkerSpec(container.loaded, {c.generator_name: c.generator_cls for c in container.columns}, at)
+    worker = BlockWorker(spec)
+    block = asyncio.create_task(worker.run_block(list(range(8)), 4))
+    try:
+        await held_answers(worker, cap)  # both answers came, and hold their slots
+        assert fake_openai_server.requests["writer"] == cap
+        first = await worker.drain(0.0)  # taken, not yet stored: the slots stay held
+        assert len(first.answers) == cap and fake_openai_server.requests["writer"] == cap
+        assert not block.done()
+        second = await worker.drain(0.0, (first.through[0], first.number))  # said stored: two more go
+        await held_answers(worker, cap)
+        assert fake_openai_server.requests["writer"] == 2 * cap
+        out, answers, _ = await drained_block_rest(worker, block, (second.through[0], second.number))
+        assert fake_openai_server.requests["writer"] == 8 and len(first.answers + second.answers + answers) == 8
+        assert sorted(i for result in out[1] for i in result.indices) == list(range(8))
+    finally:
+        block.cancel()
+        await asyncio.gather(block, return_exceptions=True)
+        await worker.close()
+        await container.aclose()
+
+
+async def held_answers(worker: Any, count: int) -> None:
+    """Until ``count`` answers of ``worker`` hold their slots (generous timeout)."""
+    deadline = time.monotonic() + 60
+    while worker._holds.held < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert worker._holds.held == count
+
+
+async def drained_block_rest(
+    worker: Any, block: asyncio.Task[Any], stored: tuple[str, int] | None
+) -> tuple[Any, list[Any], tuple[str, int]]:
+    """The rest of ``drained_block`` for a block already running."""
+    answers: list[Any] = []
+    while True:
+        ended = block.done()
+        drained = await worker.drain(0.05, stored)
+        answers += drained.answers
+        stored = (drained.through[0], drained.number)
+        if ended:
+            out = block.result()
+            assert isinstance(out, tuple), out
+            return out, answers, drained.through
+
+
 async def test_a_worker_only_reads_the_cache_and_the_driver_stores_its_answers(
     fake_openai_server: FakeOpenAIServer, tmp_path: Path
 ) -> None:
@@ -423,13 +493,11 @@ async def test_a_worker_only_reads_the_cache_and_the_driver_stores_its_answers(
     async def block(rows: list[int]) -> tuple[list[Any], list[Any]]:
         worker = BlockWorker(spec)
         try:
-            out = await worker.run_block(rows, 8)
-            assert isinstance(out, tuple), out
-            drained = await worker.drain(0.0)
+            out, answers, through = await drained_block(worker, rows, 8)
         finally:
             await worker.close()
-        assert drained.through == out[0]  # taken once the block had ended
-        return out[1], drained.answers
+        assert through == out[0]  # the last drain was taken once the block had ended
+        return out[1], answers
 
     paid, answers = await block(list(range(16)))
     assert fake_openai_server.requests["writer"] == 16
@@ -1459,21 +1527,38 @@ def wait_for_requests(server: FakeOpenAIServer, count: int, driver: subprocess.P
     assert driver.poll() is None, "the run ended before it was stopped"
 
 
+def start_ray_driver(
+    server: FakeOpenAIServer, root: Path, rows: int, cap: int
+) -> tuple[list[str], dict[str, str], str, subprocess.Popen[Any]]:
+    """A CLI run of ``pipeline`` (batches of 4) on a Ray instance of its own, started in the
+    background: its command, environment and mark (``ray_run_command``), and its process."""
+    cfg = pipeline(server, root, n=rows, max_concurrency=cap, batch_size=4)
+    command, env, mark = ray_run_command(write_json(cfg, root / "genwire.yaml"))
+    driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    return command, env, mark, driver
+
+
 def test_a_killed_ray_driver_leaves_no_process_and_its_resume_pays_at_most_what_was_in_flight(tmp_path: Path) -> None:
     """kill -9 of a CLI driver that started its own Ray mid-run: every process of that
     instance ends (by PID), the server sees no more requests than were in flight, and the
     resume (which starts and ends its own instance too) pays again only for those: every
     answer settled before the kill was on disk. The resume's stderr holds no line of Ray's,
-    and its summary shows the cluster's peak in flight, not the driver's."""
+    and its summary shows the cluster's peak in flight, not the driver's.
+
+    The driver stalls first (SIGSTOP: swapped out, or busy), so it stores nothing for a
+    while: the workers must not go on paying beyond the cap meanwhile (without the answers'
+    holds they did, at every slot's turn, until the kill)."""
     rows, cap = 48, 4
     with FakeOpenAIServer(latency=0.4) as server:
-        cfg = pipeline(server, tmp_path, n=rows, max_concurrency=cap, batch_size=4)
-        path = write_json(cfg, tmp_path / "genwire.yaml")
-        command, env, mark = ray_run_command(path)
-        driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        command, env, mark, driver = start_ray_driver(server, tmp_path, rows, cap)
         try:
             wait_for_requests(server, rows // 2, driver)
             instance = [pid for pid in ray_processes(mark) if pid != driver.pid]
+            driver.send_signal(signal.SIGSTOP)
+            stalled = server.requests["writer"]
+            deadline = time.monotonic() + 5  # the workers may run on meanwhile: at most the cap
+            while server.requests["writer"] <= stalled + cap and time.monotonic() < deadline:
+                time.sleep(0.05)
         finally:
             driver.kill()  # kill -9
             driver.wait(timeout=60)
@@ -1489,11 +1574,61 @@ def test_a_killed_ray_driver_leaves_no_process_and_its_resume_pays_at_most_what_
         assert resume.stderr == ""  # nothing of Ray's on the terminal without --debug
         assert len(read_rows(tmp_path / "out.jsonl")) == rows
         probes = 2  # the pre-flight's, one per session
-        # Paid again: what was in flight (cap) and the answers on their way to the driver's
-        # disk when it died (settled, not yet stored: at most one slot's turn each, cap again).
-        assert server.requests["writer"] <= rows + 2 * cap + probes
+        # Paid again: at most the cap. An answer holds its slot until the driver stored it
+        # (engine.cluster.holds), so in flight plus settled-not-stored never passes it.
+        assert server.requests["writer"] <= rows + cap + probes
         peak = int(resume.stdout.split("peak ", 1)[1].split()[0])
         assert 2 <= peak <= cap  # the workers' gates add up (the driver's own peak is its probe's: 1)
+        assert [pid for pid in ray_processes(mark) if not wait_gone(pid, timeout=60)] == []
+
+
+def block_workers(mark: str, timeout: float = 120) -> list[int]:
+    """The PIDs of the block workers of a driver's Ray instance (``ray::BlockWorker...``), once
+    there are WORKERS of them."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while True:
+        found = []
+        for pid in ray_processes(mark):
+            with contextlib.suppress(psutil.Error):
+                if "BlockWorker" in " ".join(psutil.Process(pid).cmdline()):
+                    found.append(pid)
+        if len(found) >= WORKERS or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
+def test_a_ray_worker_killed_then_its_driver_pays_at_most_the_cap_after_the_driver_died(tmp_path: Path) -> None:
+    """Issue 49 item 7: kill -9 of one worker process (Ray restarts it and re-runs its
+    blocks), then kill -9 of the driver: the workers still alive start at most the cap's
+    requests after the driver died, every process of the instance ends, and the resume
+    pays again at most the cap for the driver's death plus what the killed worker had
+    paid and not yet handed over (its share of the cap: those answers died with it)."""
+    rows, cap = 48, 4
+    with FakeOpenAIServer(latency=0.4) as server:
+        command, env, mark, driver = start_ray_driver(server, tmp_path, rows, cap)
+        try:
+            wait_for_requests(server, rows // 4, driver)
+            victim = block_workers(mark)[0]
+            os.kill(victim, signal.SIGKILL)
+            assert wait_gone(victim, timeout=60)
+            wait_for_requests(server, rows // 2, driver)  # its siblings, and Ray's new process, go on
+            instance = [pid for pid in ray_processes(mark) if pid != driver.pid]
+        finally:
+            driver.kill()  # kill -9
+            driver.wait(timeout=60)
+        at_kill = server.requests["writer"]
+        assert [pid for pid in instance if not wait_gone(pid, timeout=60)] == []
+        first = server.requests["writer"]
+        assert first <= at_kill + cap  # no worker paid beyond its slots with the driver gone
+
+        env["GENWIRE_TEST_MARK"] = mark = mark + "-resume"
+        resume = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+        assert resume.returncode == 0, resume.stdout + resume.stderr
+        assert len(read_rows(tmp_path / "out.jsonl")) == rows
+        probes = 2  # the pre-flight's, one per session
+        assert server.requests["writer"] <= rows + cap + cap // WORKERS + probes, (at_kill, first)
         assert [pid for pid in ray_processes(mark) if not wait_gone(pid, timeout=60)] == []
 
 

@@ -314,6 +314,9 @@ class ProviderGate:
         self.max_concurrency = max_concurrency
         self.adaptive = adaptive
         self.in_flight = 0
+        # Answers whose slot stays taken after they came, until they are on the driver's disk
+        # (a Ray worker's: ``engine.cluster.holds``), so paid-but-not-stored stays under the cap.
+        self.held = 0
         self.peak_in_flight = 0
         self.models: dict[str, ModelGate] = {}
         # Told (model, wait) when one of its models brakes on its own 429s: a Ray worker
@@ -324,7 +327,7 @@ class ProviderGate:
         self._tpm = rate_limit.tokens_per_minute if rate_limit else None
         self._next_start = 0.0
         self._tokens: deque[Reservation] = deque()
-        self._line = _Line(lambda: self.max_concurrency - self.in_flight)
+        self._line = _Line(lambda: self.max_concurrency - self.in_flight - self.held)
 
     def model(self, name: str) -> ModelGate:
         gate = self.models.get(name)
@@ -372,7 +375,7 @@ class ProviderGate:
 
     def _admit_both(self, now: float, tokens: int, gate: ModelGate) -> Reservation | float | None:
         """The provider's admission, then the model's (None: the model holds it back now)."""
-        if self.in_flight >= self.max_concurrency:
+        if self.in_flight + self.held >= self.max_concurrency:
             return 0.0
         wait = self._pacing_wait(now, tokens)
         if wait > 0:
@@ -383,7 +386,7 @@ class ProviderGate:
         return self._take(now, tokens, gate)
 
     def _admit(self, now: float, tokens: int, gate: ModelGate) -> Reservation | float:
-        if self.in_flight >= self.max_concurrency:
+        if self.in_flight + self.held >= self.max_concurrency:
             return 0.0
         wait = self._pacing_wait(now, tokens)
         if wait > 0:
@@ -417,13 +420,23 @@ class ProviderGate:
                         break
         return wait
 
-    def release(self, reservation: Reservation, *, tokens: int | None, ok: bool | None) -> None:
+    def release(self, reservation: Reservation, *, tokens: int | None, ok: bool | None, held: bool = False) -> None:
         """After a response other than a 429 (``ok``), or a request cancelled before its
-        answer (None): ``tokens`` it reported (None: keep the estimate)."""
+        answer (None): ``tokens`` it reported (None: keep the estimate). ``held``: the
+        provider's slot stays taken until ``unhold`` (the model's is given back now)."""
         if tokens is not None:
             reservation.tokens = tokens
-        self._leave()
+        if held:
+            self.in_flight -= 1
+            self.held += 1  # no wake: the slot passes from the request to its answer
+        else:
+            self._leave()
         reservation.model.leave(ok=ok)
+
+    def unhold(self) -> None:
+        """A held answer is stored (or will never be): its slot is free."""
+        self.held -= 1
+        self._line.wake()
 
     def rate_limited(self, reservation: Reservation, wait: float) -> bool:
         """After a 429: True if its model now brakes (pausing ``wait`` seconds), False if

@@ -54,6 +54,7 @@ if TYPE_CHECKING:  # the store (sqlite3) loads with the first request a run may 
 
 __all__ = [
     "Admission",
+    "AnswerHolds",
     "BatchScope",
     "CacheSlot",
     "ColumnScope",
@@ -68,6 +69,9 @@ __all__ = [
     "column_scope",
     "current_rows",
     "endpoint_id",
+    "free_row_holds",
+    "hold_answer",
+    "holding_scope",
     "is_credential_header",
     "is_text",
     "kept_elsewhere",
@@ -146,10 +150,20 @@ class ColumnScope:
 class RowScope:
     rows: tuple[int, ...]
     pending: list[Entry] = field(default_factory=list)
+    held: list[Callable[[], None]] = field(default_factory=list)  # its answers' slots held (``hold_answer``)
 
     def discard(self) -> None:
         """Forget the answers received so far in this block (they were rejected)."""
         self.pending.clear()
+        free_row_holds(self)
+
+
+class AnswerHolds(Protocol):
+    """A Ray worker's answers held until the driver stored them (``engine.cluster.holds``)."""
+
+    def committed(self, releases: list[Callable[[], None]]) -> None:
+        """A row block ended cleanly: its held answers are kept, for the next drain."""
+        ...
 
 
 class Admission(Protocol):
@@ -168,6 +182,7 @@ _batch: ContextVar[BatchScope | None] = ContextVar("genwire_cache_batch", defaul
 _admission: ContextVar[Admission | None] = ContextVar("genwire_admission", default=None)
 _column: ContextVar[ColumnScope | None] = ContextVar("genwire_cache_column", default=None)
 _row: ContextVar[RowScope | None] = ContextVar("genwire_cache_row", default=None)
+_holds: ContextVar[AnswerHolds | None] = ContextVar("genwire_answer_holds", default=None)
 
 
 @contextlib.contextmanager
@@ -204,6 +219,38 @@ def admit_request() -> None:
 
 
 @contextlib.contextmanager
+def holding_scope(holds: AnswerHolds | None) -> Iterator[None]:
+    """Answers kept inside hold their provider slot until ``holds`` frees it (a Ray worker)."""
+    token = _holds.set(holds)
+    try:
+        yield
+    finally:
+        _holds.reset(token)
+
+
+def hold_answer(release: Callable[[], None]) -> bool:
+    """Inside a ``holding_scope``, for a request whose answer the cache may keep: True, and
+    ``release`` (which frees its slot) is called once the answer is stored or dropped."""
+    if _holds.get() is None:  # every request outside a Ray worker's blocks: nothing more to look up
+        return False
+    row = _row.get()
+    if _batch.get() is None or _column.get() is None or row is None or not row.rows:
+        return False
+    row.held.append(release)
+    return True
+
+
+def free_row_holds(row: RowScope | None = None) -> None:
+    """The slots held by the answers of ``row`` (default: the current row block) freed: its
+    next request must not wait on its own answers, which it keeps only when it ends."""
+    row = _row.get() if row is None else row
+    if row is not None and row.held:
+        releases, row.held = row.held, []
+        for release in releases:
+            release()
+
+
+@contextlib.contextmanager
 def column_scope(column: str, rows: Sequence[int] = ()) -> Iterator[None]:
     """Requests inside are for ``column``. With the batch's ``rows``, the entries stored
     for this column and those rows are looked up in one query, at its first lookup."""
@@ -231,6 +278,13 @@ class cached_rows:  # lower case: used as a function, ``with cached_rows(indices
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
         _row.reset(self._token)
+        scope = self._scope
+        if scope.held:  # held answers: kept (stored by the next drain) or dropped (freed now)
+            holds = _holds.get()
+            if kind is None and holds is not None:
+                holds.committed(scope.held)
+                scope.held = []
+            free_row_holds(scope)
         if kind is not None:  # an exception inside the block skips the commit
             if error is not None and isinstance(error, Exception) and not isinstance(error, NotSent):
                 admission = _admission.get()

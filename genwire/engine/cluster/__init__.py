@@ -6,7 +6,8 @@ them (``wire``: ``WorkerSpec``, ``Roster``, ``Drained``, ``RemoteError``), the o
 in-order gates (``keeper``), what the workers share — the budget, each model's brake, the
 endpoints out (``shared``, with the budget's ``coordinator`` actor) — the rows handed out in
 blocks (``block_rows``), a worker's batch slots (``batch_slots``), the drains that bring a
-worker's paid answers to the driver as they settle (``drain``), and the Ray instance genwire
+worker's paid answers to the driver as they settle (``drain``), the concurrency slots those
+answers hold until the driver stored them (``holds``), and the Ray instance genwire
 starts with the reaper that ends its processes (``instance``, ``reaper``). ``ray`` is imported only
 by a run that uses this engine.
 
@@ -105,6 +106,11 @@ local engine writes.
   ``RunAccounts`` before the block's rows go to the checkpoint, so the ledger, the cost,
   the metrics, the report page and ``--json`` count the workers' requests as a local run
   counts its own.
+* **A dead driver loses at most ``max_concurrency`` answers.** A worker's answer keeps
+  its request's provider slot until the driver stored the drain that carried it (said by
+  the next drain call), so paid-but-not-on-the-driver's-disk never exceeds the cap, by
+  construction (``engine.cluster.holds``); a worker Ray restarts leases the budget as a new
+  process (``Coordinator``), its predecessor's lease still counted.
 * **Checkpoints.** Blocks come back to the driver in row order and go through the same
   ``OutputSink`` as the local engine's batches: the driver writes the checkpoint, and a
   resume sends the workers only the missing rows.

@@ -22,9 +22,16 @@ class BudgetStatus:
     refused: tuple[str, float, int] | None = None  # the request that ended it: (alias, usd, max_tokens)
 
 
+Holder = tuple[int, str]  # a worker's index and its process (a worker Ray restarts is a new process)
+
+
 class Coordinator:
     """The cluster's budget: caps, what was spent before the workers started, and each
-    worker's leases and reported spend. Plain Python: the Ray engine makes it an actor."""
+    worker process's leases and reported spend. Plain Python: the Ray engine makes it an actor.
+
+    A worker Ray restarts (its process died) asks under the same index from a new process:
+    the dead one's lease stays counted whole (it may have spent all of it since it last
+    said: its requests were paid for), never given back nor waited for."""
 
     def __init__(
         self, *, max_cost_usd: float | None, max_tokens: int | None, spent_usd: float, spent_tokens: int, workers: int
@@ -32,8 +39,9 @@ class Coordinator:
         self._caps = (max_cost_usd, max_tokens)
         self._before = (spent_usd, float(spent_tokens))
         self._workers = max(1, workers)
-        self._leased: dict[int, list[float]] = {}  # per worker: (usd, tokens) granted, less what it gave back
-        self._spent: dict[int, tuple[float, float]] = {}  # per worker: as it last reported
+        self._leased: dict[Holder, list[float]] = {}  # per process: (usd, tokens) granted, less what it gave back
+        self._spent: dict[Holder, tuple[float, float]] = {}  # per process: as it last reported
+        self._dead: set[Holder] = set()  # processes a later one of the same worker replaced
         self.exhausted = False
         self.leases = 0
         self.refused: tuple[str, float, int] | None = None
@@ -60,14 +68,17 @@ class Coordinator:
         *,
         idle: bool,
         what: tuple[str, int] | None = None,
+        process: str = "",
     ) -> tuple[float, int] | None:
         """More room for ``worker`` (which has spent ``spent`` so far and asks for at least
         ``need``), or None. ``idle``: nothing of the worker's is in flight, so a refusal
         ends its spending: it gives back what it holds unspent and the budget is exhausted.
-        ``what``: the asking request's model and ``max_tokens``, for the stop message."""
+        ``what``: the asking request's model and ``max_tokens``, for the stop message;
+        ``process``: the worker's process."""
         self.leases += 1
-        leased = self._leased.setdefault(worker, [0.0, 0.0])
-        self._spent[worker] = (spent[0], float(spent[1]))
+        holder = self._holder(worker, process)
+        leased = self._leased.setdefault(holder, [0.0, 0.0])
+        self._spent[holder] = (spent[0], float(spent[1]))
         free = [self._free(0), self._free(1)]
         # An idle worker has nothing reserved: the rest of its lease counts towards the request.
         short = [need[d] - (max(0.0, leased[d] - spent[d]) if idle else 0.0) for d in (0, 1)]
@@ -77,7 +88,7 @@ class Coordinator:
                     leased[d] = min(leased[d], float(spent[d]))  # the unspent rest is free again
                 # Spent, unless another worker still holds a share unspent: it gives that back
                 # when its requests settle, and the asking worker asks again (``status``).
-                if not self.exhausted and not self._held_elsewhere(worker):
+                if not self.exhausted and not self._held_elsewhere(holder):
                     self.exhausted = True
                     self.refused = None if what is None else (what[0], need[0], what[1])
             return None
@@ -88,19 +99,29 @@ class Coordinator:
                 leased[d] += grant[d]
         return grant[0], math.floor(grant[1])
 
-    def give_back(self, worker: int, spent: tuple[float, int]) -> None:
+    def give_back(self, worker: int, spent: tuple[float, int], process: str = "") -> None:
         """``worker`` has nothing in flight: what it holds beyond ``spent`` is free again."""
-        self._spent[worker] = (spent[0], float(spent[1]))
-        leased = self._leased.get(worker)
+        holder = self._holder(worker, process)
+        self._spent[holder] = (spent[0], float(spent[1]))
+        leased = self._leased.get(holder)
         if leased is not None:
             for d in (0, 1):
                 leased[d] = min(leased[d], float(spent[d]))
 
-    def _held_elsewhere(self, worker: int) -> bool:
-        """Whether a worker other than ``worker`` holds a lease it has not spent (as it last said)."""
+    def _holder(self, worker: int, process: str) -> Holder:
+        """``worker``'s process; an earlier process of the same worker is dead from now on."""
+        holder = (worker, process)
+        if holder not in self._leased:
+            self._dead.update(other for other in self._leased if other[0] == worker)
+        return holder
+
+    def _held_elsewhere(self, holder: Holder) -> bool:
+        """Whether a live process other than ``holder`` holds a lease it has not spent (as it last said)."""
         for other, leased in self._leased.items():
             spent = self._spent.get(other, (0.0, 0.0))
-            if other != worker and any(leased[d] > spent[d] for d in (0, 1) if self._caps[d] is not None):
+            if other == holder or other in self._dead:
+                continue
+            if any(leased[d] > spent[d] for d in (0, 1) if self._caps[d] is not None):
                 return True
         return False
 

@@ -5,10 +5,13 @@ One ``BlockWorker.drain`` call waits on every worker; it returns as soon as an a
 paid for there (or a block ended), with the answers the worker's rows kept and its
 receipt (usage, ledger entries, request figures) since the last drain, and the driver
 stores the answers in the response cache and feeds the receipt to the run's accounts
-(the ledger line is written then) before asking again. So a driver killed mid-block
-(kill -9, a power cut) has every answer its workers had settled a moment before on disk,
-and its resume pays again only for what was in flight; the workers themselves go with
-the driver (``engine.cluster.instance``'s reaper, or Ray's owner fate-sharing on a cluster).
+(the ledger line is written then) before asking again; the next call says that drain is
+stored, and only then do its answers give their concurrency slots back
+(``engine.cluster.holds``). So what the workers paid for and the driver's disk lacks never
+exceeds ``max_concurrency``: a driver killed at any moment (kill -9) leaves at most that
+many answers for its resume to pay again, and the workers, which cannot send beyond those
+slots, go with the driver (``engine.cluster.instance``'s reaper, or Ray's owner
+fate-sharing on a cluster).
 
 The driver checkpoints a block's rows only once a drain taken after the block ended is
 stored (``covered``): the ledger and the cache always hold what the checkpoint's rows
@@ -60,15 +63,17 @@ class Drains:
                 self._changed.notify_all()
 
     async def _drains(self, worker: int, actor: Any) -> None:
+        stored: tuple[str, int] | None = None  # the last drain stored: said with the next call
         while not self._closing:
             self._issued[worker] = issued = self._issued.get(worker, 0) + 1
             try:
-                drained = await actor.drain.remote(DRAIN_WAIT_S)
+                drained = await actor.drain.remote(DRAIN_WAIT_S, stored)
             except self._ray.exceptions.RayError:  # the worker is being restarted (or is gone: the run says so)
                 await asyncio.sleep(RETRY_S)
                 continue
             await self.store(drained.answers)
             self._feed(drained.receipt)  # after its answers: the ledger never counts one the cache lacks
+            stored = (drained.through[0], drained.number)  # its answers' slots are free once the worker hears it
             async with self._changed:
                 self._through[worker] = drained.through
                 self._done[worker] = issued

@@ -7,7 +7,8 @@ every one of its processes (SPEC §22).
 * **Nothing outlives the instance.** A local instance genwire starts has no dashboard
   and is watched by a reaper process (``engine.cluster.reaper``) told the PID of every
   process of the instance (the driver's children born in ``ray.init`` and their
-  descendants, noted again at every run's start): at interpreter exit genwire shuts Ray
+  descendants, noted again at every run's start; and, for a worker Ray started since, a
+  mark every process of the instance inherits in its environment): at interpreter exit genwire shuts Ray
   down and closes the reaper's pipe, and the reaper SIGKILLs whatever is left (Ray's
   agents ignore SIGTERM and outlive the raylet); if genwire is killed (kill -9 too) the
   kernel closes the pipe and the reaper ends the instance at once, its workers with it,
@@ -22,6 +23,7 @@ import logging
 import os
 import subprocess
 import sys
+import uuid
 from types import ModuleType
 from typing import IO, Any
 
@@ -41,13 +43,14 @@ _started: RayInstance | None = None
 class RayInstance:
     """A local Ray genwire started: its processes, told to a reaper as they are learnt."""
 
-    def __init__(self, roots: list[int]) -> None:
+    def __init__(self, roots: list[int], mark: str = "") -> None:
         self.roots = roots  # the driver's children ray.init started (GCS, raylet, monitors...)
+        self.mark = mark  # in every process of the instance's environment (``reaper.MARK_VARIABLE``)
         self._told: set[int] = set()
         self._reaper: subprocess.Popen[bytes] | None = None
         if sys.platform.startswith("linux"):
             self._reaper = subprocess.Popen(
-                [sys.executable, "-I", "-S", ray_reaper.__file__],
+                [sys.executable, "-I", "-S", ray_reaper.__file__, mark],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -60,6 +63,8 @@ class RayInstance:
         found = [pid for pid in self.roots if ray_reaper.start_time(pid) is not None]
         for root in self.roots:
             found.extend(ray_reaper.processes(root))
+        if self.mark:
+            found.extend(ray_reaper.marked(self.mark))
         return list(dict.fromkeys(found))
 
     def note(self) -> None:
@@ -110,6 +115,10 @@ def ensure_ray(ray: ModuleType, address: str | None, **options: object) -> None:
             _started.note()  # its workers of the last run, and any started since
         return
     before = set(ray_reaper.processes(os.getpid())) if sys.platform.startswith("linux") else set()
+    # The processes ray.init starts inherit the mark, and the raylet's workers from them.
+    mark = uuid.uuid4().hex
+    unmarked = os.environ.get(ray_reaper.MARK_VARIABLE)
+    os.environ[ray_reaper.MARK_VARIABLE] = mark
     try:
         quiet_ray(ray)
         ray.init(
@@ -123,10 +132,15 @@ def ensure_ray(ray: ModuleType, address: str | None, **options: object) -> None:
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = f"the Ray cluster at {address}" if address else "a local Ray instance"
         raise RunError(f"cannot start or join {where}: {exc}") from exc
+    finally:
+        if unmarked is None:
+            del os.environ[ray_reaper.MARK_VARIABLE]
+        else:
+            os.environ[ray_reaper.MARK_VARIABLE] = unmarked
     if sys.platform.startswith("linux"):
         roots = [pid for pid in ray_reaper.processes(os.getpid()) if pid not in before]
         if roots:  # none: a cluster joined, not started
-            _started = RayInstance(roots)
+            _started = RayInstance(roots, mark)
             atexit.register(_end_at_exit, ray)  # after ray's own hook registered: runs before it
 
 

@@ -1,5 +1,5 @@
 """Ends every process of a Ray instance genwire started, however genwire ends:
-``python -I -S reaper.py``, its stdin a pipe from genwire.
+``python -I -S reaper.py MARK``, its stdin a pipe from genwire.
 
 Standard library only, no site: it starts in milliseconds. genwire writes one line
 ``PID STARTTIME`` per process of the instance as it learns of them (the GCS, the raylet,
@@ -8,8 +8,13 @@ or genwire died, kill -9 included, and the kernel closed it — the reaper SIGKI
 listed process still alive and each one's descendants, then exits. Ray's agents
 (``ray::DashboardAgent``, ``ray::RuntimeEnvAgent``) ignore SIGTERM and outlive the raylet
 otherwise. ``STARTTIME`` (``/proc/PID/stat``'s 22nd field) tells a listed process from a
-later one that reuses its PID. It runs in a session of its own, so Ctrl-C on the terminal
-reaches genwire, not it. Linux only (``/proc``): elsewhere genwire does not start it.
+later one that reuses its PID. Every process of the instance also carries ``MARK`` in its
+environment (``GENWIRE_RAY_INSTANCE``, set while ``ray.init`` starts it: the raylet's workers
+inherit it), and the reaper kills those too: a worker the raylet started after genwire last
+listed the processes (one Ray restarted) is found even when it is no longer the raylet's
+child (the raylet exits as soon as the driver dies, and its children are re-parented: such a
+worker went on paying for about two seconds). It runs in a session of its own, so Ctrl-C on
+the terminal reaches genwire, not it. Linux only (``/proc``): elsewhere genwire does not start it.
 
 The driver's half (``processes``, ``start_time``) is imported by ``engine.cluster.instance``.
 """
@@ -18,6 +23,8 @@ import contextlib
 import os
 import signal
 import sys
+
+MARK_VARIABLE = "GENWIRE_RAY_INSTANCE"
 
 
 def start_time(pid: int) -> int | None:
@@ -60,11 +67,30 @@ def processes(root: int) -> list[int]:
     return found
 
 
-def _reap(listed: dict[int, int]) -> None:
-    """SIGKILL the listed processes still alive (same start time) and their descendants."""
+def marked(mark: str) -> list[int]:
+    """Every process whose environment carries ``MARK_VARIABLE=mark`` (this one and its parent aside)."""
+    entry = f"{MARK_VARIABLE}={mark}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in (os.getpid(), os.getppid()):  # never itself nor genwire
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as handle:
+                if entry in handle.read().split(b"\0"):
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+def _reap(listed: dict[int, int], mark: str | None) -> None:
+    """SIGKILL the listed processes still alive (same start time), their descendants and
+    every process carrying ``mark``."""
     doomed = [pid for pid, started in listed.items() if start_time(pid) == started]
     for pid in list(doomed):
         doomed.extend(processes(pid))  # collected before any is killed: orphans lose their parent
+    if mark:
+        doomed.extend(marked(mark))
     for pid in dict.fromkeys(doomed):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
@@ -77,7 +103,7 @@ def main() -> None:
         with contextlib.suppress(ValueError):
             pid, started = (int(field) for field in line.split())
             listed[pid] = started
-    _reap(listed)
+    _reap(listed, sys.argv[1] if len(sys.argv) > 1 else None)
 
 
 if __name__ == "__main__":

@@ -78,9 +78,10 @@ LEASE_WAIT_S = 0.05  # a worker refused while another holds unspent room asks ag
 class WorkerLease:
     """A worker's side: its meter's cap is what it was leased; ``more`` asks for more."""
 
-    def __init__(self, coordinator: Any, worker: int, meter: CostMeter) -> None:
+    def __init__(self, coordinator: Any, worker: int, meter: CostMeter, process: str = "") -> None:
         self._coordinator = coordinator  # a Ray actor handle
         self._worker = worker
+        self._process = process  # a worker Ray restarts leases afresh; its predecessor's lease stays counted
         self._meter = meter
         self._asking: Any = None  # one lease call at a time (an asyncio.Lock, made in the loop)
 
@@ -95,7 +96,7 @@ class WorkerLease:
             meter.max_cost_usd = meter.spent_usd
         if meter.max_tokens is not None:
             meter.max_tokens = meter.spent_tokens
-        self._coordinator.give_back.remote(self._worker, (meter.spent_usd, meter.spent_tokens))
+        self._coordinator.give_back.remote(self._worker, (meter.spent_usd, meter.spent_tokens), self._process)
 
     async def more(self, tokens: int, usd: float, what: tuple[str, int]) -> bool:
         if self._asking is None:
@@ -107,7 +108,9 @@ class WorkerLease:
             while True:
                 spent = (meter.spent_usd, meter.spent_tokens)
                 idle = meter.in_flight == 0
-                grant = await self._coordinator.lease.remote(self._worker, spent, (usd, tokens), idle=idle, what=what)
+                grant = await self._coordinator.lease.remote(
+                    self._worker, spent, (usd, tokens), idle=idle, what=what, process=self._process
+                )
                 if grant is not None:
                     break
                 if idle:  # given back: this worker's cap is what it spent
@@ -128,11 +131,12 @@ class WorkerLease:
             return True
 
 
-def worker_meter(meter: CostMeter, caps: tuple[bool, bool], coordinator: Any, worker: int) -> None:
-    """Make ``meter`` spend leases of the cluster's cap (``caps``: usd capped, tokens capped)."""
+def worker_meter(meter: CostMeter, caps: tuple[bool, bool], coordinator: Any, worker: int, process: str = "") -> None:
+    """Make ``meter`` spend leases of the cluster's cap (``caps``: usd capped, tokens capped)
+    for ``worker``'s process ``process``."""
     meter.max_cost_usd = 0.0 if caps[0] else None
     meter.max_tokens = 0 if caps[1] else None
-    lease = WorkerLease(coordinator, worker, meter)
+    lease = WorkerLease(coordinator, worker, meter, process)
     meter.more_room, meter.on_idle = lease.more, lease.give_back
 
 

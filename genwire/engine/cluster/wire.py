@@ -56,11 +56,13 @@ class Drained:
     (the ledger's entries...), sent as they come, not with the block's rows, so a driver
     killed mid-block has them on disk. ``through``: the worker process and how many of its
     blocks had ended when it was taken (the driver checkpoints a block's rows only once a
-    drain taken after the block's end is stored)."""
+    drain taken after the block's end is stored); ``number``: this drain's in that process
+    (the driver's next drain call says it is stored: ``engine.cluster.holds``)."""
 
     answers: list[Any]
     receipt: Receipt
     through: tuple[str, int]
+    number: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

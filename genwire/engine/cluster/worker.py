@@ -17,6 +17,7 @@ from genwire.container.core import WiredPipeline
 from genwire.container.graph import build_graph
 from genwire.container.wiring import wire_columns
 from genwire.engine.cluster.batch_slots import BatchSlot, held_slot
+from genwire.engine.cluster.holds import Holds
 from genwire.engine.cluster.shared import worker_meter
 from genwire.engine.cluster.wire import Drained, RemoteError, Roster, WorkerSpec
 from genwire.engine.money.costs import attach_meter, model_concurrency
@@ -27,10 +28,15 @@ from genwire.engine.rows.failure_stop import FailureStop
 from genwire.engine.rows.runner import BatchRunner
 from genwire.providers.budget import CostMeter
 from genwire.providers.metrics import start_recording, stop_recording
+from genwire.providers.request_context import holding_scope
 from genwire.providers.response_cache import ResponseCache
 
 BATCHES_IN_FLIGHT = 4  # per worker, across its blocks: keeps its provider slots busy
-SETTLE_S = 0.01  # a drain woken by an answer lets its row commit it first
+# A drain woken by an answer yields once, so the rows whose answers just came commit them
+# first (no sleep: each answer holds its slot until its drain is stored, and a commit that
+# comes later wakes the next drain: engine.cluster.holds).
+SETTLE_S = 0.0
+CLOSE_POLL_S = 0.01  # ``close`` waits for the drains under way to return
 
 
 def boot_worker_container(spec: WorkerSpec) -> WiredPipeline:
@@ -70,6 +76,7 @@ class BlockWorker:
         )
         if self._failure_judge is not None:
             self._failure_judge.on_stop = self._stopping
+        self._holds = Holds(self._settle.set)  # paid answers keep their slot until the driver stored them
 
     async def _ready(self) -> tuple[BatchRunner, asyncio.Semaphore]:
         if self._boot_lock is None:
@@ -133,7 +140,7 @@ class BlockWorker:
         if meter is not None:
             meter.learn(roster.learned)  # a probe's over-long answer marks the model here too
         if any(roster.budget_caps) and meter is not None:  # the cap is the cluster's: spend leases of it
-            worker_meter(meter, roster.budget_caps, roster.coordinator, self._spec.worker)
+            worker_meter(meter, roster.budget_caps, roster.coordinator, self._spec.worker, self._process)
 
     async def run_block(
         self, indices: list[int], batch_size: int, roster: Roster | None = None, retried: Sequence[int] = ()
@@ -156,7 +163,8 @@ class BlockWorker:
                 finally:
                     slot.give()
 
-            tasks = [asyncio.create_task(batch(rows)) for rows in batched(indices, batch_size)]
+            with holding_scope(self._holds):  # the batches' tasks inherit it
+                tasks = [asyncio.create_task(batch(rows)) for rows in batched(indices, batch_size)]
             try:
                 results = [await task for task in tasks]
             finally:
@@ -171,10 +179,14 @@ class BlockWorker:
         finally:
             stop_recording(recording)
 
-    async def drain(self, wait_s: float) -> Drained:
+    async def drain(self, wait_s: float, stored: tuple[str, int] | None = None) -> Drained:
         """What settled since the last drain (answers, what was paid), once something did
-        or after ``wait_s``: the driver keeps one such call waiting on every worker."""
+        or after ``wait_s``: the driver keeps one such call waiting on every worker.
+        ``stored``: this process's drains up to that number are on the driver's disk (their
+        answers' slots are free: ``engine.cluster.holds``)."""
         self._draining += 1
+        if stored is not None and stored[0] == self._process:
+            self._holds.stored(stored[1])
         try:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._settle.wait(), wait_s)
@@ -182,7 +194,8 @@ class BlockWorker:
             await asyncio.sleep(SETTLE_S)  # the rows whose answers just came commit them to their batch
             through = (self._process, self._blocks_ended)
             answers = self._runner.take_answers() if self._runner is not None else []
-            return Drained(answers, self._receipt(), through)
+            number = self._holds.take()  # with its answers, in the same step
+            return Drained(answers, self._receipt(), through, number)
         finally:
             self._draining -= 1
 
@@ -242,8 +255,9 @@ class BlockWorker:
         (a block cancelled or failed midway). A drain waiting returns first."""
         self._settle.set()  # a drain waiting returns: the driver reads it before killing this actor
         while self._draining:
-            await asyncio.sleep(SETTLE_S)
+            await asyncio.sleep(CLOSE_POLL_S)
         receipt = self._receipt()
+        self._holds.free_all()
         container, self._container, self._runner = self._container, None, None
         cache, self._cache = self._cache, None
         for client in self._metered:

@@ -33,7 +33,7 @@ from genwire.providers.openai.answers import (
 )
 from genwire.providers.openai.client import HttpClients, RedirectRefused
 from genwire.providers.pacing import ProviderGate, estimate_tokens
-from genwire.providers.request_context import endpoint_id
+from genwire.providers.request_context import endpoint_id, free_row_holds, hold_answer
 from genwire.providers.tracing import answered, request_span, tracer
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
 from genwire.providers.wire import BodyTooLarge, MalformedAnswer
@@ -157,6 +157,7 @@ class OpenAIEndpoint(HttpClients):
         server = self.server
         started = time.monotonic()
         attempts = retries = limited = 0
+        free_row_holds()  # this row's earlier answers (a tool loop's) must not hold this request back
         try:
             while True:
                 attempts += 1
@@ -218,7 +219,8 @@ class OpenAIEndpoint(HttpClients):
                 if recorder is not None:
                     recorder.end(alias, begun, None)
                 # Tokens counted once: into the alias's usage and, as the real figure, the pacing.
-                gate.release(reservation, tokens=usage.count_tokens(data), ok=True)
+                # On a Ray worker its slot stays taken until the driver stored the answer.
+                gate.release(reservation, tokens=usage.count_tokens(data), ok=True, held=hold_answer(gate.unhold))
                 note_rate_limited(None)
                 if alias not in self.reported:
                     self._note_reported(alias, data)
