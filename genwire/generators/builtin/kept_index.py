@@ -30,8 +30,8 @@ from genwire.generators.builtin.kept_vectors import NONE
 if TYPE_CHECKING:
     from genwire.generators.builtin.kept_vectors import Matrix
 
-PROBES = 2  # clusters searched per vector: 99.9-100 % of the exact gate's rejections (docs)
-PROPOSALS = 8  # best-scored rows per vector checked exactly (4: 99.3 % recall at 1M, borderline case)
+PROBES = 3  # clusters searched per vector (2: 99.3-99.5 % of the exact gate's rejections at 1M rows)
+PROPOSALS = 4  # best-scored rows per vector checked exactly (8 found no more at 1M rows)
 MOST_LISTS = 1024  # clusters, at most
 ROWS_PER_LIST = 20  # training rows per cluster, at least (k-means wants a few per centre)
 TRAINING_ROUNDS = 10  # k-means iterations (faiss's default for an inverted file)
@@ -95,19 +95,25 @@ class IndexedKept:
         out = [NONE] * len(vectors)
         if self._indexed:
             _, proposed = self._index.search(vectors, min(PROPOSALS, self._indexed))
-            for i, vector in enumerate(vectors):
-                slots = np.sort(proposed[i][proposed[i] >= 0])  # the order kept: ties go to the first
-                if len(slots):
-                    scores = self._rows(slots) @ vector
-                    best = int(scores.argmax())
-                    out[i] = (float(scores[best]), int(slots[best]))
+            # Each vector's proposals in the order kept (ties go to the first), checked exactly
+            # in one pass for the batch: per-vector numpy calls cost more than the search.
+            absent = np.iinfo(np.int64).max
+            slots = np.where(proposed >= 0, proposed, absent)
+            slots.sort(axis=1)
+            present = slots != absent
+            rows = self._rows(slots[present])
+            scores = np.full(slots.shape, -np.inf, dtype=np.float32)
+            scores[present] = np.einsum("ij,ij->i", rows, np.repeat(vectors, present.sum(axis=1), axis=0))
+            best = scores.argmax(axis=1)
+            for i in np.flatnonzero(present.any(axis=1)).tolist():
+                out[i] = (float(scores[i, best[i]]), int(slots[i, best[i]]))
         waiting = self.count - self._indexed
         if waiting:
-            scores = self._pending[:waiting] @ vectors.T
-            best = scores.argmax(axis=0)
-            for i, b in enumerate(best):
-                if scores[b, i] > out[i][0]:  # strictly: an equal indexed row was kept first
-                    out[i] = (float(scores[b, i]), self._indexed + int(b))
+            near = self._pending[:waiting] @ vectors.T
+            closest = near.argmax(axis=0)
+            for j, b in enumerate(closest):
+                if near[b, j] > out[j][0]:  # strictly: an equal indexed row was kept first
+                    out[j] = (float(near[b, j]), self._indexed + int(b))
         return out
 
     def vector(self, slot: int) -> Matrix:
