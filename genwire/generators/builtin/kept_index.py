@@ -3,11 +3,11 @@ inverted file (faiss ``IndexIVFPQFastScan``) proposes each new vector's nearest 
 and each proposal is checked against its exact float32 vector, kept in a temporary file.
 
 Why an inverted file (issue 53, measured by ``benchmarks/gates.py --parts scale``): near
-duplicates sit in the same cluster of the kept rows, so probing the two clusters nearest a
+duplicates sit in the same cluster of the kept rows, so probing the few clusters nearest a
 vector finds them; adding a row costs one comparison with the cluster centres (an HNSW
 graph's add explored 128 neighbours: 0.56 ms a row at 100,000 rows against 0.04), and the
 rows are held as 4-bit product-quantised codes (24 bytes at 384 dimensions, scanned with
-SIMD), so a million rows take about 32 MB. The codes' scores are coarse, so the gate never
+SIMD), so a million rows take about 41 MB. The codes' scores are coarse, so the gate never
 trusts them: the ``PROPOSALS`` best-scored rows are read back and compared exactly.
 
 Deterministic by construction: the clusters and codebooks are trained once, on the first
