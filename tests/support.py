@@ -71,6 +71,19 @@ def cli(*args: str | Path, timeout: float = 120, **kwargs: Any) -> subprocess.Co
     return subprocess.run(_command(args), capture_output=True, text=True, timeout=timeout, **kwargs)
 
 
+def cli_here(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """``genwire ARGS`` run inside the test process (click's runner), as ``cli`` returns it:
+    for a test about what a command does and says, not about its process (signals, exits,
+    start-up), without a Python start and genwire's imports per command."""
+    from click.testing import CliRunner
+
+    from genwire.cli.main import cli as genwire_cli
+
+    argv = list(map(str, args))
+    result = CliRunner().invoke(genwire_cli, argv)
+    return subprocess.CompletedProcess(argv, result.exit_code, result.stdout, result.stderr)
+
+
 def start_cli(*args: str | Path) -> subprocess.Popen[str]:
     """``genwire ARGS`` started in a real process (to signal or kill it), output piped."""
     return subprocess.Popen(_command(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
