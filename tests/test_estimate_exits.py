@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import cli_here, start_cli, write
+from support import cli, start_cli, write
 
 from genwire.engine.records.checkpoint import checkpoint_dir
 from genwire.testing import FakeOpenAIServer
@@ -59,7 +59,7 @@ def server() -> Any:
 
 def test_a_failed_preflight_exits_1_with_one_json_object(server: FakeOpenAIServer, tmp_path: Path) -> None:
     server.fail_when("writer", "", 401)
-    done = cli_here("estimate", pipeline(server, tmp_path), "--json")
+    done = cli("estimate", pipeline(server, tmp_path), "--json")
     assert done.returncode == 1, done.stderr
     summary = one_object(done.stdout)
     assert summary["ok"] is False and "pre-flight failed" in summary["error"]
@@ -70,7 +70,7 @@ def test_a_failed_preflight_exits_1_with_one_json_object(server: FakeOpenAIServe
 
 def test_an_unwritable_output_exits_2_with_one_json_object(server: FakeOpenAIServer, tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("x", encoding="utf-8")
-    done = cli_here("estimate", pipeline(server, tmp_path), "--json", "-o", tmp_path / "afile" / "out.jsonl")
+    done = cli("estimate", pipeline(server, tmp_path), "--json", "-o", tmp_path / "afile" / "out.jsonl")
     assert done.returncode == 2, done.stderr
     assert "is a file, not a directory" in one_object(done.stdout)["error"]
     assert "Traceback" not in done.stderr
@@ -78,14 +78,14 @@ def test_an_unwritable_output_exits_2_with_one_json_object(server: FakeOpenAISer
 
 
 def test_too_many_rows_exits_1_with_one_json_object(server: FakeOpenAIServer, tmp_path: Path) -> None:
-    done = cli_here("estimate", pipeline(server, tmp_path), "--json", "-n", str(10**30))
+    done = cli("estimate", pipeline(server, tmp_path), "--json", "-n", str(10**30))
     assert done.returncode == 1, done.stderr
     assert "more rows than a row index can number" in one_object(done.stdout)["error"]
     assert "Traceback" not in done.stderr
 
 
 def test_without_json_an_error_is_one_line_on_stderr(server: FakeOpenAIServer, tmp_path: Path) -> None:
-    done = cli_here("estimate", pipeline(server, tmp_path), "-n", str(10**30))
+    done = cli("estimate", pipeline(server, tmp_path), "-n", str(10**30))
     assert done.returncode == 1
     assert done.stdout == ""
     assert done.stderr.strip().splitlines() == [done.stderr.strip().splitlines()[0]]
@@ -114,7 +114,7 @@ def test_a_signal_while_sampling_keeps_the_rows_and_exits_like_run(
     assert "Traceback" not in stderr
     assert stderr.strip().splitlines()[-1].startswith(f"interrupted: {summary['rows_kept']} of 40 rows kept in ")
     # The rows the sample kept are the run's: it continues after them.
-    done = cli_here("run", path, "--json")
+    done = cli("run", path, "--json")
     assert done.returncode == 0, done.stderr
     assert one_object(done.stdout)["rows_resumed"] == summary["rows_kept"]
 
@@ -125,7 +125,7 @@ def test_a_report_that_cannot_be_written_leaves_no_temporary_file(tmp_path: Path
     output = tmp_path / "out.jsonl"
     checkpoint_dir(output).mkdir()
     (tmp_path / "out.jsonl.report.html").mkdir()
-    done = cli_here("report", output)
+    done = cli("report", output)
     assert done.returncode == 2, done.stderr
     assert "cannot write the report" in done.stderr and "Traceback" not in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl.checkpoint", "out.jsonl.report.html"]
@@ -140,14 +140,14 @@ def test_an_estimate_is_its_own_ending_and_keeps_a_finished_runs_report(
     path = pipeline(server, tmp_path, n=6)
     output = tmp_path / "out.jsonl"
     page = output.with_name("out.jsonl.report.html")
-    done = cli_here("run", path, "--json")
+    done = cli("run", path, "--json")
     assert done.returncode == 0, done.stderr
     finished = page.read_text(encoding="utf-8")
     assert 'data-metric="outcome">completed<' in finished
 
     # An estimate over the finished run's output: it samples rows into a new checkpoint,
     # and the finished run's report stays the page beside its output.
-    done = cli_here("estimate", path, "--json", "-k", "2", "-n", "8")
+    done = cli("estimate", path, "--json", "-k", "2", "-n", "8")
     assert done.returncode == 0, done.stderr
     assert page.read_text(encoding="utf-8") == finished
     assert not page.with_name(page.name + ".tmp").exists()
@@ -157,7 +157,7 @@ def test_an_estimate_is_its_own_ending_and_keeps_a_finished_runs_report(
     assert "genwire run" in ends[0]["message"]
 
     # Its session, asked for, is badged as what it was: an estimate, not a completed run.
-    done = cli_here("report", output)
+    done = cli("report", output)
     assert done.returncode == 0, done.stderr
     sampled = page.read_text(encoding="utf-8")
     assert 'data-metric="outcome">estimate<' in sampled
