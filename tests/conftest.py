@@ -28,9 +28,13 @@ import pytest_asyncio
 ONE_WORKER = {"test_ray.py": "ray"}
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The grouped tests get their ``xdist_group`` and go first: a group is one long unit
-    of work for one worker, and started first it runs beside the rest, not after it."""
+    of work for one worker, and started first it runs beside the rest, not after it.
+    First of the hooks: xdist's own (on each worker) reads the marks to put the group in
+    the test ids ``--dist loadgroup`` schedules by; run after it, the marks came too late
+    and the group's tests were spread over both workers."""
     grouped: list[pytest.Item] = []
     for item in items:
         group = ONE_WORKER.get(item.path.name)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +72,35 @@ def _command(args: tuple[str | Path, ...]) -> list[str]:
 def cli(*args: str | Path, timeout: float = 120, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     """``genwire ARGS`` in a real process, output captured (``kwargs``: ``cwd``, ...)."""
     return subprocess.run(_command(args), capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+def cli_here(
+    *args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``genwire ARGS`` run inside the test process (click's runner), as ``cli`` returns it:
+    for a test about what a command does and says, not about its process (signals, exits,
+    start-up), without a Python start and genwire's imports per command. ``env``: variables
+    set for the command only."""
+    from click.testing import CliRunner
+
+    from genwire.cli.main import cli as genwire_cli
+
+    argv = list(map(str, args))
+    # What reaches the root logger goes to the command's stderr, as in a genwire process,
+    # where the root logger has no handler and Python's last resort writes it there (here
+    # pytest's own handlers on the root would take it instead).
+    root = logging.getLogger()
+    root.addHandler(logging.lastResort)
+    try:
+        with contextlib.chdir(cwd) if cwd is not None else contextlib.nullcontext():
+            result = CliRunner(env=env).invoke(genwire_cli, argv)
+    finally:
+        root.removeHandler(logging.lastResort)
+    stderr = result.stderr
+    if result.exc_info is not None and not isinstance(result.exception, SystemExit):
+        # A crash: its traceback on stderr, as the process would print it (the runner keeps it).
+        stderr += "".join(traceback.format_exception(*result.exc_info))
+    return subprocess.CompletedProcess(argv, result.exit_code, result.stdout, stderr)
 
 
 def start_cli(*args: str | Path) -> subprocess.Popen[str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import cli, start_cli, write
+from support import cli, cli_here, start_cli, write
 from test_batch_mode import KEY, N, journal_events, pipeline, run_json, wait_until
 
 from genwire.engine.records.batch_journal import JOURNAL_NAME
@@ -117,7 +117,7 @@ def test_a_fresh_run_that_no_longer_asks_an_open_batch_keeps_the_journal_naming_
         assert held in server.batches.open_batches()
         assert held in batch_ids(directory)  # the journal naming the open batch stays, nothing else
         assert sorted(p.name for p in directory.iterdir()) == [JOURNAL_NAME]
-        listed = cli("batches", "list", config, "--json")
+        listed = cli_here("batches", "list", config, "--json")
         assert {b["id"]: b["status"] for b in json.loads(listed.stdout)["batches"]}[held] == "in_progress"
 
 
@@ -213,7 +213,7 @@ def test_batch_error_messages_quoting_the_key_never_reach_the_errors_file(tmp_pa
             server.batches.fail_next(leak, count=4)  # every try of round 1 fails: the rows fail
         else:
             server.batches.expire_next(0.0, count=4, message=leak)
-        proc = cli("run", write(cfg, tmp_path / "genwire.yaml"), "--batch", "--json")
+        proc = cli_here("run", write(cfg, tmp_path / "genwire.yaml"), "--batch", "--json")
         errors_file = (tmp_path / "out.jsonl.errors.jsonl").read_text(encoding="utf-8")
         errors = [json.loads(line) for line in errors_file.splitlines()]
         assert len(errors) == 8 and all("rejected for key ***" in e["error"] for e in errors)
@@ -234,7 +234,7 @@ def test_a_batch_whose_output_file_is_gone_is_reported_once_and_its_requests_pai
         poke(server, batch)  # it completes...
         assert server.batches.delete_outputs()  # ...and its output is deleted (or aged out)
 
-        again = cli("run", config, "--batch", "--json", *(["--fresh"] if fresh else []))
+        again = cli_here("run", config, "--batch", "--json", *(["--fresh"] if fresh else []))
         assert again.returncode == 0, again.stderr
         assert json.loads(again.stdout)["rows_written"] == N
         assert again.stderr.count("is gone at the provider") == 1
@@ -294,12 +294,12 @@ def test_cancel_refuses_while_a_run_holds_the_output_and_a_forced_cancel_fails_i
         proc = start_cli("run", config, "--batch", "--json")
         wait_until("the batch in the journal", lambda: len(batch_ids(directory)) == 1, proc)
 
-        refused = cli("batches", "cancel", config)
+        refused = cli_here("batches", "cancel", config)
         assert refused.returncode == 2
         assert f"PID {proc.pid}" in refused.stderr and "--force" in refused.stderr
         assert server.batches.cancels == 0 and server.batches.open_batches()
 
-        forced = cli("batches", "cancel", config, "--force")
+        forced = cli_here("batches", "cancel", config, "--force")
         assert forced.returncode == 0, forced.stderr
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 1, err  # every row failed: above max_failure_rate... of 100%: kept == 0
@@ -333,7 +333,7 @@ def test_batches_list_says_not_ok_for_an_unreadable_batch_and_names_a_provider_g
         cfg, config, _, _ = killed_with_round_1_open(server, tmp_path)
 
         server.batches.enabled = False  # the provider cannot be asked
-        unreadable = cli("batches", "list", config, "--json")
+        unreadable = cli_here("batches", "list", config, "--json")
         assert unreadable.returncode == 1
         shown = json.loads(unreadable.stdout)
         assert shown["ok"] is False and "error" in shown["batches"][0]
@@ -342,12 +342,12 @@ def test_batches_list_says_not_ok_for_an_unreadable_batch_and_names_a_provider_g
         cfg["providers"]["other"] = cfg["providers"].pop("srv")
         cfg["models"]["writer"]["provider"] = "other"
         write(cfg, config)
-        missing = cli("batches", "list", config, "--json")
+        missing = cli_here("batches", "list", config, "--json")
         assert missing.returncode == 1
         shown = json.loads(missing.stdout)
         assert shown["ok"] is False
         assert "provider 'srv' is no longer in the config" in shown["batches"][0]["error"]
-        table = cli("batches", "list", config)
+        table = cli_here("batches", "list", config)
         assert table.returncode == 1 and "'srv'" in table.stdout
 
 
@@ -360,14 +360,14 @@ def test_preflight_checks_the_batch_endpoints_of_batching_providers(tmp_path: Pa
         server.batches.enabled = False
         cfg = pipeline(server, tmp_path, enabled=how == "enabled")
         config = write(cfg, tmp_path / "genwire.yaml")
-        proc = cli("preflight", config, "--json", *(["--batch"] if how == "flag" else []))
+        proc = cli_here("preflight", config, "--json", *(["--batch"] if how == "flag" else []))
         assert proc.returncode == 1, proc.stderr
         report = json.loads(proc.stdout)
         [check] = [c for c in report["checks"] if c["kind"] == "batch_api"]
         assert check["status"] == "failed" and check["error_class"] == "not_found" and "batch mode" in check["message"]
 
         server.batches.enabled = True
-        assert cli("preflight", config, "--json", *(["--batch"] if how == "flag" else [])).returncode == 0
-        online = cli("preflight", write(pipeline(server, tmp_path), tmp_path / "online.yaml"), "--json")
+        assert cli_here("preflight", config, "--json", *(["--batch"] if how == "flag" else [])).returncode == 0
+        online = cli_here("preflight", write(pipeline(server, tmp_path), tmp_path / "online.yaml"), "--json")
         assert online.returncode == 0
         assert all(c["kind"] != "batch_api" for c in json.loads(online.stdout)["checks"])

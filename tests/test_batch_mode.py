@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import cli, start_cli, write
+from support import cli_here, start_cli, write
 
 import genwire
 from genwire.engine.records.batch_journal import JOURNAL_NAME
@@ -55,7 +55,7 @@ def pipeline(server: FakeOpenAIServer, root: Path, n: int = N, **batch: Any) -> 
 
 
 def run_json(*args: str | Path) -> dict[str, Any]:
-    proc = cli("run", *args, "--json")
+    proc = cli_here("run", *args, "--json")
     assert proc.returncode == 0, proc.stderr
     summary: dict[str, Any] = json.loads(proc.stdout)
     return summary
@@ -64,7 +64,7 @@ def run_json(*args: str | Path) -> dict[str, Any]:
 def online_output(server: FakeOpenAIServer, cfg: dict[str, Any], root: Path) -> str:
     """The same pipeline run online to another file, with its own response cache."""
     where = root / "online"
-    proc = cli("run", write(cfg, where / "genwire.yaml"), "-o", where / "out.jsonl", "--no-response-cache")
+    proc = cli_here("run", write(cfg, where / "genwire.yaml"), "-o", where / "out.jsonl", "--no-response-cache")
     assert proc.returncode == 0, proc.stderr
     return (where / "out.jsonl").read_text(encoding="utf-8")
 
@@ -195,7 +195,7 @@ def test_error_file_lines_follow_the_online_retry_rules(tmp_path: Path) -> None:
         server.reset_stats()
         where = tmp_path / "online"
         server.script("writer", [503, 503])
-        proc = cli("run", write(cfg, where / "genwire.yaml"), "--skip-preflight", "-o", where / "out.jsonl")
+        proc = cli_here("run", write(cfg, where / "genwire.yaml"), "--skip-preflight", "-o", where / "out.jsonl")
         assert proc.returncode == 0, proc.stderr
         assert server.requests["writer"] == 2 * (N - failed_rows) + failed_rows + 2
         assert (tmp_path / "out.jsonl").read_text() == (where / "out.jsonl").read_text()
@@ -251,11 +251,11 @@ def test_a_provider_without_the_batch_api_fails_the_preflight_naming_batch_mode(
         cfg = pipeline(server, tmp_path)
         config = write(cfg, tmp_path / "genwire.yaml")
         if not enabled:
-            proc = cli("run", config, "--batch", "--json")
+            proc = cli_here("run", config, "--batch", "--json")
         else:  # the key works for chat (the probe passes) but not for the batch API
             server.require_api_key(KEY)
             server.batches.require_api_key(key)
-            proc = cli("run", config, "--batch", "--json")
+            proc = cli_here("run", config, "--batch", "--json")
         assert proc.returncode == 1
         report = json.loads(proc.stdout)["preflight"]
         check = next(c for c in report["checks"] if c["kind"] == "batch_api")
@@ -321,13 +321,13 @@ def test_ctrl_c_leaves_the_batch_running_and_batches_list_and_cancel_manage_it(t
         assert server.batches.open_batches() and server.batches.cancels == 0  # left running
         assert (directory / JOURNAL_NAME).exists()  # kept, though no row is done
 
-        listed = cli("batches", "list", config, "--json")
+        listed = cli_here("batches", "list", config, "--json")
         assert listed.returncode == 0, listed.stderr
         [batch] = json.loads(listed.stdout)["batches"]
         assert batch["status"] == "in_progress" and batch["requests"] == N and batch["provider"] == "srv"
         assert KEY not in listed.stdout + listed.stderr
 
-        cancelled = cli("batches", "cancel", config)
+        cancelled = cli_here("batches", "cancel", config)
         assert cancelled.returncode == 0, cancelled.stderr
         assert "cancel asked" in cancelled.stdout
         assert server.batches.cancels == 1 and not server.batches.open_batches()
@@ -335,7 +335,7 @@ def test_ctrl_c_leaves_the_batch_running_and_batches_list_and_cancel_manage_it(t
         # The rerun finds the batch cancelled by the user: its rows fail as cancelled, nothing
         # is resubmitted; the run after that (the user's choice) submits them, once.
         server.batches.hold(False)
-        stopped = cli("run", config, "--batch", "--json")
+        stopped = cli_here("run", config, "--batch", "--json")
         assert stopped.returncode == 1, stopped.stderr
         errors = [json.loads(line) for line in (tmp_path / "out.jsonl.errors.jsonl").read_text().splitlines()]
         assert len(errors) == N and {e["error_class"] for e in errors} == {"cancelled"}
@@ -354,7 +354,7 @@ def test_a_rerun_after_a_failure_rate_stop_asks_failed_lines_again(tmp_path: Pat
         cfg["pipeline"]["max_failure_rate"] = 0.1
         config = write(cfg, tmp_path / "genwire.yaml")
         server.fail_when("writer", "Write about c", 400)
-        stopped = cli("run", config, "--batch")
+        stopped = cli_here("run", config, "--batch")
         assert stopped.returncode == 1 and "max_failure_rate" in stopped.stderr
         directory = checkpoint_dir(tmp_path / "out.jsonl")
         assert "ended" in journal_events(directory)  # the journal stays with the checkpoint

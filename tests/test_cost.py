@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import cli, start_cli, write
+from support import cli_here, start_cli, write
 
 from genwire.engine.records.checkpoint import checkpoint_dir
 from genwire.engine.records.ledger import LEDGER_NAME, RunLedger
@@ -72,7 +72,7 @@ def server() -> Any:
 
 
 def run_json(*args: str | Path) -> tuple[int, dict[str, Any], str]:
-    done = cli(*args, "--json")
+    done = cli_here(*args, "--json")
     return done.returncode, json.loads(done.stdout), done.stderr
 
 
@@ -135,7 +135,7 @@ def test_prices_from_the_config_and_a_litellm_table_and_unknown_never_zero(
         "price_source": "unknown",
     }
     assert cost["total_usd"] is None  # one model's cost is unknown: so is the total
-    text = cli("run", tmp_path / "genwire.yaml", "--fresh")
+    text = cli_here("run", tmp_path / "genwire.yaml", "--fresh")
     assert text.returncode == 0, text.stderr
     assert "unknown" in text.stdout and "prices.json (gpt-tiny)" in text.stdout
 
@@ -144,12 +144,12 @@ def test_a_price_table_that_cannot_be_used_is_a_clear_error(server: FakeOpenAISe
     cfg = pipeline(server, tmp_path, 4)
     cfg["pricing"] = {"source": "prices.json"}
     (tmp_path / "prices.json").write_text("[1, 2")
-    done = cli("run", write(cfg, tmp_path / "genwire.yaml"))
+    done = cli_here("run", write(cfg, tmp_path / "genwire.yaml"))
     assert done.returncode == 2
     assert "pricing.source" in done.stderr and "prices.json" in done.stderr and "not JSON" in done.stderr
     assert "Traceback" not in done.stderr and server.total_requests == 0
     cfg["models"]["writer"]["price"] = {"input_per_mtok": -1}
-    done = cli("validate", write(cfg, tmp_path / "genwire.yaml"))
+    done = cli_here("validate", write(cfg, tmp_path / "genwire.yaml"))
     assert done.returncode == 2 and "models.writer.price.input_per_mtok" in done.stderr
 
 
@@ -181,7 +181,7 @@ def test_estimate_keeps_its_rows_and_the_run_sends_nothing_for_them(server: Fake
     assert server.requests["writer"] == 1 + 2 * (n - k)  # nothing for the estimated rows
     # The ledger continues the estimate's: the run's total includes what the sample cost.
     assert summary["cost"]["total_usd"] > summary["cost"]["this_session_usd"] > 0
-    table = cli("estimate", path, "-n", str(n + 10), "-k", "5")
+    table = cli_here("estimate", path, "-n", str(n + 10), "-k", "5")
     assert table.returncode == 0, table.stderr
     assert "Estimate: 5 rows sampled" in table.stdout and "models.writer.price" in table.stdout
     assert "bound by" in table.stdout and f"genwire run {path} -n {n + 10}" in table.stdout
@@ -218,7 +218,7 @@ def test_max_cost_stops_with_exit_3_within_the_cap_and_a_higher_cap_finishes(
     code, found, err = run_json("estimate", path, "-k", "4")
     assert code == 0, err
     cap = 0.4 * (found["cost_usd"] + found["cost"]["this_session_usd"])
-    done = cli("run", path, "--max-cost", repr(cap))
+    done = cli_here("run", path, "--max-cost", repr(cap))
     assert done.returncode == 3, done.stderr
     assert "stopped at the budget" in done.stderr and f"${cap:g}" in done.stderr and "--max-cost" in done.stderr
     assert "Traceback" not in done.stderr
@@ -242,11 +242,11 @@ def test_a_budget_that_cannot_be_kept_is_refused_before_any_request(server: Fake
     cfg = pipeline(server, tmp_path, 10)
     del cfg["models"]["embedder"]["price"]
     path = write(cfg, tmp_path / "genwire.yaml")
-    done = cli("run", path, "--max-cost", "5")
+    done = cli_here("run", path, "--max-cost", "5")
     assert done.returncode == 2
     assert "no price for model(s) embedder" in done.stderr and "max_tokens" in done.stderr
     cfg = pipeline(server, tmp_path, 10, budget={"max_cost_usd": 1e-9})
-    done = cli("run", write(cfg, tmp_path / "genwire.yaml"))
+    done = cli_here("run", write(cfg, tmp_path / "genwire.yaml"))
     assert done.returncode == 2 and "below what the pre-flight alone may cost" in done.stderr
     assert server.total_requests == 0
 

@@ -106,14 +106,25 @@ CASES: dict[str, tuple[Callable[[Path, int], None], set[int], str]] = {
 }
 
 
+@pytest.fixture(scope="module")
+def undamaged_output(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """What an undamaged run of the pipeline writes: one run for every case (the rows depend
+    on the seed and the prompts, not on which fake server answered them)."""
+    root = tmp_path_factory.mktemp("reference")
+    with FakeOpenAIServer() as server:
+        reference = root / "reference.jsonl"
+        done = cli("run", write(pipeline(server, reference), root / "reference.yaml"), "--no-response-cache")
+    assert done.returncode == 0, done.stderr
+    return reference.read_text(encoding="utf-8")
+
+
 @pytest.mark.parametrize("case", list(CASES))
-async def test_a_damaged_checkpoint_line_regenerates_only_its_rows(tmp_path: Path, case: str) -> None:
+async def test_a_damaged_checkpoint_line_regenerates_only_its_rows(
+    tmp_path: Path, case: str, undamaged_output: str
+) -> None:
     damage, again, named = CASES[case]
     with FakeOpenAIServer() as server:
-        reference = tmp_path / "reference.jsonl"
-        done = cli("run", write(pipeline(server, reference), tmp_path / "reference.yaml"), "--no-response-cache")
-        assert done.returncode == 0, done.stderr
-        expected = reference.read_text(encoding="utf-8")
+        expected = undamaged_output
         prompts = [f"Question {json.loads(line)['uid']}" for line in expected.splitlines()]
 
         out = tmp_path / "out.jsonl"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import StopAfter, cli, start_cli, wait_for_rows, write
+from support import StopAfter, cli, cli_here, start_cli, wait_for_rows, write
 
 import genwire
 from genwire.engine.records.checkpoint import Checkpoint, checkpoint_dir, kept_rows
@@ -61,7 +61,7 @@ def reference_output(server: FakeOpenAIServer, cfg: dict[str, Any], root: Path) 
     ref = root / "reference"
     ref.mkdir(exist_ok=True)
     out = ref / "out.jsonl"
-    proc = cli("run", write(cfg, ref / "genwire.yaml"), "-o", out)
+    proc = cli_here("run", write(cfg, ref / "genwire.yaml"), "-o", out)
     assert proc.returncode == 0, proc.stderr
     return out.read_text(encoding="utf-8")
 
@@ -88,11 +88,11 @@ def test_kill_9_then_rerun_sends_only_the_missing_rows_and_matches_an_uninterrup
 
         server.wait_idle()  # the killed process's last requests, still on the wire, land first
         server.reset_stats()
-        again = cli("run", config)
+        again = cli_here("run", config)
         assert again.returncode == 0, again.stderr
         # One pre-flight probe, then exactly the rows the checkpoint lacked: sent, or taken
         # from the response cache (answered batches the kill caught before their checkpoint).
-        info = cli("cache", "info", config, "--json")
+        info = cli_here("cache", "info", config, "--json")
         hits = json.loads(info.stdout)["hits"]
         assert server.requests["writer"] + hits == 1 + (300 - kept)
         assert f"{kept:,} resumed" in again.stdout
@@ -126,7 +126,7 @@ def test_interrupt_exits_promptly_keeps_the_rows_and_says_how_to_resume(
         for path in directory.iterdir():
             assert CANARY_KEY not in path.read_text(encoding="utf-8", errors="replace")
 
-        again = cli("run", config)
+        again = cli_here("run", config)
         assert again.returncode == 0, again.stderr
         assert (tmp_path / "out.jsonl").read_text(encoding="utf-8") == reference_output(server, cfg, tmp_path)
 
@@ -245,7 +245,7 @@ def test_a_run_whose_rows_all_failed_never_exits_0(tmp_path: Path, n: int) -> No
     with FakeOpenAIServer() as server:
         server.require_api_key("the-right-key-12345")
         config = write(pipeline(server, tmp_path, n=n), tmp_path / "genwire.yaml")
-        proc = cli("run", config, "--skip-preflight")
+        proc = cli_here("run", config, "--skip-preflight")
     assert proc.returncode == 1, proc.stdout
     assert "dataset written" not in proc.stdout
     assert f"{n} of {n} rows failed" in proc.stderr
@@ -258,7 +258,7 @@ def test_a_run_whose_rows_all_failed_never_exits_0(tmp_path: Path, n: int) -> No
 def test_json_summary_counts_tokens_as_the_server_reported_them(tmp_path: Path) -> None:
     with FakeOpenAIServer() as server:
         server.script("writer", [503])  # one retry, counted
-        proc = cli("run", write(pipeline(server, tmp_path, n=25), tmp_path / "genwire.yaml"), "--json")
+        proc = cli_here("run", write(pipeline(server, tmp_path, n=25), tmp_path / "genwire.yaml"), "--json")
         assert proc.returncode == 0, proc.stderr
         summary = json.loads(proc.stdout)  # stdout is the summary and nothing else
         assert set(summary) == {
@@ -294,7 +294,7 @@ def test_an_output_that_is_an_input_is_refused_before_anything_runs(tmp_path: Pa
     people.write_text('{"name": "Ann"}\n{"name": "Bo"}\n', encoding="utf-8")
     config = write(seeded_pipeline(tmp_path, people), tmp_path / "genwire.yaml")
     for target in ("people.jsonl", "./people.jsonl"):
-        proc = cli("run", config, "-o", target, cwd=tmp_path)
+        proc = cli_here("run", config, "-o", target, cwd=tmp_path)
         assert proc.returncode == 2
         assert "is a dataset file this pipeline reads" in proc.stderr
     assert people.read_text(encoding="utf-8") == '{"name": "Ann"}\n{"name": "Bo"}\n'
@@ -307,7 +307,7 @@ def test_an_output_path_that_cannot_be_a_file_fails_before_the_run(tmp_path: Pat
     (tmp_path / "taken.jsonl").mkdir()
     (tmp_path / "plain").write_text("x")
     target = tmp_path / ("taken.jsonl" if kind == "directory" else "plain/out.jsonl")
-    proc = cli("run", write(seeded_pipeline(tmp_path, people), tmp_path / "genwire.yaml"), "-o", target)
+    proc = cli_here("run", write(seeded_pipeline(tmp_path, people), tmp_path / "genwire.yaml"), "-o", target)
     assert proc.returncode == 2, proc.stderr
     assert ("is a directory" if kind == "directory" else "is a file, not a directory") in proc.stderr
     assert "Traceback" not in proc.stderr and leftovers(tmp_path) == []
@@ -318,7 +318,7 @@ def test_cells_json_cannot_hold_fail_their_rows_and_the_output_is_strict_json(tm
     lines = ['{"name": "Ann"}', '{"name": "\\ud83d"}', '{"name": NaN}', '{"name": Infinity}', '{"name": "Eve"}']
     people.write_text("\n".join(lines) + "\n", encoding="utf-8")
     cfg = seeded_pipeline(tmp_path, people, num_records=5, max_failure_rate=1.0)
-    proc = cli("run", write(cfg, tmp_path / "genwire.yaml"))
+    proc = cli_here("run", write(cfg, tmp_path / "genwire.yaml"))
     assert proc.returncode == 0, proc.stderr
     out = (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()
     assert [json.loads(line, parse_constant=pytest.fail)["person"]["name"] for line in out] == ["Ann", "Eve"]
@@ -335,7 +335,7 @@ def test_a_lone_surrogate_in_a_model_reply_fails_that_row_only(
     body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "bad \ud83d"}}]}
     fake_openai_server.fail_when("writer", "Question b", FakeResponse(json=body))
     cfg = pipeline(fake_openai_server, tmp_path, n=30, max_failure_rate=0.9)
-    proc = cli("run", write(cfg, tmp_path / "genwire.yaml"))
+    proc = cli_here("run", write(cfg, tmp_path / "genwire.yaml"))
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()]
     errors = [json.loads(line) for line in (tmp_path / "out.jsonl.errors.jsonl").read_text().splitlines()]
@@ -349,7 +349,7 @@ def test_output_files_honour_the_umask(tmp_path: Path) -> None:
     config = write(seeded_pipeline(tmp_path, people), tmp_path / "genwire.yaml")
     old = os.umask(0o022)
     try:
-        proc = cli("run", config)
+        proc = cli_here("run", config)
     finally:
         os.umask(old)
     assert proc.returncode == 0, proc.stderr
@@ -362,7 +362,7 @@ def test_a_second_run_on_the_same_output_exits_2_naming_the_first(tmp_path: Path
     cfg = seeded_pipeline(tmp_path, people)
     first = Checkpoint.open(checkpoint_dir(tmp_path / "out.jsonl"), {}, 4, fresh=False, fresh_hint="")
     try:
-        proc = cli("run", write(cfg, tmp_path / "genwire.yaml"))
+        proc = cli_here("run", write(cfg, tmp_path / "genwire.yaml"))
     finally:
         first.close()
     assert proc.returncode == 2
@@ -431,7 +431,7 @@ def test_a_fifo_dataset_cannot_hold_the_command_past_its_deadline(tmp_path: Path
     cfg["preflight"] = {"timeout_s": 1, "deadline_s": 2}
     # A read that never ends would hold the command for good: the subprocess timeout is
     # the hang guard (generous: a loaded machine takes seconds just to start Python).
-    proc = cli(command, write(cfg, tmp_path / "genwire.yaml"), timeout=120)
+    proc = cli_here(command, write(cfg, tmp_path / "genwire.yaml"))
     assert proc.returncode == 1
     assert "timeout" in proc.stdout + proc.stderr
 
@@ -439,7 +439,7 @@ def test_a_fifo_dataset_cannot_hold_the_command_past_its_deadline(tmp_path: Path
 def test_json_on_a_failed_preflight_is_still_one_json_object(tmp_path: Path) -> None:
     with FakeOpenAIServer() as server:
         server.require_api_key("another-key-123456789")
-        proc = cli("run", write(pipeline(server, tmp_path, n=5), tmp_path / "genwire.yaml"), "--json")
+        proc = cli_here("run", write(pipeline(server, tmp_path, n=5), tmp_path / "genwire.yaml"), "--json")
     assert proc.returncode == 1
     summary = json.loads(proc.stdout)
     assert summary["ok"] is False and summary["error"].startswith("pre-flight failed")

@@ -15,7 +15,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from support import cli, start_cli, wait_for_rows, write
+from support import cli_here, start_cli, wait_for_rows, write
 
 from genwire.engine.records.checkpoint import checkpoint_dir
 from genwire.providers.response_cache import DB_NAME
@@ -87,7 +87,7 @@ def asked(server: FakeOpenAIServer, model: str = "writer") -> list[int]:
 def test_a_judged_pipeline_keeps_exactly_n_rows_and_sends_nothing_past_a_rejecting_gate(tmp_path: Path) -> None:
     with FakeOpenAIServer() as server:
         config = write(judged(server, tmp_path), tmp_path / "genwire.yaml")
-        result = cli("run", config, "--json")
+        result = cli_here("run", config, "--json")
         assert result.returncode == 0, result.stderr
         summary = json.loads(result.stdout)
 
@@ -127,7 +127,7 @@ def test_a_judged_pipeline_keeps_exactly_n_rows_and_sends_nothing_past_a_rejecti
         assert f'data-rejected="even">{by_gate["even"]}<' in page and "n % 2 == 0 is false" in page
         samples = page[page.index("<h2>Sample rows</h2>") :]
         assert "<th>question</th>" in samples and "<th>even</th>" not in samples  # no gate column shown
-        human = cli("run", config, "--fresh", "--no-response-cache")
+        human = cli_here("run", config, "--fresh", "--no-response-cache")
         assert "candidates" in human.stdout and "→ even" in human.stdout and "30 kept" in human.stdout
 
 
@@ -167,7 +167,7 @@ def test_keep_unique_gives_the_same_rows_at_any_concurrency(tmp_path: Path) -> N
         for concurrency in (1, 32):
             root = tmp_path / str(concurrency)
             config = write(unique_words(server, root, concurrency), root / "genwire.yaml")
-            result = cli("run", config)
+            result = cli_here("run", config)
             assert result.returncode == 0, result.stderr
             rejected = lines(root / "out.jsonl.rejected.jsonl")
             outputs.append(((root / "out.jsonl").read_text(), up_to_last_kept(rejected, 10)))
@@ -228,7 +228,7 @@ def test_kill_9_at_half_then_rerun_gives_the_uninterrupted_rows_asking_again_onl
         assert len(stored) >= wanted // 2 and stored <= set(before)
         server.reset_stats()
 
-        again = cli("run", config)
+        again = cli_here("run", config)
         assert again.returncode == 0, again.stderr
         after = asked(server)
         # What genwire had stored at the kill is never asked again; asked again are only
@@ -237,7 +237,7 @@ def test_kill_9_at_half_then_rerun_gives_the_uninterrupted_rows_asking_again_onl
         resumed = (tmp_path / "out.jsonl").read_text(encoding="utf-8")
 
         ref = tmp_path / "reference"
-        reference = cli("run", write(cfg, ref / "genwire.yaml"), "-o", ref / "out.jsonl")
+        reference = cli_here("run", write(cfg, ref / "genwire.yaml"), "-o", ref / "out.jsonl")
         assert reference.returncode == 0, reference.stderr
     assert resumed == (ref / "out.jsonl").read_text(encoding="utf-8")
     rows = [json.loads(line) for line in resumed.splitlines()]
@@ -248,7 +248,7 @@ def test_the_candidates_cap_stops_with_exit_3_and_a_higher_cap_goes_on_asking_no
     with FakeOpenAIServer() as server:
         cfg = judged(server, tmp_path, max_candidates=40)
         config = write(cfg, tmp_path / "genwire.yaml")
-        stopped = cli("run", config, "--json")
+        stopped = cli_here("run", config, "--json")
         assert stopped.returncode == 3, stopped.stderr
         figures = json.loads(stopped.stdout)
         assert figures["ok"] is False and figures["wanted"] == N and figures["candidates"] == 40
@@ -258,13 +258,13 @@ def test_the_candidates_cap_stops_with_exit_3_and_a_higher_cap_goes_on_asking_no
         server.reset_stats()
 
         cfg["pipeline"]["max_candidates"] = 400  # not in the fingerprint: the same checkpoint goes on
-        again = cli("run", write(cfg, config), "--json")
+        again = cli_here("run", write(cfg, config), "--json")
         assert again.returncode == 0, again.stderr
         assert not set(first) & set(asked(server))
         assert json.loads(again.stdout)["rows_written"] == N
 
         ref = tmp_path / "reference"
-        reference = cli("run", write(cfg, ref / "genwire.yaml"), "-o", ref / "out.jsonl")
+        reference = cli_here("run", write(cfg, ref / "genwire.yaml"), "-o", ref / "out.jsonl")
         assert reference.returncode == 0, reference.stderr
     assert (tmp_path / "out.jsonl").read_text() == (ref / "out.jsonl").read_text()
     ours, theirs = (lines(root / "out.jsonl.rejected.jsonl") for root in (tmp_path, ref))
@@ -288,7 +288,7 @@ def test_the_estimate_projects_the_candidates_a_run_needs_and_keeps_its_own(tmp_
     wanted = 100
     with FakeOpenAIServer() as server:
         config = write(quarter(server, tmp_path, wanted), tmp_path / "genwire.yaml")
-        estimate = cli("estimate", config, "-k", "60", "--json")
+        estimate = cli_here("estimate", config, "-k", "60", "--json")
         assert estimate.returncode == 0, estimate.stderr
         found = json.loads(estimate.stdout)
         acceptance = found["acceptance"]
@@ -302,20 +302,20 @@ def test_the_estimate_projects_the_candidates_a_run_needs_and_keeps_its_own(tmp_
         assert len(sampled) == 60
         server.reset_stats()
 
-        run = cli("run", config, "--json")
+        run = cli_here("run", config, "--json")
         assert run.returncode == 0, run.stderr
         summary = json.loads(run.stdout)
         assert summary["rows_written"] == wanted
         assert abs(summary["candidates"] - projected) <= 0.5 * projected
         assert not set(sampled) & set(asked(server))  # the estimate's candidates are the run's first
-        human = cli("estimate", write(quarter(server, tmp_path / "again", wanted), tmp_path / "again" / "g.yaml"))
+        human = cli_here("estimate", write(quarter(server, tmp_path / "again", wanted), tmp_path / "again" / "g.yaml"))
         assert "acceptance:" in human.stdout and "candidates for 100 kept rows" in human.stdout
 
 
 def test_the_estimate_warns_when_too_few_candidates_were_kept(tmp_path: Path) -> None:
     with FakeOpenAIServer() as server:
         config = write(quarter(server, tmp_path, 50), tmp_path / "genwire.yaml")
-        estimate = cli("estimate", config, "-k", "8", "--json")
+        estimate = cli_here("estimate", config, "-k", "8", "--json")
         assert estimate.returncode == 0, estimate.stderr
         assert "weak projection" in estimate.stderr
 
@@ -327,13 +327,13 @@ def test_max_cost_stops_a_gated_run_with_its_figures_and_a_higher_cap_finishes_i
             model["price"] = {"input_per_mtok": 1000, "output_per_mtok": 1000}
             model["params"] = {"max_tokens": 20}
         config = write(cfg, tmp_path / "genwire.yaml")
-        stopped = cli("run", config, "--json", "--skip-preflight", "--max-cost", "0.5")
+        stopped = cli_here("run", config, "--json", "--skip-preflight", "--max-cost", "0.5")
         assert stopped.returncode == 3, stopped.stderr
         figures = json.loads(stopped.stdout)
         assert figures["wanted"] == N and 0 < figures["kept"] < N and figures["spent_usd"] <= 0.5
         assert f"{figures['kept']} of {N} rows kept from {figures['candidates']} candidates" in stopped.stderr
         first = asked(server)
-        again = cli("run", config, "--json", "--skip-preflight", "--max-cost", "50")
+        again = cli_here("run", config, "--json", "--skip-preflight", "--max-cost", "50")
         assert again.returncode == 0, again.stderr
         assert json.loads(again.stdout)["rows_written"] == N
     assert not set(first) & set(asked(server)[len(first) :])  # nothing kept was asked again
@@ -346,13 +346,13 @@ def test_an_unchanged_gated_rerun_pays_nothing_and_writes_the_same_files(tmp_pat
         novel = {"name": "novel", "generator": "keep-novel", "resources": {"model": "embedder"}}
         cfg["pipeline"]["columns"].insert(3, {**novel, "params": {"column": "question"}})
         config = write(cfg, tmp_path / "genwire.yaml")
-        first = cli("run", config)
+        first = cli_here("run", config)
         assert first.returncode == 0, first.stderr
         out = (tmp_path / "out.jsonl").read_text()
         rejected = lines(tmp_path / "out.jsonl.rejected.jsonl")
         asked_first = asked(server)
         server.reset_stats()
-        again = cli("run", config, "--fresh")
+        again = cli_here("run", config, "--fresh")
         assert again.returncode == 0, again.stderr
         # Every answer the first run had, the gate's embeddings included, came from the
         # response cache: a request went out only for a candidate the first run never
@@ -385,7 +385,7 @@ def test_a_transient_failure_after_keep_unique_is_retried_before_the_cap(tmp_pat
     with FakeOpenAIServer() as server:
         config = few_words_judged(server, tmp_path)
         server.script("writer", [400])  # the first candidate's judge: a 400 (never retried), once
-        result = cli("run", config, "--skip-preflight")
+        result = cli_here("run", config, "--skip-preflight")
         assert result.returncode == 0, result.stderr
         rows = lines(tmp_path / "out.jsonl")
         assert sorted(r["word"] for r in rows) == [f"w{i}" for i in range(5)]
@@ -396,7 +396,7 @@ def test_a_uniqueness_gate_that_has_seen_every_value_says_so_at_the_cap(tmp_path
     with FakeOpenAIServer() as server:
         config = few_words_judged(server, tmp_path)
         server.fail_when("writer", "Judge w3", 400)  # w3 fails for good: 4 rows at most
-        result = cli("run", config, "--skip-preflight")
+        result = cli_here("run", config, "--skip-preflight")
         assert result.returncode == 3, result.stderr
         message = " ".join(result.stderr.split())
         assert "has seen every value column 'word' can take (5), so a higher cap cannot help" in message, message

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import cli, start_cli, wait_for_rows, write
+from support import cli, cli_here, start_cli, wait_for_rows, write
 
 from genwire.engine.records.checkpoint import checkpoint_dir
 from genwire.generators import Verdict
@@ -158,7 +158,7 @@ def repeating_pipeline(server: FakeOpenAIServer, root: Path, concurrency: int) -
 def test_kill_9_at_half_of_a_run_through_the_index_resumes_to_the_uninterrupted_output(tmp_path: Path) -> None:
     with FakeOpenAIServer(latency=0.005) as server:
         reference = write(repeating_pipeline(server, tmp_path / "ref", 64), tmp_path / "ref" / "genwire.yaml")
-        done = cli("run", reference, "--json")
+        done = cli_here("run", reference, "--json")
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["rejected"]["novel"] > 50  # the gate had work to do
 
@@ -169,6 +169,6 @@ def test_kill_9_at_half_of_a_run_through_the_index_resumes_to_the_uninterrupted_
         proc.communicate(timeout=10)
         assert not (tmp_path / "run" / "out.jsonl").exists()
         server.wait_idle()
-        again = cli("run", config)
+        again = cli_here("run", config)
         assert again.returncode == 0, again.stderr
     assert (tmp_path / "run" / "out.jsonl").read_text() == (tmp_path / "ref" / "out.jsonl").read_text()

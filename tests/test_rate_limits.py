@@ -208,7 +208,9 @@ async def test_a_server_that_always_says_retry_after_0_is_not_hammered(fake_open
 async def test_429s_are_bounded_by_time_not_by_retries(fake_openai_server: FakeOpenAIServer) -> None:
     limited = FakeResponse(429, headers={"Retry-After": "0.05"})
     fake_openai_server.script("writer", [limited] * 6)
-    provider = provider_for(fake_openai_server, retries=1)
+    # backoff_s: the wait grows per refusal of the same request (its own test above); small
+    # here, where what counts is the number of 429s answered past retries=1.
+    provider = provider_for(fake_openai_server, retries=1, backoff_s=0.01)
     chat = provider.chat_model("writer", ModelConfig(provider="srv", model="writer", kind="chat"))
     try:
         assert await chat.complete("hello") == "answer to: hello"  # six 429s, then answered

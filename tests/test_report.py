@@ -23,7 +23,7 @@ from genwire.engine.report import report_path, write_report
 from genwire.testing import FakeOpenAIServer
 from genwire.testing.fake_server import FakeResponse
 from tests.browser import NO_CHROMIUM, find_chromium, open_page
-from tests.support import cli, start_cli, story_and_review, write
+from tests.support import cli_here, start_cli, story_and_review, write
 
 CANARY = '<script>document.title="pwned"</script><img src=x onerror="document.title=1"></textarea><b>bold</b>'
 KEY = "sk-report-canary-1b9e4c7d2a"
@@ -135,7 +135,7 @@ def test_a_run_with_429s_and_failing_rows_reports_what_json_says_in_a_real_brows
     with FakeOpenAIServer() as server:
         imperfect(server)
         cfg = write(config(server.url, tmp_path, rows), tmp_path / "genwire.yaml")
-        proc = cli("run", cfg, "--json", timeout=600)
+        proc = cli_here("run", cfg, "--json")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     output = Path(summary["output"])
@@ -187,7 +187,7 @@ def test_kill_at_half_then_resume_the_report_covers_both_sessions(tmp_path: Path
         assert rows // 2 <= kept < rows
         assert not report_path(output).exists()  # a kill -9 writes nothing at the end...
 
-        made = cli("report", output)  # ...so `genwire report` writes it from the checkpoint
+        made = cli_here("report", output)  # ...so `genwire report` writes it from the checkpoint
         assert made.returncode == 0, made.stderr
         first = Metrics(report_path(output).read_text(encoding="utf-8"))
         assert first.metrics["outcome"] == "unfinished"
@@ -195,7 +195,7 @@ def test_kill_at_half_then_resume_the_report_covers_both_sessions(tmp_path: Path
         # The killed session's requests count (all but its last second, which the kill took).
         assert 0 < number(first.models["writer"]["requests"]) <= server.requests["writer-model"]
 
-        again = cli("run", cfg, "--json", timeout=600)
+        again = cli_here("run", cfg, "--json")
     assert again.returncode == 0, again.stderr
     summary = json.loads(again.stdout)
     assert summary["rows_resumed"] == kept
@@ -209,7 +209,7 @@ def test_kill_at_half_then_resume_the_report_covers_both_sessions(tmp_path: Path
         assert (
             number(report.models[alias]["requests"]) >= usage["requests"] + number(first.models[alias]["requests"]) - 1
         )
-    done = cli("report", output)
+    done = cli_here("report", output)
     assert done.returncode == 0 and "its report is" in done.stdout  # finished: points at the page
 
 
@@ -231,7 +231,7 @@ def _kept(checkpoint: Path) -> int:
 
 
 def test_report_of_nothing_is_a_clear_error(tmp_path: Path) -> None:
-    proc = cli("report", tmp_path / "never.jsonl")
+    proc = cli_here("report", tmp_path / "never.jsonl")
     assert proc.returncode == 2
     assert "no run of" in proc.stderr and "never.jsonl.checkpoint" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -245,9 +245,9 @@ def test_the_metrics_are_aggregates_and_a_resumed_run_appends(tmp_path: Path) ->
         server.fail_when(MODEL_CANARY, "-8", 400)  # a quarter of the rows fail (not the probe): stopped
         server.require_api_key(KEY)
         cfg = write(config(server.url, tmp_path, rows, KEY, max_failure_rate=0.1), tmp_path / "genwire.yaml")
-        first = cli("run", cfg, "--json")
+        first = cli_here("run", cfg, "--json")
         assert first.returncode == 1
-        second = cli("run", cfg, "--json")
+        second = cli_here("run", cfg, "--json")
         assert second.returncode == 1
         sent = sum(server.requests.values())
     metrics = tmp_path / "out.jsonl.checkpoint" / METRICS_FILE
@@ -337,7 +337,7 @@ def test_a_priced_run_shows_what_it_cost_as_its_json_summary_says(tmp_path: Path
         cfg = config(server.url, tmp_path, 30)
         cfg["models"]["writer"]["price"] = {"input_per_mtok": 150.0, "output_per_mtok": 600.0}
         cfg["models"]["critic"]["price"] = {"input_per_mtok": 30.0, "output_per_mtok": 60.0}
-        proc = cli("run", write(cfg, tmp_path / "genwire.yaml"), "--json")
+        proc = cli_here("run", write(cfg, tmp_path / "genwire.yaml"), "--json")
     assert proc.returncode == 0, proc.stderr
     cost = json.loads(proc.stdout)["cost"]
     assert cost["total_usd"] > 0

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import StopAfter, cli, start_cli, write
+from support import StopAfter, cli, cli_here, start_cli, write
 
 import genwire
 from genwire.engine.records.checkpoint import checkpoint_dir, kept_rows
@@ -62,7 +62,7 @@ def pipeline(server: FakeOpenAIServer, root: Path, columns: list[dict[str, Any]]
 
 
 def run_json(*args: str | Path) -> dict[str, Any]:
-    proc = cli("run", *args, "--json")
+    proc = cli_here("run", *args, "--json")
     assert proc.returncode == 0, proc.stderr
     summary: dict[str, Any] = json.loads(proc.stdout)
     return summary
@@ -71,7 +71,7 @@ def run_json(*args: str | Path) -> dict[str, Any]:
 def probes_of(server: FakeOpenAIServer, config: Path) -> int:
     """Requests the pre-flight of ``config`` sends (no probe cache involved)."""
     server.reset_stats()
-    proc = cli("preflight", config, "--no-cache")
+    proc = cli_here("preflight", config, "--no-cache")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return server.total_requests
 
@@ -308,21 +308,21 @@ def test_no_response_cache_and_enabled_false_bypass_it_and_cache_info_clear(tmp_
         bypassed = run_json(config, "--fresh", "--skip-preflight", "--no-response-cache")
         assert server.total_requests == N and bypassed["models"]["writer"]["cached"] == 0
 
-        info = json.loads(cli("cache", "info", config, "--json").stdout)
+        info = json.loads(cli_here("cache", "info", config, "--json").stdout)
         assert info["entries"] == N and info["columns"] == {"first": N} and info["hits"] == 0
         assert info["directory"] == str(directory) and info["bytes"] > 0
         assert info["oldest"] <= info["newest"]
         run_json(config, "--fresh", "--skip-preflight")
-        assert json.loads(cli("cache", "info", config, "--json").stdout)["hits"] == N
-        summary = cli("run", config, "--fresh", "--skip-preflight")
+        assert json.loads(cli_here("cache", "info", config, "--json").stdout)["hits"] == N
+        summary = cli_here("run", config, "--fresh", "--skip-preflight")
         assert f"{N} answers from the cache" in summary.stdout, summary.stdout
-        table = cli("cache", "info", config)
+        table = cli_here("cache", "info", config)
         assert table.returncode == 0 and f"{N:,}" in table.stdout and "entries" in table.stdout
 
-        assert json.loads(cli("cache", "info", config, "--json").stdout)["hits"] == 2 * N
-        cleared = cli("cache", "clear", config)
+        assert json.loads(cli_here("cache", "info", config, "--json").stdout)["hits"] == 2 * N
+        cleared = cli_here("cache", "clear", config)
         assert cleared.returncode == 0 and f"removed {N} cached answers" in cleared.stdout
-        assert json.loads(cli("cache", "info", config, "--json").stdout)["entries"] == 0
+        assert json.loads(cli_here("cache", "info", config, "--json").stdout)["entries"] == 0
         server.reset_stats()
         run_json(config, "--fresh", "--skip-preflight")
         assert server.total_requests == N

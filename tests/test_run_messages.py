@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import cli, start_cli, write
+from support import cli_here, start_cli, write
 
 from genwire.testing import FakeOpenAIServer
 
@@ -45,13 +45,13 @@ def server() -> Any:
 
 
 def test_a_finished_run_says_where_its_report_is_and_plurals_agree(server: FakeOpenAIServer, tmp_path: Path) -> None:
-    done = cli("run", pipeline(server, tmp_path, 1), "--no-response-cache", "--skip-preflight")
+    done = cli_here("run", pipeline(server, tmp_path, 1), "--no-response-cache", "--skip-preflight")
     assert done.returncode == 0, done.stderr
     page = tmp_path / "out.jsonl.report.html"
     assert f"report page: {page}" in done.stdout and page.is_file()
     assert "1 request (0 retries" in done.stdout and "1 requests" not in done.stdout
     # --json: stdout is the object; the page is named on stderr.
-    done = cli("run", pipeline(server, tmp_path, 1), "--json", "--fresh")
+    done = cli_here("run", pipeline(server, tmp_path, 1), "--json", "--fresh")
     assert done.returncode == 0 and json.loads(done.stdout)["ok"] is True
     assert f"report page: {page}" in done.stderr
     # The page's pre-flight: "2 checks", not "2 check(s)".
@@ -61,7 +61,7 @@ def test_a_finished_run_says_where_its_report_is_and_plurals_agree(server: FakeO
 def test_every_row_failed_at_a_rate_of_100_percent_says_at_not_above(server: FakeOpenAIServer, tmp_path: Path) -> None:
     server.fail_when("critic", "Judge", 400)
     path = pipeline(server, tmp_path, 3, pipeline={"max_failure_rate": 1.0})
-    done = cli("run", path)
+    done = cli_here("run", path)
     assert done.returncode == 1, done.stderr
     assert "3 of 3 rows failed (100%), at max_failure_rate 100%" in done.stderr
     assert f"report page: {tmp_path / 'out.jsonl.report.html'}" in done.stderr
@@ -69,7 +69,7 @@ def test_every_row_failed_at_a_rate_of_100_percent_says_at_not_above(server: Fak
 
 def test_a_preflight_timeout_names_the_setting_that_raises_it(server: FakeOpenAIServer, tmp_path: Path) -> None:
     server.set_latency("critic", 30)
-    done = cli("preflight", pipeline(server, tmp_path, 2, preflight={"timeout_s": 1, "deadline_s": 20}))
+    done = cli_here("preflight", pipeline(server, tmp_path, 2, preflight={"timeout_s": 1, "deadline_s": 20}))
     assert done.returncode == 1, done.stderr
     said = " ".join((done.stdout + done.stderr).split())  # the table wraps its cells
     assert "preflight.timeout_s 1 per check" in said and "preflight.deadline_s 20" in said
@@ -96,16 +96,16 @@ def test_ctrl_c_before_any_row_says_how_many_paid_answers_the_cache_holds(
     # And it does: the rerun asks the writer nothing.
     server.set_latency("critic", 0.01)
     asked = server.requests["writer"]
-    done = cli("run", path, "--skip-preflight")
+    done = cli_here("run", path, "--skip-preflight")
     assert done.returncode == 0, done.stderr
     assert server.requests["writer"] == asked
 
 
 def test_a_resumed_run_says_which_figures_are_this_sessions(server: FakeOpenAIServer, tmp_path: Path) -> None:
     path = pipeline(server, tmp_path, 8)
-    done = cli("estimate", path, "-k", "4")  # the first session: 4 rows kept
+    done = cli_here("estimate", path, "-k", "4")  # the first session: 4 rows kept
     assert done.returncode == 0, done.stderr
-    done = cli("run", path)
+    done = cli_here("run", path)
     assert done.returncode == 0, done.stderr
     assert "Run summary (rows: the whole run; time, requests and tokens: this session)" in done.stdout
     assert "model writer (this session)" in done.stdout

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import cli, story_and_review, write
+from support import cli_here, story_and_review, write
 
 from genwire.engine.report import report_path
 from genwire.providers.money import usd
@@ -52,12 +52,12 @@ def run_again(
     """Runs ``cfg`` to the end (``folder`` then ``holds`` the file named), then the same
     command again (and with each of ``args``): no request is sent and every file under
     ``folder`` keeps its bytes and mtime. Returns the reruns."""
-    first = cli("run", cfg)
+    first = cli_here("run", cfg)
     assert first.returncode == 0, first.stderr
     before = files(folder)
     assert holds in before
     server.reset_stats()
-    reruns = [cli("run", cfg), *(cli("run", cfg, *extra) for extra in args)]
+    reruns = [cli_here("run", cfg), *(cli_here("run", cfg, *extra) for extra in args)]
     assert server.total_requests == 0  # no pre-flight, no row: nothing sent
     assert files(folder) == before  # the output, the page, the rejected file: same bytes, same mtimes
     return reruns
@@ -79,11 +79,11 @@ def test_a_rerun_of_a_finished_run_says_it_is_complete_touches_nothing_and_sends
         assert "already complete" in as_json.stderr
 
         # The output edited by hand, or another row count: not the finished run's; it runs.
-        longer = cli("run", cfg, "-n", "7", "--json")
+        longer = cli_here("run", cfg, "-n", "7", "--json")
         assert longer.returncode == 0, longer.stderr
         assert "already_complete" not in json.loads(longer.stdout)
         assert server.total_requests > 0
-        fresh = cli("run", cfg, "-n", "7", "--fresh", "--json")
+        fresh = cli_here("run", cfg, "-n", "7", "--fresh", "--json")
         assert fresh.returncode == 0 and "already_complete" not in json.loads(fresh.stdout)
 
 
@@ -104,10 +104,10 @@ def test_a_rerun_of_a_finished_gated_run_leaves_its_rejected_file_alone(tmp_path
 def test_a_rerun_after_the_output_was_touched_runs_again(tmp_path: Path) -> None:
     with FakeOpenAIServer() as server:
         cfg = config(server, tmp_path)
-        assert cli("run", cfg).returncode == 0
+        assert cli_here("run", cfg).returncode == 0
         output = tmp_path / "out" / "data.jsonl"
         output.write_text(output.read_text(encoding="utf-8") + "\n", encoding="utf-8")
-        again = cli("run", cfg, "--json")
+        again = cli_here("run", cfg, "--json")
     assert again.returncode == 0, again.stderr
     assert "already_complete" not in json.loads(again.stdout)
 
@@ -115,9 +115,9 @@ def test_a_rerun_after_the_output_was_touched_runs_again(tmp_path: Path) -> None
 def test_the_first_run_summary_splits_its_clock_explains_its_limit_and_says_how_to_get_a_cost(tmp_path: Path) -> None:
     with FakeOpenAIServer() as server:
         cfg = config(server, tmp_path, critic_price=False)
-        first = cli("run", cfg)
+        first = cli_here("run", cfg)
         assert first.returncode == 0, first.stderr
-        rerun = cli("run", cfg, "--fresh")  # every answer from the response cache
+        rerun = cli_here("run", cfg, "--fresh")  # every answer from the response cache
     assert rerun.returncode == 0, rerun.stderr
     text = " ".join(first.stdout.split())  # rich wraps cells: compare as one line
     assert re.search(r"time │ [\d.]+s: pre-flight [\d.]+s, then [\d.]+s generating \([\d.]+ rows/s\)", text), text
@@ -130,7 +130,7 @@ def test_the_first_run_summary_splits_its_clock_explains_its_limit_and_says_how_
 def test_a_failed_preflight_page_knows_its_prices_and_that_nothing_was_generated(tmp_path: Path) -> None:
     with FakeOpenAIServer() as server:
         server.fail_rate("gpt-4o-mini", 1.0, statuses=(400,))
-        proc = cli("run", config(server, tmp_path))
+        proc = cli_here("run", config(server, tmp_path))
     assert proc.returncode == 1, proc.stderr
     page = report_path(tmp_path / "out" / "data.jsonl").read_text(encoding="utf-8")
     assert "genwire-finished" not in page  # a failed run marks nothing finished
