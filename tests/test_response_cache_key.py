@@ -5,6 +5,7 @@ cache that cannot be written costs one warning. Real runs against the fake serve
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
@@ -19,6 +20,7 @@ import pytest
 import genwire
 from genwire.providers.request_context import endpoint_id
 from genwire.providers.response_cache import DB_NAME, HOLE, KeyTemplate, entry_key
+from genwire.providers.response_cache.layout import VECTORS, stored_answer, stored_text
 from genwire.testing import FakeOpenAIServer
 
 N = 12
@@ -168,7 +170,9 @@ async def test_cached_non_finite_vectors_wrong_counts_and_empty_texts_are_misses
     assert await requests_of_run(fake_openai_server, cfg) == 3 + N
     with sqlite3.connect(tmp_path / "cache" / DB_NAME) as conn:
         vectors = conn.execute("SELECT key, answer FROM answers WHERE col = 'v' ORDER BY row").fetchall()
-        nan = vectors[0][1].replace("[", "[NaN,", 2)  # json.loads reads NaN; a fresh answer never has one
+        answer = stored_answer(vectors[0][1])
+        answer[0][0] = float("nan")
+        nan = json.dumps(answer)  # json.loads reads NaN; a fresh answer never has one
         conn.execute("UPDATE answers SET answer = ? WHERE key = ?", (nan, vectors[0][0]))
         conn.execute("UPDATE answers SET answer = '[[0.5]]' WHERE key = ?", (vectors[1][0],))  # 1 vector for 4
         conn.execute("UPDATE answers SET answer = '\"  \"' WHERE col = 'q' AND row IN (0, 5)")  # blank text
@@ -478,3 +482,17 @@ def test_a_bulk_peek_for_rows_the_batch_lookup_did_not_cover_asks_the_store_per_
         assert (usage.saved_prompt_tokens, usage.saved_completion_tokens, usage.saved_tokens) == (5, 6, 11)
     finally:
         cache.close()
+
+
+def test_embedding_answers_are_stored_as_float64_bytes_and_read_back_exactly() -> None:
+    vectors = [[0.1, -2.5e-300, 1 / 3], [7.0, 0.0, -0.125]]
+    text = stored_text(vectors)
+    assert text.startswith(VECTORS)  # not JSON numbers: a quarter of a keep-novel run was writing them
+    assert stored_answer(text) == vectors  # every bit of each float64
+    # Anything else stays JSON, as before: ragged, ints, empty, text; NaN is refused.
+    for other in ([[0.1], [0.2, 0.3]], [[1, 2]], [], [[]], "a", {"k": [0.5]}):
+        assert not stored_text(other).startswith(VECTORS) and stored_answer(stored_text(other)) == other
+    with pytest.raises(ValueError):
+        stored_text([[float("nan"), 1.0]])
+    with pytest.raises(ValueError):  # a damaged entry is unreadable (a warning and a miss), never wrong rows
+        stored_answer(VECTORS + "3:" + text.split(":", 2)[2][:-4])

@@ -5,12 +5,18 @@ from the layout before, the rows as Python sees them (``Entry``, ``CachedAnswer`
 
 from __future__ import annotations
 
+import array
+import binascii
+import itertools
 import json
+import math
 import os
 import re
 import sqlite3
+import sys
 from dataclasses import dataclass
 from json.decoder import scanstring as _scan_text  # type: ignore[attr-defined]  # json.loads's own (C) string scanner, untyped in typeshed
+from json.encoder import encode_basestring as text_json
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -98,11 +104,55 @@ def stored_answer(text: str) -> Any:
         answer, end = _scan_text(text, 1)
         if end == len(text):
             return answer
+    if text.startswith(VECTORS):
+        return _vectors_of(text)
     return json.loads(text)
 
 
 # Answers as stored: strict JSON (no NaN: the output could not hold it), UTF-8 as is.
 ANSWER_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+# Embedding answers (equal-length lists of finite floats) are stored as the base64 of their
+# float64 bytes behind this prefix, which no JSON text starts with: lossless, and written
+# in C (as JSON numbers, float by float, they were a quarter of a keep-novel run's time).
+VECTORS = "~f8:"
+_FLOATS = frozenset({float})
+
+
+def stored_text(answer: Any) -> str:
+    """What an entry stores for ``answer``; ValueError/TypeError when it cannot be stored
+    (NaN, a value JSON cannot hold)."""
+    if type(answer) is str:
+        return text_json(answer)
+    if _is_vectors(answer):
+        flat = array.array("d", itertools.chain.from_iterable(answer))
+        if sys.byteorder == "big":
+            flat.byteswap()
+        return f"{VECTORS}{len(answer[0])}:{binascii.b2a_base64(flat.tobytes(), newline=False).decode()}"
+    return ANSWER_ENCODER.encode(answer)
+
+
+def _is_vectors(answer: Any) -> bool:
+    if type(answer) is not list or not answer or type(answer[0]) is not list or not answer[0]:
+        return False
+    length = len(answer[0])
+    # math.fsum would say the same; a sum that overflows only sends the answer to the JSON path
+    return all(
+        type(v) is list and len(v) == length and set(map(type, v)) <= _FLOATS and math.isfinite(sum(v))
+        for v in answer
+    )
+
+
+def _vectors_of(text: str) -> list[list[float]]:
+    length_text, _, data = text[len(VECTORS) :].partition(":")
+    length = int(length_text)
+    flat = array.array("d", binascii.a2b_base64(data, strict_mode=True))
+    if sys.byteorder == "big":
+        flat.byteswap()
+    if length <= 0 or len(flat) % length:
+        raise ValueError("stored vectors do not divide into their length")
+    values = flat.tolist()
+    return [values[i : i + length] for i in range(0, len(values), length)]
 
 
 class CachedAnswer(NamedTuple):  # a tuple: built once per hit, on the hot path

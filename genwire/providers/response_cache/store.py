@@ -32,12 +32,10 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from json.encoder import encode_basestring as text_json  # what ANSWER_ENCODER writes for a str
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from genwire.providers.response_cache.layout import (
-    ANSWER_ENCODER,
     BY_KEY,
     BY_RANGE,
     BY_ROWS,
@@ -53,6 +51,7 @@ from genwire.providers.response_cache.layout import (
     ensure_layout,
     read_only,
     stored_answer,
+    stored_text,
 )
 
 if TYPE_CHECKING:  # the loader (yaml) is not needed to use a cache
@@ -340,8 +339,7 @@ class ResponseCache:
         for e in entries:
             answer = e.answer
             try:
-                # A text's JSON is its escaped string (what the encoder writes for one, in C).
-                text = text_json(answer) if type(answer) is str else ANSWER_ENCODER.encode(answer)
+                text = stored_text(answer)
                 text.encode("utf-8")
             except (ValueError, TypeError):
                 continue
