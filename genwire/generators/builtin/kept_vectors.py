@@ -9,7 +9,7 @@ row at or above a floor, by the exact float32 cosine; ties go to the row kept fi
 from __future__ import annotations
 
 import array
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
@@ -20,23 +20,9 @@ if TYPE_CHECKING:
 NONE = (-2.0, -1)  # (cosine, slot) when no kept row is near enough to say
 
 
-class Kept(Protocol):
-    count: int
-    candidates: array.array[int]  # of the kept rows, by slot (the order they were kept in)
-
-    def closest_each(self, vectors: Matrix, floor: float) -> list[tuple[float, int]]:
-        """For each vector, (cosine, slot) of the closest kept row when that is at least
-        ``floor``, else a cosine below ``floor`` (and slot -1 when none)."""
-
-    def vector(self, slot: int) -> Matrix:
-        """The exact vector kept at ``slot``."""
-
-    def add_many(self, vectors: Matrix, candidates: list[int]) -> None:
-        """Keep ``vectors`` (unit rows), of ``candidates``, in this order."""
-
-
 class ExactKept:
-    """Every kept vector (float32, grown by doubling), compared with each new one."""
+    """Every kept vector (float32, grown by doubling), compared with each new one.
+    ``kept_index.IndexedKept`` answers the same calls the same way for the rows it finds."""
 
     def __init__(self) -> None:
         self._matrix: Matrix | None = None
@@ -44,6 +30,8 @@ class ExactKept:
         self.candidates = array.array("q")
 
     def closest_each(self, vectors: Matrix, floor: float) -> list[tuple[float, int]]:
+        """For each vector, (cosine, slot) of the closest kept row when that is at least
+        ``floor``, else a cosine below ``floor`` (and slot -1 when none)."""
         if self._matrix is None or not self.count:
             return [NONE] * len(vectors)
         scores = self._matrix[: self.count] @ vectors.T
@@ -51,11 +39,13 @@ class ExactKept:
         return [(float(scores[b, i]), int(b)) for i, b in enumerate(best)]
 
     def vector(self, slot: int) -> Matrix:
+        """The exact vector kept at ``slot``."""
         assert self._matrix is not None
         row: Matrix = self._matrix[slot]
         return row
 
     def add_many(self, vectors: Matrix, candidates: list[int]) -> None:
+        """Keep ``vectors`` (unit rows), of ``candidates``, in this order."""
         import numpy as np
 
         needed = self.count + len(vectors)
