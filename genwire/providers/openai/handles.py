@@ -6,9 +6,6 @@ sent through the endpoint's ``post``; the answer is checked before it is kept or
 
 from __future__ import annotations
 
-import array
-import binascii
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -18,6 +15,7 @@ from genwire.providers.base import chat_messages, count_attempt
 from genwire.providers.batch.format import uncached_base
 from genwire.providers.budget.meter import metered_batch_call
 from genwire.providers.openai.endpoint import OpenAIEndpoint
+from genwire.providers.packed_floats import unpacked
 from genwire.providers.request_context import (
     admit_request,
     are_vectors,
@@ -254,7 +252,7 @@ class OpenAIEmbeddingModel(_Handle):
                 raise bad(f"data[{position}].index is missing, out of range or repeated")
             vector = item.get("embedding")
             if isinstance(vector, str):  # encoding_format: base64
-                vector = _decoded(vector)
+                vector = unpacked(vector, "f")  # float32, OpenAI's format
                 if vector is None:
                     raise bad(f"data[{position}].embedding is not base64 of float32 numbers")
             if not isinstance(vector, list):
@@ -276,20 +274,6 @@ class OpenAIEmbeddingModel(_Handle):
 
 
 # --- helpers -----------------------------------------------------------------------------
-
-
-def _decoded(text: str) -> list[float] | None:
-    """A base64 embedding (little-endian float32 bytes, OpenAI's format) as floats, or None."""
-    try:
-        raw = binascii.a2b_base64(text, strict_mode=True)
-    except (binascii.Error, ValueError):
-        return None
-    if len(raw) % 4:  # an empty one is an empty vector, named as such by the one check
-        return None
-    values = array.array("f", raw)  # C floats: 32 bits wherever Python runs
-    if sys.byteorder == "big":
-        values.byteswap()
-    return values.tolist()
 
 
 def _routed(

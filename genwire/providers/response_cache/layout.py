@@ -5,20 +5,19 @@ from the layout before, the rows as Python sees them (``Entry``, ``CachedAnswer`
 
 from __future__ import annotations
 
-import array
-import binascii
 import itertools
 import json
 import math
 import os
 import re
 import sqlite3
-import sys
 from dataclasses import dataclass
 from json.decoder import scanstring as _scan_text  # type: ignore[attr-defined]  # json.loads's own (C) string scanner, untyped in typeshed
 from json.encoder import encode_basestring as text_json
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from genwire.providers.packed_floats import packed, unpacked
 
 __all__ = ["DB_NAME", "CacheInfo", "CachedAnswer", "Entry", "Hits", "Stored"]
 
@@ -125,10 +124,7 @@ def stored_text(answer: Any) -> str:
     if type(answer) is str:
         return text_json(answer)
     if _is_vectors(answer):
-        flat = array.array("d", itertools.chain.from_iterable(answer))
-        if sys.byteorder == "big":
-            flat.byteswap()
-        return f"{VECTORS}{len(answer[0])}:{binascii.b2a_base64(flat.tobytes(), newline=False).decode()}"
+        return f"{VECTORS}{len(answer[0])}:{packed(itertools.chain.from_iterable(answer), 'd')}"
     return ANSWER_ENCODER.encode(answer)
 
 
@@ -146,12 +142,9 @@ def _is_vectors(answer: Any) -> bool:
 def _vectors_of(text: str) -> list[list[float]]:
     length_text, _, data = text[len(VECTORS) :].partition(":")
     length = int(length_text)
-    flat = array.array("d", binascii.a2b_base64(data, strict_mode=True))
-    if sys.byteorder == "big":
-        flat.byteswap()
-    if length <= 0 or len(flat) % length:
-        raise ValueError("stored vectors do not divide into their length")
-    values = flat.tolist()
+    values = unpacked(data, "d")
+    if values is None or length <= 0 or len(values) % length:
+        raise ValueError("stored vectors are not whole float64 vectors of their length")
     return [values[i : i + length] for i in range(0, len(values), length)]
 
 

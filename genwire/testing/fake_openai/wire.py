@@ -6,16 +6,15 @@ Pure functions of their arguments: the server's state decides which answer, thes
 
 from __future__ import annotations
 
-import binascii
 import functools
 import json
 import time
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 from aiohttp import web
 
+from genwire.providers.packed_floats import packed
 from genwire.testing.fake_openai.scripted import FakeResponse
 from genwire.testing.vectors import fake_vector
 
@@ -47,7 +46,7 @@ def vector_json(text: str, dimensions: int) -> str:
 
 def as_base64(vector: list[float]) -> str:
     """A vector as ``encoding_format: base64`` sends it: little-endian float32 bytes."""
-    return binascii.b2a_base64(np.asarray(vector, dtype="<f4").tobytes(), newline=False).decode()
+    return packed(vector, "f")
 
 
 @functools.lru_cache(maxsize=8192)
