@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from genwire.generators.base import Generator
+from genwire.generators.builtin.blas_threads import one_blas_thread
 from genwire.generators.builtin.common import ColumnRef, checked_vectors, finite_unit_rows, text_at, texts_of
 from genwire.generators.builtin.kept_index import IndexedKept
 from genwire.generators.builtin.kept_vectors import ExactKept
@@ -109,6 +110,10 @@ class KeepNovel(Generator[KeepNovelParams]):
         if isinstance(kept, ExactKept) and self._indexed_from(kept.count):
             self._kept = IndexedKept(kept.matrix(), list(kept.candidates))  # in the order kept
 
+    def _keep_alone(self, vectors: npt.NDArray[np.float32], candidates: list[int]) -> None:
+        with one_blas_thread():
+            self._keep(vectors, candidates)
+
     def _indexed_from(self, count: int) -> bool:
         """Whether ``count`` kept rows are compared through the index."""
         # auto without the scale extra: every row compared, as documented
@@ -135,7 +140,7 @@ class KeepNovel(Generator[KeepNovelParams]):
         for start in range(0, len(usable), REMEMBER_CHUNK):
             chunk = usable[start : start + REMEMBER_CHUNK]
             vectors = await self._vectors([t for t, _ in chunk], [i for _, i in chunk])
-            await asyncio.to_thread(self._keep, vectors, [i for _, i in chunk])  # a resume rebuilds the index
+            await asyncio.to_thread(self._keep_alone, vectors, [i for _, i in chunk])  # a resume rebuilds the index
 
     async def ahead(self, rows: list[dict[str, Any]], indices: Sequence[int]) -> None:
         """The batch's embedding request, sent before its turn (it does not depend on the
@@ -193,8 +198,9 @@ class KeepNovel(Generator[KeepNovelParams]):
         alone (every row, or the index and the rows waiting to join it), however the
         candidates are batched."""
         out: list[tuple[float, int]] = []
-        while len(out) < len(vectors):
-            out += self._judge_segment(vectors[len(out) :], candidates[len(out) :])
+        with one_blas_thread():
+            while len(out) < len(vectors):
+                out += self._judge_segment(vectors[len(out) :], candidates[len(out) :])
         return out
 
     def _judge_segment(self, vectors: npt.NDArray[np.float32], candidates: list[int]) -> list[tuple[float, int]]:
