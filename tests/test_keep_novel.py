@@ -15,6 +15,7 @@ from support import cli, cli_here, start_cli, wait_for_rows, write
 from genwire.engine.records.checkpoint import checkpoint_dir
 from genwire.generators import Verdict
 from genwire.generators.builtin.keep_novel import KeepNovel, KeepNovelParams
+from genwire.generators.builtin.kept_index import IndexedKept, lists_for
 from genwire.generators.resources import Resources
 from genwire.testing import FakeEmbeddingModel, FakeOpenAIServer
 from genwire.testing.vectors import near_duplicates
@@ -133,11 +134,27 @@ async def test_the_index_path_rejects_what_every_row_compared_rejects_however_ba
     assert auto[:1200] == exact[:1200]
 
 
+def clusters(gate: KeepNovel) -> int:
+    kept = gate._kept
+    assert isinstance(kept, IndexedKept)
+    return kept.clusters
+
+
+async def test_the_index_learns_more_clusters_as_the_kept_rows_grow_and_judges_the_same_however_batched() -> None:
+    gate = novel_gate(index_from=64)  # 2 clusters from 64 rows; 16 from the first 512, retrained there
+    whole = await verdicts(gate, range(3000), 64)
+    assert clusters(gate) == lists_for(512) == 16
+    assert await verdicts(novel_gate(index_from=64), range(3000), 5) == whole
+
+
 async def test_a_gate_that_remembers_an_earlier_session_judges_as_an_uninterrupted_one() -> None:
-    whole = await verdicts(novel_gate(index_from=600), range(3000), 64)
-    resumed = novel_gate(index_from=600)
+    # index_from 128: retrained at 1,024 kept rows, while the resumed gate replays the earlier ones
+    whole = await verdicts(novel_gate(index_from=128), range(3000), 64)
+    resumed = novel_gate(index_from=128)
     earlier = [i for i, (keep, _) in enumerate(whole[:1700]) if keep]  # what passed before the kill
+    assert len(earlier) > 1024
     await resumed.remember([{"text": f"row {i}"} for i in earlier], earlier)
+    assert clusters(resumed) == lists_for(1024)
     assert await verdicts(resumed, range(1700, 3000), 50) == whole[1700:]
 
 
@@ -145,12 +162,13 @@ async def test_a_gate_that_remembers_an_earlier_session_judges_as_an_uninterrupt
 
 
 def repeating_pipeline(server: FakeOpenAIServer, root: Path, concurrency: int) -> dict[str, Any]:
-    """keep-novel through its index from 64 kept rows (rows join it 256 at a time) over
-    questions that repeat (``n`` in 0..599: a repeated question is a cosine of 1)."""
+    """keep-novel through its index from 64 kept rows (rows join it 256 at a time, and it is
+    retrained at 512) over questions that repeat (``n`` in 0..839: a repeated question is a
+    cosine of 1)."""
     cfg = novel_pipeline(server, root)
     cfg["providers"]["srv"]["max_concurrency"] = concurrency
-    cfg["pipeline"].update(num_records=400, batch_size=16, max_failure_rate=0.0)
-    cfg["pipeline"]["columns"][0]["params"].update(high=599)
+    cfg["pipeline"].update(num_records=560, batch_size=16, max_failure_rate=0.0)
+    cfg["pipeline"]["columns"][0]["params"].update(high=839)
     cfg["pipeline"]["columns"][2]["params"].update(index_from=64)
     return cfg
 
