@@ -40,7 +40,8 @@ PROBES = 3  # clusters searched per vector (2: 99.3-99.5 % of the exact gate's r
 PROPOSALS = 4  # best-scored rows per vector checked exactly (8 found no more at 1M rows)
 MOST_LISTS = 512  # clusters, at most (1M rows: 49.5 us a candidate, recall 99.5 %)
 ROWS_PER_LIST = 32  # training rows per cluster, at least (k-means wants a few per centre)
-TRAINING_ROWS = 16_384  # the first kept rows the clusters are learnt from, at most (2 s for 512 clusters; 8,192: recall 97-98 %)
+# the first kept rows the clusters are learnt from, at most: 2 s for 512 clusters (8,192: recall 97-98 %)
+TRAINING_ROWS = 16_384
 GROWTH = 8  # retrained (more clusters) when the kept rows are this many times its training rows
 TRAINING_ROUNDS = 10  # k-means iterations (faiss's default for an inverted file)
 
