@@ -177,3 +177,12 @@ def test_wait_idle_waits_for_the_clients_connections_to_close(fake_openai_server
             fake_openai_server.wait_idle(timeout=0.3)
     fake_openai_server.wait_idle()  # closed: returns
     assert fake_openai_server.total_requests == 1 and fake_openai_server.in_flight == 0
+
+
+def test_the_base64_vectors_the_fake_server_sends_are_the_float32_bytes_of_its_rounded_vectors() -> None:
+    from genwire.testing.fake_openai.wire import as_base64, vector_base64
+    from genwire.testing.vectors import fake_vector
+
+    for i in range(200):
+        text = f"answer to: question {i}"
+        assert vector_base64(text, 384) == f'"{as_base64(fake_vector(text, 384))}"'

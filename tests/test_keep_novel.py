@@ -141,18 +141,20 @@ def clusters(gate: KeepNovel) -> int:
 
 
 async def test_the_index_learns_more_clusters_as_the_kept_rows_grow_and_judges_the_same_however_batched() -> None:
-    gate = novel_gate(index_from=64)  # 2 clusters from 64 rows; 16 from the first 512, retrained there
+    # 2 clusters from 64 rows; 16 from the first 512, trained beside from there, in use from 640
+    gate = novel_gate(index_from=64)
     whole = await verdicts(gate, range(3000), 64)
     assert clusters(gate) == lists_for(512) == 16
     assert await verdicts(novel_gate(index_from=64), range(3000), 5) == whole
 
 
 async def test_a_gate_that_remembers_an_earlier_session_judges_as_an_uninterrupted_one() -> None:
-    # index_from 128: retrained at 1,024 kept rows, while the resumed gate replays the earlier ones
+    # index_from 128: retrained from 1,024 kept rows (in use from 1,280), while the resumed gate
+    # replays the earlier ones
     whole = await verdicts(novel_gate(index_from=128), range(3000), 64)
     resumed = novel_gate(index_from=128)
     earlier = [i for i, (keep, _) in enumerate(whole[:1700]) if keep]  # what passed before the kill
-    assert len(earlier) > 1024
+    assert len(earlier) > 1280
     await resumed.remember([{"text": f"row {i}"} for i in earlier], earlier)
     assert clusters(resumed) == lists_for(1024)
     assert await verdicts(resumed, range(1700, 3000), 50) == whole[1700:]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import pickle
 import socket
 import time
 import traceback
@@ -24,6 +26,7 @@ from genwire.providers.openai import (
     OpenAIProvider,
     _parse_retry_after,
 )
+from genwire.providers.vectors import Vectors
 from genwire.testing.fake_server import FakeOpenAIServer, FakeResponse, fake_vector
 
 KEY = "sk-CANARY-123"
@@ -174,6 +177,32 @@ async def test_embed_takes_floats_when_the_config_asks_for_them_and_refuses_brok
     fake_openai_server.script(EMBED, [FakeResponse(200, json={"data": [{"index": 0, "embedding": "AADAfw=="}]})])
     with pytest.raises(ModelError, match="NaN or infinity"):  # base64 of a float32 NaN: checked as numbers are
         await embedder.embed(["a"])
+
+
+async def test_an_embedding_answer_is_a_list_of_float_lists_that_carries_its_checked_matrix(
+    fake_openai_server: FakeOpenAIServer, provider: OpenAIProvider
+) -> None:
+    embedder = provider.embedding_model("embedder", embed_config())
+    vectors = await embedder.embed(["alpha", "beta"])
+    expected = [np.float32(x).item() for x in fake_vector("alpha", 384)]  # base64 carries float32
+    assert vectors[0] == expected and type(vectors[0]) is list and type(vectors[0][0]) is float
+    assert isinstance(vectors, Vectors) and vectors.matrix.shape == (2, 384) and vectors.matrix.dtype == np.float64
+    assert vectors.matrix.tolist() == vectors
+    with pytest.raises(ValueError):  # read-only: a plugin changing the lists cannot reach the gates' matrix
+        vectors.matrix[0, 0] = 1.0
+    again = pickle.loads(pickle.dumps(vectors))  # crosses to Ray workers as what it is
+    assert isinstance(again, Vectors) and again == vectors and again.matrix.tolist() == vectors.matrix.tolist()
+    vectors[0][0] = 9.0
+    assert vectors.matrix[0, 0] != 9.0
+    # Mixed encodings in one answer, and an integer no float holds
+    mixed = {"data": [{"index": 0, "embedding": [1, 0.5]}, {"index": 1, "embedding": "AACAPwAAAD8="}]}
+    fake_openai_server.script(EMBED, [FakeResponse(200, json=mixed)])
+    assert await embedder.embed(["a", "b"]) == [[1.0, 0.5], [1.0, 0.5]]
+    huge = {"data": [{"index": 0, "embedding": [10**400, 1]}]}
+    fake_openai_server.script(EMBED, [FakeResponse(200, body=json.dumps(huge))])
+    with pytest.raises(ModelError) as caught:
+        await embedder.embed(["a"])
+    assert caught.value.error_class is ErrorClass.BAD_RESPONSE and "too large for a float" in str(caught.value)
 
 
 async def test_endpoint_identity_covers_everything_that_changes_the_request(

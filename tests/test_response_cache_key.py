@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import genwire
@@ -170,7 +171,7 @@ async def test_cached_non_finite_vectors_wrong_counts_and_empty_texts_are_misses
     assert await requests_of_run(fake_openai_server, cfg) == 3 + N
     with sqlite3.connect(tmp_path / "cache" / DB_NAME) as conn:
         vectors = conn.execute("SELECT key, answer FROM answers WHERE col = 'v' ORDER BY row").fetchall()
-        answer = stored_answer(vectors[0][1])
+        answer = stored_answer(vectors[0][1]).tolist()  # stored vectors come back as a matrix
         answer[0][0] = float("nan")
         nan = json.dumps(answer)  # json.loads reads NaN; a fresh answer never has one
         conn.execute("UPDATE answers SET answer = ? WHERE key = ?", (nan, vectors[0][0]))
@@ -488,7 +489,9 @@ def test_embedding_answers_are_stored_as_float64_bytes_and_read_back_exactly() -
     vectors = [[0.1, -2.5e-300, 1 / 3], [7.0, 0.0, -0.125]]
     text = stored_text(vectors)
     assert text.startswith(VECTORS)  # not JSON numbers: a quarter of a keep-novel run was writing them
-    assert stored_answer(text) == vectors  # every bit of each float64
+    assert stored_answer(text).tolist() == vectors  # every bit of each float64, as a matrix
+    matrix = np.array(vectors)  # what a provider's checked answer is (providers.vectors)
+    assert stored_text(matrix) == text
     # Anything else stays JSON, as before: ragged, ints, empty, text; NaN is refused.
     for other in ([[0.1], [0.2, 0.3]], [[1, 2]], [], [[]], "a", {"k": [0.5]}):
         assert not stored_text(other).startswith(VECTORS) and stored_answer(stored_text(other)) == other

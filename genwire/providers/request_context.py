@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from genwire.errors import NotSent, RunStopping
 from genwire.providers.usage import ModelUsage
+from genwire.providers.vectors import is_matrix, matrix_problem
 
 if TYPE_CHECKING:  # the store (sqlite3) loads with the first request a run may cache, not with the generators
     from genwire.providers.response_cache.keys import KeyTemplate
@@ -524,7 +525,10 @@ _NUMBERS: frozenset[type] = frozenset({float, int})
 def vectors_problem(answer: Any, count: int, dimensions: int | None = None) -> str | None:
     """What is wrong with an embedding answer, or None: ``count`` non-empty lists of finite
     numbers, all of one length, ``dimensions`` long when that is set. The one check every
-    embedding answer passes, fresh (before anything uses or caches it) or stored."""
+    embedding answer passes, fresh (before anything uses or caches it) or stored; an answer
+    held as a matrix (``vectors``) is checked by ``matrix_problem``, in numpy."""
+    if is_matrix(answer):
+        return matrix_problem(answer, count, dimensions)
     if not isinstance(answer, list) or len(answer) != count:
         got = len(answer) if isinstance(answer, list) else type(answer).__name__
         return f"has {got} vectors for {count} inputs"

@@ -6,23 +6,34 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
+import numpy.typing as npt
 
 WIRE_DECIMALS = 6  # the fake server sends 6 decimals: half the JSON, and the GIL is shared
 
 
 def hash_vector(text: str, dimensions: int) -> list[float]:
     """A deterministic unit vector for ``text``: equal texts give equal vectors."""
+    values: list[float] = hash_row(text, dimensions).tolist()
+    return values
+
+
+def hash_row(text: str, dimensions: int) -> npt.NDArray[np.float64]:
+    """``hash_vector`` as a float64 array."""
     # SHAKE-256 gives as many hash bytes as needed, far cheaper than seeding an RNG.
     raw = hashlib.shake_256(text.encode()).digest(2 * dimensions)
     vector = np.frombuffer(raw, dtype="<i2").astype(np.float64) + 0.5  # +0.5: never all 0
     vector /= float(np.linalg.norm(vector))
-    values: list[float] = vector.tolist()
-    return values
+    return vector
+
+
+def fake_row(text: str, dimensions: int) -> npt.NDArray[np.float64]:
+    """``hash_vector`` as the fake server sends it: rounded to ``WIRE_DECIMALS``."""
+    return np.round(hash_row(text, dimensions), WIRE_DECIMALS)
 
 
 def fake_vector(text: str, dimensions: int) -> list[float]:
-    """``hash_vector`` as the fake server sends it: rounded to ``WIRE_DECIMALS``."""
-    rounded: list[float] = np.round(hash_vector(text, dimensions), WIRE_DECIMALS).tolist()
+    """``fake_row`` as a list."""
+    rounded: list[float] = fake_row(text, dimensions).tolist()
     return rounded
 
 

@@ -15,8 +15,11 @@ class GateTurns:
 
     def __init__(self, gates: list[str]) -> None:
         self._waiting: dict[str, set[int]] = {gate: set() for gate in gates}
-        self._changed: dict[str, asyncio.Event] = {}
+        # The batch a pass makes first is woken alone: waking every waiter at each pass
+        # cost O(waiting^2) wake-ups on the event loop when many batches queue at a gate.
+        self._wakers: dict[tuple[str, int], asyncio.Future[None]] = {}
         self._prepared: set[str] = set()
+        self.parked = 0  # batches waiting for their turn now (their requests before the gate done)
 
     def enter(self, key: int) -> None:
         """A batch starts (before its first await: batches enter in index order)."""
@@ -27,9 +30,15 @@ class GateTurns:
         """Wait until every lower batch passed ``gate``; the first batch to get there
         runs ``prepare`` (the gate remembers an earlier session's candidates) first."""
         waiting = self._waiting[gate]
-        while min(waiting) != key:
-            event = self._changed.setdefault(gate, asyncio.Event())
-            await event.wait()
+        while min(waiting) != key:  # again after a wake-up: a retried lower batch may have entered
+            woken = asyncio.get_running_loop().create_future()
+            self._wakers[(gate, key)] = woken
+            self.parked += 1
+            try:
+                await woken
+            finally:
+                self.parked -= 1
+                self._wakers.pop((gate, key), None)
         if gate not in self._prepared:
             await prepare()
             self._prepared.add(gate)
@@ -38,9 +47,10 @@ class GateTurns:
         waiting = self._waiting[gate]
         if key in waiting:
             waiting.discard(key)
-            event = self._changed.pop(gate, None)
-            if event is not None:
-                event.set()  # every waiter looks again; one finds it is its turn
+            if waiting:
+                woken = self._wakers.get((gate, min(waiting)))
+                if woken is not None and not woken.done():
+                    woken.set_result(None)  # its turn; the others wait on
 
     def leave(self, key: int) -> None:
         """The batch is done (or failed, or was cancelled): it holds no gate up."""

@@ -23,6 +23,7 @@ from genwire.generators.builtin.sandbox_limits import (
     check_format,
 )
 from genwire.generators.outcome import RowFailure
+from genwire.providers.vectors import Vectors
 
 if TYPE_CHECKING:  # numpy is imported where vectors are handled: `genwire validate` never pays for it
     import numpy as np
@@ -292,8 +293,10 @@ def checked_vectors(vectors: Any, expected: int) -> list[list[float]]:
     if not isinstance(vectors, list) or len(vectors) != expected:
         got = len(vectors) if isinstance(vectors, list) else type(vectors).__name__
         raise ValueError(f"embedding model returned {got} vectors for {expected} texts")
-    # Lists of floats (what every provider's answer holds) are kept as they are: copying
-    # each number in Python cost keep-novel ~2 s a 10,000 candidates (a profile of scale_rows).
+    if type(vectors) is Vectors:  # a provider's checked answer: float lists already
+        return vectors
+    # Lists of floats are kept as they are: copying each number in Python cost keep-novel
+    # ~2 s a 10,000 candidates (a profile of scale_rows).
     return [
         vector if type(vector) is list and set(map(type, vector)) <= _FLOATS else [float(x) for x in vector]
         for vector in vectors
@@ -333,12 +336,15 @@ def finite_unit_rows(vectors: list[list[float]]) -> npt.NDArray[np.float64]:
     nothing). ValueError for NaN/inf, checked before scaling would hide them."""
     import numpy as np
 
-    lengths = {len(v) for v in vectors}
-    if len(lengths) != 1 or 0 in lengths:
-        raise ValueError("embedding model returned empty vectors or vectors of different lengths")
-    m = np.array(vectors, dtype=np.float64)
-    if not np.isfinite(m).all():
-        raise ValueError("embedding contains non-finite values (NaN/inf)")
+    if type(vectors) is Vectors:  # checked finite, one length, by the provider
+        m = vectors.matrix
+    else:
+        lengths = {len(v) for v in vectors}
+        if len(lengths) != 1 or 0 in lengths:
+            raise ValueError("embedding model returned empty vectors or vectors of different lengths")
+        m = np.array(vectors, dtype=np.float64)
+        if not np.isfinite(m).all():
+            raise ValueError("embedding contains non-finite values (NaN/inf)")
     norms = np.linalg.norm(m, axis=1, keepdims=True)
     out: npt.NDArray[np.float64] = np.divide(m, norms, out=np.zeros_like(m), where=norms > 0)
     return out

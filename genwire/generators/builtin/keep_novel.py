@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from genwire.generators.base import Generator
-from genwire.generators.builtin.blas_threads import one_blas_thread
+from genwire.generators.builtin.blas_threads import use_one_blas_thread
 from genwire.generators.builtin.common import ColumnRef, checked_vectors, finite_unit_rows, text_at, texts_of
 from genwire.generators.builtin.kept_index import IndexedKept
 from genwire.generators.builtin.kept_vectors import ExactKept
@@ -114,13 +114,16 @@ class KeepNovel(Generator[KeepNovelParams]):
             # (a resume replays them in chunks that cross the count)
             first = max(0, self.params.index_from - kept.count)
             kept.add_many(vectors[:first], candidates[:first])
+            import faiss  # noqa: F401  (loaded first, so its own BLAS is limited too)
+
+            use_one_blas_thread()
             self._kept = IndexedKept(kept.matrix(), list(kept.candidates))  # in the order kept
             vectors, candidates = vectors[first:], candidates[first:]
         self._kept.add_many(vectors, candidates)
 
     def _keep_alone(self, vectors: npt.NDArray[np.float32], candidates: list[int]) -> None:
-        with one_blas_thread():
-            self._keep(vectors, candidates)
+        use_one_blas_thread()
+        self._keep(vectors, candidates)
 
     def _indexed_from(self, count: int) -> bool:
         """Whether ``count`` kept rows are compared through the index."""
@@ -206,9 +209,9 @@ class KeepNovel(Generator[KeepNovelParams]):
         alone (every row, or the index and the rows waiting to join it), however the
         candidates are batched."""
         out: list[tuple[float, int]] = []
-        with one_blas_thread():
-            while len(out) < len(vectors):
-                out += self._judge_segment(vectors[len(out) :], candidates[len(out) :])
+        use_one_blas_thread()
+        while len(out) < len(vectors):
+            out += self._judge_segment(vectors[len(out) :], candidates[len(out) :])
         return out
 
     def _judge_segment(self, vectors: npt.NDArray[np.float32], candidates: list[int]) -> list[tuple[float, int]]:

@@ -39,6 +39,7 @@ from genwire.providers.request_context import (
 from genwire.providers.response_cache.keys import HOLE
 from genwire.providers.routes import Route, open_route, resolve_route
 from genwire.providers.usage import Concurrency, ModelUsage, reported_tokens, requests_of
+from genwire.providers.vectors import embedding_answer
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -312,13 +313,14 @@ class LocalEmbeddingModel(_LocalHandle):
             return vectors
 
         count = len(inputs)
-        return await self._cached(
+        answer: Any = await self._cached(
             {"input": inputs},
             "input",
             ask,
             lambda answer: are_vectors(answer, count, self._dimensions),
             lambda _: paid[0],
         )
+        return embedding_answer(answer)  # a cache hit is a matrix (providers.vectors)
 
 
 _ERROR_CLASSES = {401: ErrorClass.AUTH, 403: ErrorClass.AUTH, 404: ErrorClass.NOT_FOUND}

@@ -7,7 +7,7 @@ sent through the endpoint's ``post``; the answer is checked before it is kept or
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from genwire.config.schema import ModelConfig
 from genwire.errors import ErrorClass, ModelError
@@ -15,7 +15,7 @@ from genwire.providers.base import chat_messages, count_attempt
 from genwire.providers.batch.format import uncached_base
 from genwire.providers.budget.meter import metered_batch_call
 from genwire.providers.openai.endpoint import OpenAIEndpoint
-from genwire.providers.packed_floats import unpacked
+from genwire.providers.packed_floats import unpacked_bytes
 from genwire.providers.request_context import (
     admit_request,
     are_vectors,
@@ -33,13 +33,16 @@ from genwire.providers.routes import Route, TokenHandle, resolve_route
 from genwire.providers.tool_calls import assistant_message, is_assistant_message
 from genwire.providers.tracing import trace_cache_hit, tracer
 from genwire.providers.usage import reported_tokens
+from genwire.providers.vectors import embedding_answer
+
+if TYPE_CHECKING:
+    from genwire.providers.vectors import Matrix
 
 __all__ = ["CHAT", "OpenAIChatModel", "OpenAIEmbeddingModel"]
 
 T = TypeVar("T")
 
 CHAT = "/chat/completions"
-_FLOAT: frozenset[type] = frozenset({float})
 _NUMBER: frozenset[type] = frozenset({float, int})
 
 
@@ -221,15 +224,18 @@ class OpenAIEmbeddingModel(_Handle):
         # vector's bytes are half its JSON numbers' and decode in C (64 x 384: 3 ms vs 11 ms)
         payload = {"encoding_format": "base64", **self._params, "input": inputs}
         count = len(inputs)
-        return await self._ask(
+        answer = await self._ask(
             "/embeddings",
             payload,
             "input",
             lambda data, attempts: self._vectors(data, count, attempts),
             lambda answer: are_vectors(answer, count, self._dimensions),
         )
+        return embedding_answer(answer)
 
-    def _vectors(self, data: Any, count: int, attempts: int) -> list[list[float]]:
+    def _vectors(self, data: Any, count: int, attempts: int) -> Matrix:
+        """The answer's vectors as one checked float64 matrix (``providers.vectors``)."""
+
         def bad(why: str) -> ModelError:
             return ModelError(
                 ErrorClass.BAD_RESPONSE,
@@ -238,12 +244,14 @@ class OpenAIEmbeddingModel(_Handle):
                 attempts=attempts,
             )
 
+        import numpy as np
+
         items = data.get("data") if isinstance(data, dict) else None
         if not isinstance(items, list):
             raise bad("has no data list")
         if len(items) != count:
             raise bad(f"has {len(items)} vectors for {count} inputs")
-        out: list[list[float] | None] = [None] * count
+        out: list[bytes | list[float] | None] = [None] * count
         for position, item in enumerate(items):
             if not isinstance(item, dict):
                 raise bad(f"data[{position}] is not an object")
@@ -251,26 +259,38 @@ class OpenAIEmbeddingModel(_Handle):
             if type(index) is not int or not 0 <= index < count or out[index] is not None:
                 raise bad(f"data[{position}].index is missing, out of range or repeated")
             vector = item.get("embedding")
-            if isinstance(vector, str):  # encoding_format: base64
-                vector = unpacked(vector, "f")  # float32, OpenAI's format
-                if vector is None:
+            if isinstance(vector, str):  # encoding_format: base64 of float32, OpenAI's format
+                raw = unpacked_bytes(vector, 4)
+                if raw is None:
                     raise bad(f"data[{position}].embedding is not base64 of float32 numbers")
+                out[index] = raw
+                continue
             if not isinstance(vector, list):
                 raise bad(f"data[{position}].embedding is not a list of numbers")
-            # json.loads already made floats: keep the list as is (no copy) in that case.
             # Exact type checks: bool is an int subclass but never a vector component.
-            kinds = set(map(type, vector))
-            if kinds <= _FLOAT:
-                out[index] = vector
-            elif kinds <= _NUMBER:
-                out[index] = [float(v) for v in vector]
-            else:
+            if not set(map(type, vector)) <= _NUMBER:
                 raise bad(f"data[{position}].embedding holds a value that is not a number")
-        vectors = [v for v in out if v is not None]
-        problem = vectors_problem(vectors, count, self._dimensions)
+            out[index] = vector
+        given = [v for v in out if v is not None]
+        lengths = [len(v) // 4 if isinstance(v, bytes) else len(v) for v in given]
+        expected = self._dimensions if self._dimensions is not None else lengths[0]
+        if lengths.count(expected) != count:  # what vectors_problem says of such lists
+            position = next(i for i, length in enumerate(lengths) if length != expected)
+            against = "dimensions is set to" if self._dimensions is not None else "data[0] has"
+            raise bad(f"data[{position}].embedding has {lengths[position]} dimensions, but {against} {expected}")
+        if all(isinstance(v, bytes) for v in given):
+            matrix = np.frombuffer(b"".join(given), dtype="<f4").reshape(count, -1).astype(np.float64)  # type: ignore[arg-type]
+        else:
+            try:  # JSON numbers (encoding_format: float)
+                matrix = np.array(
+                    [np.frombuffer(v, dtype="<f4") if isinstance(v, bytes) else v for v in given], dtype=np.float64
+                )
+            except OverflowError:  # an integer no float holds
+                raise bad("holds a number too large for a float") from None
+        problem = vectors_problem(matrix, count, self._dimensions)
         if problem is not None:  # checked before the cache keeps it or a generator uses it
             raise bad(problem)
-        return vectors
+        return matrix
 
 
 # --- helpers -----------------------------------------------------------------------------

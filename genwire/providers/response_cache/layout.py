@@ -5,6 +5,7 @@ from the layout before, the rows as Python sees them (``Entry``, ``CachedAnswer`
 
 from __future__ import annotations
 
+import binascii
 import itertools
 import json
 import math
@@ -17,7 +18,8 @@ from json.encoder import encode_basestring as text_json
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from genwire.providers.packed_floats import packed, unpacked
+from genwire.providers.packed_floats import packed, unpacked_bytes
+from genwire.providers.vectors import is_matrix
 
 __all__ = ["DB_NAME", "CacheInfo", "CachedAnswer", "Entry", "Hits", "Stored"]
 
@@ -123,6 +125,9 @@ def stored_text(answer: Any) -> str:
     (NaN, a value JSON cannot hold)."""
     if type(answer) is str:
         return text_json(answer)
+    if is_matrix(answer):  # an embedding answer, checked (providers.vectors): its bytes
+        data = binascii.b2a_base64(answer.astype("<f8").tobytes(), newline=False).decode()
+        return f"{VECTORS}{answer.shape[1]}:{data}"
     if _is_vectors(answer):
         return f"{VECTORS}{len(answer[0])}:{packed(itertools.chain.from_iterable(answer), 'd')}"
     return ANSWER_ENCODER.encode(answer)
@@ -139,13 +144,16 @@ def _is_vectors(answer: Any) -> bool:
     )
 
 
-def _vectors_of(text: str) -> list[list[float]]:
+def _vectors_of(text: str) -> Any:
+    """The float64 matrix of stored vectors (``providers.vectors``), checked as a fresh answer is."""
+    import numpy as np
+
     length_text, _, data = text[len(VECTORS) :].partition(":")
     length = int(length_text)
-    values = unpacked(data, "d")
-    if values is None or length <= 0 or len(values) % length:
+    raw = unpacked_bytes(data, 8 * length) if length > 0 else None
+    if raw is None:
         raise ValueError("stored vectors are not whole float64 vectors of their length")
-    return [values[i : i + length] for i in range(0, len(values), length)]
+    return np.frombuffer(raw, dtype="<f8").reshape(-1, length).astype(np.float64)
 
 
 class CachedAnswer(NamedTuple):  # a tuple: built once per hit, on the hot path

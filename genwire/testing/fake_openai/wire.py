@@ -6,6 +6,7 @@ Pure functions of their arguments: the server's state decides which answer, thes
 
 from __future__ import annotations
 
+import binascii
 import functools
 import json
 import time
@@ -16,7 +17,7 @@ from aiohttp import web
 
 from genwire.providers.packed_floats import packed
 from genwire.testing.fake_openai.scripted import FakeResponse
-from genwire.testing.vectors import fake_vector
+from genwire.testing.vectors import fake_row, fake_vector
 
 _ERROR_TYPES = {
     400: ("invalid_request_error", "Bad request"),
@@ -51,7 +52,10 @@ def as_base64(vector: list[float]) -> str:
 
 @functools.lru_cache(maxsize=8192)
 def vector_base64(text: str, dimensions: int) -> str:
-    return f'"{as_base64(fake_vector(text, dimensions))}"'
+    # From the array (the same float32 bytes as as_base64 of the list): 4x cheaper, and the
+    # fake server shares the CPU with the client it serves
+    raw = fake_row(text, dimensions).astype("<f4").tobytes()
+    return f'"{binascii.b2a_base64(raw, newline=False).decode()}"'
 
 
 def wants_base64(body: dict[str, Any]) -> bool:
