@@ -15,7 +15,7 @@ from support import cli, cli_here, start_cli, wait_for_rows, write
 from genwire.engine.records.checkpoint import checkpoint_dir
 from genwire.generators import Verdict
 from genwire.generators.builtin.keep_novel import KeepNovel, KeepNovelParams
-from genwire.generators.builtin.kept_index import IndexedKept, lists_for
+from genwire.generators.builtin.kept_index import GROWTH, IndexedKept, lists_for
 from genwire.generators.resources import Resources
 from genwire.testing import FakeEmbeddingModel, FakeOpenAIServer
 from genwire.testing.vectors import near_duplicates
@@ -141,23 +141,23 @@ def clusters(gate: KeepNovel) -> int:
 
 
 async def test_the_index_learns_more_clusters_as_the_kept_rows_grow_and_judges_the_same_however_batched() -> None:
-    # 2 clusters from 64 rows; 16 from the first 512, trained beside from there, in use from 640
+    # 2 clusters from 64 rows; 16 from the first 640, trained beside from there, in use from 800
     gate = novel_gate(index_from=64)
     whole = await verdicts(gate, range(3000), 64)
-    assert clusters(gate) == lists_for(512) == 16
+    assert clusters(gate) == lists_for(GROWTH * 64) == 16
     assert await verdicts(novel_gate(index_from=64), range(3000), 5) == whole
 
 
 async def test_a_gate_that_remembers_an_earlier_session_judges_as_an_uninterrupted_one() -> None:
-    # index_from 128: retrained from 1,024 kept rows (in use from 1,280), while the resumed gate
-    # replays the earlier ones
-    whole = await verdicts(novel_gate(index_from=128), range(3000), 64)
-    resumed = novel_gate(index_from=128)
-    earlier = [i for i, (keep, _) in enumerate(whole[:1700]) if keep]  # what passed before the kill
-    assert len(earlier) > 1280
+    # index_from 100: retrained from the first flush (rows join 256 at a time) at or past 1,000
+    # kept rows, 1,124, in use from 1,636, while the resumed gate replays the earlier ones
+    whole = await verdicts(novel_gate(index_from=100), range(3000), 64)
+    resumed = novel_gate(index_from=100)
+    earlier = [i for i, (keep, _) in enumerate(whole[:2100]) if keep]  # what passed before the kill
+    assert len(earlier) > 1636
     await resumed.remember([{"text": f"row {i}"} for i in earlier], earlier)
-    assert clusters(resumed) == lists_for(1024)
-    assert await verdicts(resumed, range(1700, 3000), 50) == whole[1700:]
+    assert clusters(resumed) == lists_for(1124) == 32
+    assert await verdicts(resumed, range(2100, 3000), 50) == whole[2100:]
 
 
 # --- a run through the index, killed at half -----------------------------------------------
@@ -165,7 +165,7 @@ async def test_a_gate_that_remembers_an_earlier_session_judges_as_an_uninterrupt
 
 def repeating_pipeline(server: FakeOpenAIServer, root: Path, concurrency: int) -> dict[str, Any]:
     """keep-novel through its index from 64 kept rows (rows join it 256 at a time, and it is
-    retrained at 512) over questions that repeat (``n`` in 0..839: a repeated question is a
+    retrained from 640) over questions that repeat (``n`` in 0..839: a repeated question is a
     cosine of 1)."""
     cfg = novel_pipeline(server, root)
     cfg["providers"]["srv"]["max_concurrency"] = concurrency

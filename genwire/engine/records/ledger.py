@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from genwire.engine.records.checkpoint_files import cut_torn_line, whole_lines
 from genwire.providers.budget.figures import Paid
 from genwire.providers.request_context import current_column, current_rows
 
@@ -68,15 +69,10 @@ class RunLedger:
         return sum(t.requests for t in self.totals.values())
 
     def _read(self) -> None:
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
+        if not self.path.exists():
             return
-        good = data.rfind(b"\n") + 1
-        if good < len(data):  # killed mid-line: that answer is not counted (nor was it used)
-            with self.path.open("rb+") as handle:
-                handle.truncate(good)
-        self.totals = read_totals(self.path, data[:good])
+        cut_torn_line(self.path)  # killed mid-line: that answer is not counted (nor was it used)
+        self.totals = read_totals(self.path)
 
     def record(self, paid: Paid, rows: Sequence[int] | None = None, column: str | None = None) -> None:
         """One paid answer: into the totals and, in one write, onto the disk. ``rows`` and
@@ -136,18 +132,14 @@ def _escaped(text: str | None) -> str:
     return _LINE_ENCODER.encode(text)
 
 
-def read_totals(path: Path, data: bytes | None = None) -> dict[str, LedgerTotal]:
+def read_totals(path: Path) -> dict[str, LedgerTotal]:
     """Each alias's paid answers in the ledger at ``path`` (its whole lines: a torn last
-    line is not counted); a line that cannot be read is a warning and is skipped. Read
-    only: the report page reads an unfinished run's ledger this way."""
-    if data is None:
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return {}
-        data = data[: data.rfind(b"\n") + 1]
+    line is not counted), streamed; a line that cannot be read is a warning and is skipped.
+    Read only: the report page reads an unfinished run's ledger this way."""
+    if not path.exists():
+        return {}
     totals: dict[str, LedgerTotal] = {}
-    for number, line in enumerate(data.splitlines(), 1):
+    for number, line in enumerate(whole_lines(path), 1):
         try:
             record = json.loads(line)
             paid = Paid(

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from genwire.engine.gates.costs import paid_by_column
+from genwire.engine.records.checkpoint_files import whole_lines
 
 EXAMPLES_PER_GATE = 3
 REASON_CHARS = 300
@@ -44,11 +45,7 @@ def read_funnel(
     rejects: dict[str, GateRejects] = {}
     indices: list[int] = []
     for path in sorted(directory.glob("rejected-*.jsonl")):
-        try:
-            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            continue
-        for line in lines:
+        for line in whole_lines(path):  # streamed: one line in memory at a time
             try:
                 record = json.loads(line)
                 gate, index = str(record["gate"]), int(record["candidate"])
