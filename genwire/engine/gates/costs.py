@@ -35,7 +35,7 @@ def paid_by_column(directory: Path, rejected: Iterable[int] = ()) -> PaidByColum
     ledger = directory / LEDGER_NAME
     if not ledger.is_file():
         return out
-    for line in whole_lines(ledger):  # streamed: a 1,000,000-row run's ledger is ~300 MB
+    for line in whole_lines(ledger):  # streamed: a 1,000,000-candidate run's ledger is ~100 MB
         try:
             record = json.loads(line)
             usd = None if record.get("usd") is None else float(record["usd"])

@@ -245,10 +245,7 @@ class RunSession:
             # in-order gate is asked afresh, remembering what the checkpoint holds (Ray's
             # keeper judges each candidate once: there a rerun does it).
             retry = feed is not None and self.plan.engine != "ray" and not self.accounts.budget.exhausted()
-            # Listed only at the cap: below it, the pending candidates are every index not tried
-            # yet (3 M ints, ~100 MB, at the end of a 1,000,000-row run with its default cap).
-            capped = retry and candidates is not None and candidates.capped
-            if capped and candidates is not None and candidates.retry(list(self.checkpoint.pending())):
+            if retry and candidates is not None and candidates.retry(self.checkpoint.pending()):
                 sink.retrying(candidates.retried)
                 await self.checkpoint.next_segment()
                 await self._take(self.source.batches(iter(()), batch_size, feed=candidates.feed(batch_size)), sink)
