@@ -226,7 +226,7 @@ class KeepNovel(Generator[KeepNovelParams]):
         for j, vector in enumerate(vectors):
             similarity, slot = before[j]
             closest: Callable[[], Any] | None = functools.partial(kept.vector, slot) if slot >= 0 else None
-            candidate = kept.candidates[slot] if slot >= 0 else -1
+            candidate = kept.candidate(slot) if slot >= 0 else -1
             if kept_here:
                 scores = vectors[kept_here] @ vector
                 best = int(scores.argmax())

@@ -76,10 +76,13 @@ class IndexedKept:
         faiss.omp_set_num_threads(1)  # training and adds in one thread: the same rows, the same index
         self._ndim = int(first.shape[1])
         self._exact = tempfile.TemporaryFile(prefix="genwire-kept-")  # noqa: SIM115 (closed with the gate)
+        # The indexed rows' candidate numbers, on disk too: read only to name the row a
+        # rejected one is close to (8 bytes a row in memory were 8 MB at 1M rows).
+        self._numbers = tempfile.TemporaryFile(prefix="genwire-kept-")  # noqa: SIM115 (closed with the gate)
         self._indexed = 0  # rows in the index: slots 0 .. _indexed - 1
         self._pending: Matrix = np.zeros((self.FLUSH, self._ndim), dtype=np.float32)  # slots from _indexed on
+        self._pending_candidates = array.array("q")  # of the rows waiting, in order
         self.count = 0
-        self.candidates = array.array("q")
         self._trained_on = min(len(first), TRAINING_ROWS)
         self._owner, self._index = self._trained(first[: self._trained_on])
         self._training: _Training | None = None  # the next index, learning in a thread
@@ -103,9 +106,10 @@ class IndexedKept:
         return owner, index
 
     def __del__(self) -> None:
-        exact = getattr(self, "_exact", None)
-        if exact is not None:
-            exact.close()
+        for name in ("_exact", "_numbers"):
+            held = getattr(self, name, None)
+            if held is not None:
+                held.close()
 
     def flushes_after(self, more: int) -> bool:
         """Whether keeping ``more`` rows puts the waiting ones in the index."""
@@ -138,6 +142,13 @@ class IndexedKept:
                     out[j] = (float(near[b, j]), self._indexed + int(b))
         return out
 
+    def candidate(self, slot: int) -> int:
+        """The candidate number of the row kept at ``slot``."""
+        if slot >= self._indexed:
+            return self._pending_candidates[slot - self._indexed]
+        number = array.array("q", os.pread(self._numbers.fileno(), 8, slot * 8))
+        return number[0]
+
     def vector(self, slot: int) -> Matrix:
         row: Matrix = self._rows([slot])[0] if slot < self._indexed else self._pending[slot - self._indexed]
         return row
@@ -145,20 +156,24 @@ class IndexedKept:
     def add_many(self, vectors: Matrix, candidates: list[int]) -> None:
         for start in range(0, len(vectors), self.FLUSH):
             part = vectors[start : start + self.FLUSH]
+            numbers = candidates[start : start + self.FLUSH]
             waiting = self.count - self._indexed
             room = min(len(part), self.FLUSH - waiting)
             self._pending[waiting : waiting + room] = part[:room]
+            self._pending_candidates.extend(numbers[:room])
             self.count += room
             if self.count - self._indexed == self.FLUSH:
                 self._flush()
             if room < len(part):
                 self._pending[: len(part) - room] = part[room:]
+                self._pending_candidates.extend(numbers[room:])
                 self.count += len(part) - room
-        self.candidates.extend(candidates)
 
     def _flush(self) -> None:
         rows = self._pending[: self.count - self._indexed]
         os.pwrite(self._exact.fileno(), rows.tobytes(), self._indexed * self._row)
+        os.pwrite(self._numbers.fileno(), self._pending_candidates.tobytes(), self._indexed * 8)
+        del self._pending_candidates[:]
         self._index.add(rows)  # ids are the order of the adds: slots
         self._indexed = self.count
         training = self._training
@@ -193,11 +208,11 @@ class IndexedKept:
 
     @property
     def memory_bytes(self) -> int:
-        """What the index holds in memory (the exact vectors are on disk): each row's code
-        and id, the cluster centres, the rows waiting, the candidates' numbers."""
+        """What the index holds in memory (the exact vectors and the candidates' numbers
+        are on disk): each row's code and id, the cluster centres, the rows waiting."""
         index = self._index
         codes = self._indexed * (int(index.code_size) + 8) + int(index.nlist) * self._ndim * 4
-        return codes + self.candidates.itemsize * len(self.candidates) + self._pending.nbytes
+        return codes + self._pending.nbytes
 
     @property
     def _row(self) -> int:

@@ -38,6 +38,10 @@ class ExactKept:
         best = scores.argmax(axis=0)  # the first of equals: the row kept first
         return [(float(scores[b, i]), int(b)) for i, b in enumerate(best)]
 
+    def candidate(self, slot: int) -> int:
+        """The candidate number of the row kept at ``slot``."""
+        return self.candidates[slot]
+
     def vector(self, slot: int) -> Matrix:
         """The exact vector kept at ``slot``."""
         assert self._matrix is not None
