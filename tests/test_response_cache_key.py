@@ -163,6 +163,20 @@ async def test_cached_vectors_of_the_old_dimensions_are_misses_not_output(
     assert await requests_of_run(fake_openai_server, cfg) == 0  # the fresh answers replaced them
 
 
+async def test_an_embedding_is_found_per_row_when_the_rerun_batches_the_rows_otherwise(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    # A gated run's batches depend on timing: each row's vector is kept under its own row
+    assert await requests_of_run(fake_openai_server, config(fake_openai_server, tmp_path, EMBED, batch_size=4)) == 3
+    first = read_rows(tmp_path / "out.jsonl")
+    assert await requests_of_run(fake_openai_server, config(fake_openai_server, tmp_path, EMBED, batch_size=5)) == 0
+    assert read_rows(tmp_path / "out.jsonl") == first
+    # A row the first run never had: only its text is sent, the batch's others are found
+    assert await requests_of_run(fake_openai_server, config(fake_openai_server, tmp_path, EMBED, n=N + 1)) == 1
+    (body,) = [b for model, b in fake_openai_server.bodies if model == "embedder"]
+    assert len(body["input"]) == 1 and read_rows(tmp_path / "out.jsonl")[:N] == first
+
+
 async def test_cached_non_finite_vectors_wrong_counts_and_empty_texts_are_misses(
     fake_openai_server: FakeOpenAIServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -175,7 +189,8 @@ async def test_cached_non_finite_vectors_wrong_counts_and_empty_texts_are_misses
         answer[0][0] = float("nan")
         nan = json.dumps(answer)  # json.loads reads NaN; a fresh answer never has one
         conn.execute("UPDATE answers SET answer = ? WHERE key = ?", (nan, vectors[0][0]))
-        conn.execute("UPDATE answers SET answer = '[[0.5]]' WHERE key = ?", (vectors[1][0],))  # 1 vector for 4
+        # Each row's vector is its own entry: row 4's (the second batch) holds 2 vectors for 1
+        conn.execute("UPDATE answers SET answer = '[[0.5], [0.5]]' WHERE key = ?", (vectors[4][0],))
         conn.execute("UPDATE answers SET answer = '\"  \"' WHERE col = 'q' AND row IN (0, 5)")  # blank text
     conn.close()
     with caplog.at_level(logging.WARNING, logger="genwire.cache"):
@@ -335,14 +350,21 @@ async def test_every_stored_key_is_the_sha256_of_the_request_as_the_server_recei
     with sqlite3.connect(tmp_path / "cache" / DB_NAME) as conn:
         stored = {(col, row): key for key, col, row in conn.execute("SELECT key, col, row FROM answers")}
     conn.close()
-    assert len(stored) == N + N // 4  # a chat answer per row, an embedding per batch of 4
+    assert len(stored) == 2 * N  # a chat answer per row, and an embedding per row
     # The server does not know the rows: every stored key must be one of the bodies it
-    # received, keyed for one of the rows (or batches of rows) the run has.
-    candidates = {
-        entry_key(endpoint, {"path": paths[model], "body": body}, col, rows, 5)
+    # received, keyed for one of the rows the run has; an embedding request of a batch's
+    # texts is kept per row, each keyed as the request of its text alone would be.
+    alone = [
+        {**body, "input": [text]}
         for model, body in fake_openai_server.bodies
-        for col, rows in ([("q", [r]) for r in range(N)] if model == "writer" else [])
-        + ([("v", list(range(s, s + 4))) for s in range(0, N, 4)] if model == "embedder" else [])
+        if model == "embedder"
+        for text in body["input"]
+    ]
+    candidates = {
+        entry_key(endpoint, {"path": paths[model], "body": body}, col, [r], 5)
+        for model, body in [*fake_openai_server.bodies, *(("embedder", b) for b in alone)]
+        for col, r in [("q" if model == "writer" else "v", r) for r in range(N)]
+        if model == "writer" or len(body["input"]) == 1
     }
     assert {place for place, key in stored.items() if key in candidates} == set(stored)
 

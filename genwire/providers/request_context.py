@@ -65,6 +65,7 @@ __all__ = [
     "are_vectors",
     "batch_scope",
     "cache_slot",
+    "cache_slots_per_row",
     "cached_row",
     "cached_rows",
     "column_scope",
@@ -313,23 +314,25 @@ def cached_row(index: int) -> cached_rows:
 
 @dataclass(slots=True)
 class CacheSlot:
-    """Where one request's answer is looked up and, once it is good, kept."""
+    """Where one answer is looked up and, once it is good, kept: a request's, or one row's
+    part of a request made for several (``cache_slots_per_row``). ``first``: the row the
+    store files it under (the first of the request's rows)."""
 
     batch: BatchScope
     row: RowScope
     column: ColumnScope
     key: str
+    first: int
 
     def get(self, usage: ModelUsage, usable: Callable[[Any], bool]) -> CachedAnswer | None:
         """The stored answer, counted as a hit; None (a miss) when there is none or when it
         fails the checks a fresh answer of this request passes."""
-        return _stored_answer(self.batch, self.column, self.row.rows[0], self.key, usage, usable)
+        return _stored_answer(self.batch, self.column, self.first, self.key, usage, usable)
 
     def keep(self, answer: Any, tokens: tuple[int, int]) -> None:
         """The answer passed the handle's checks: pending until the row block commits."""
-        first = self.row.rows[0] if self.row.rows else -1
         entry = self.batch.cache.entry  # the store's Entry: no import statement per answer
-        self.row.pending.append(entry(self.key, self.column.name, first, answer, tokens[0], tokens[1]))
+        self.row.pending.append(entry(self.key, self.column.name, self.first, answer, tokens[0], tokens[1]))
 
 
 def cache_slot(endpoint: str, body: Any, part: Any) -> CacheSlot | None:
@@ -339,7 +342,22 @@ def cache_slot(endpoint: str, body: Any, part: Any) -> CacheSlot | None:
     batch, column, row = _batch.get(), _column.get(), _row.get()
     if batch is None or column is None or row is None or not row.rows:
         return None
-    return CacheSlot(batch, row, column, column.key(endpoint, body, part, row.rows, batch.seed))
+    return CacheSlot(batch, row, column, column.key(endpoint, body, part, row.rows, batch.seed), row.rows[0])
+
+
+def cache_slots_per_row(endpoint: str, body: Any, parts: Sequence[Any]) -> list[CacheSlot] | None:
+    """A slot per row for a request whose part holds one item per row of its row block, in
+    order (an embedding request for a batch's texts): item ``i`` keyed as if it had been
+    asked alone for row ``i``, so a rerun that batches the rows otherwise (a gated run's
+    batches depend on timing) still finds each row's answer. None when the request is not
+    cached, or its rows are not one per item (then ``cache_slot`` keys it whole)."""
+    batch, column, row = _batch.get(), _column.get(), _row.get()
+    if batch is None or column is None or row is None or len(row.rows) != len(parts) or len(parts) < 2:
+        return None
+    template = column.template(endpoint, body, batch.seed)
+    return [
+        CacheSlot(batch, row, column, template.key(part, (at,)), at) for part, at in zip(parts, row.rows, strict=True)
+    ]
 
 
 PeekScope = tuple[BatchScope, ColumnScope]

@@ -61,6 +61,16 @@ def reported_tokens(body: Any) -> tuple[int, int] | None:
     return _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
 
 
+def token_shares(tokens: tuple[int, int] | None, parts: int) -> list[tuple[int, int]]:
+    """``tokens`` (prompt, completion) of one request split over the ``parts`` answers it
+    holds, as evenly as whole tokens go (the first parts take the remainder): what each
+    part's cache entry says a hit on it saved, summing to the request's."""
+    prompt, completion = tokens or (0, 0)
+    return [
+        (prompt // parts + (i < prompt % parts), completion // parts + (i < completion % parts)) for i in range(parts)
+    ]
+
+
 def _count(value: Any) -> int:
     # Exact int check: a bool or a float from a confused server is not a token count.
     return value if type(value) is int and value >= 0 else 0

@@ -170,6 +170,7 @@ class DoneRows:
                 yield from (i for i in range(base, min(base + 8, known)) if not bits[byte] >> (i - base) & 1)
         yield from range(max(known, 0), n)
 
+
 def read_rows(segments: list[Path], n: int) -> DoneRows:
     """Which rows the segments hold (one byte per row). A line that cannot be used is one
     warning naming its file and line, and is cut out of its file, so its row is generated

@@ -20,6 +20,7 @@ from genwire.providers.request_context import (
     admit_request,
     are_vectors,
     cache_slot,
+    cache_slots_per_row,
     current_column,
     is_text,
     may_hold,
@@ -32,7 +33,7 @@ from genwire.providers.response_cache.keys import HOLE
 from genwire.providers.routes import Route, TokenHandle, resolve_route
 from genwire.providers.tool_calls import assistant_message, is_assistant_message
 from genwire.providers.tracing import trace_cache_hit, tracer
-from genwire.providers.usage import reported_tokens
+from genwire.providers.usage import reported_tokens, token_shares
 from genwire.providers.vectors import embedding_answer
 
 if TYPE_CHECKING:
@@ -73,27 +74,7 @@ class _Handle(TokenHandle):
                 trace_cache_hit(route.alias, route.model, path)
                 cached: T = found.answer
                 return cached
-        batcher = provider.batcher
-        if batcher is not None:  # batch mode: the call waits for its line of a batch
-            admit_request()  # a run stopping on its failure rate puts no more lines in a round
-            column = current_column()
-            base = slot.key if slot is not None else uncached_base(provider.cache_endpoint, path, body, column)
-            custom_id = batcher.request_id(base)
-
-            async def ask() -> tuple[Any, int]:
-                # Each time its line went in a batch is a request to this endpoint (a
-                # pool's per-endpoint figures), answered or failed.
-                try:
-                    answered = await batcher.ask(route.alias, path, body, custom_id)
-                except ModelError as exc:
-                    count_attempt(exc.attempts)
-                    raise
-                count_attempt(answered[1])
-                return answered
-
-            data, attempts = await metered_batch_call(provider.meter, route.alias, path, body, ask)
-        else:
-            data, attempts = await provider.post(route.alias, path, body, failover=route.pool is not None)
+        data, attempts = await _sent(route, path, body, slot.key if slot is not None else None)
         answer = answer_of(data, attempts)
         if slot is not None:
             slot.keep(answer, reported_tokens(data) or (0, 0))
@@ -224,6 +205,9 @@ class OpenAIEmbeddingModel(_Handle):
         # vector's bytes are half its JSON numbers' and decode in C (64 x 384: 3 ms vs 11 ms)
         payload = {"encoding_format": "base64", **self._params, "input": inputs}
         count = len(inputs)
+        by_row = await self._embed_by_row(payload, inputs)
+        if by_row is not None:
+            return embedding_answer(by_row)
         answer = await self._ask(
             "/embeddings",
             payload,
@@ -232,6 +216,49 @@ class OpenAIEmbeddingModel(_Handle):
             lambda answer: are_vectors(answer, count, self._dimensions),
         )
         return embedding_answer(answer)
+
+    async def _embed_by_row(self, payload: dict[str, Any], inputs: list[str]) -> Matrix | None:
+        """The vectors of a request made for one row per text (``cached_rows`` with a row
+        per text, as the built-in embedding gate and column say), each cached under its own
+        row (``cache_slots_per_row``): only the texts whose rows have no answer stored are
+        sent, in one request. None when the request is not cached that way."""
+        route, body, request = _routed(self._token, "/embeddings", payload, "input")
+        provider = route.provider
+        slots = cache_slots_per_row(route.pool or provider.cache_endpoint, request, [[text] for text in inputs])
+        if slots is None:
+            return None
+        import numpy as np
+
+        usage = provider._usage(route.alias)
+        found = [slot.get(usage, self._usable_alone) for slot in slots]
+        lengths = {np.shape(answer.answer)[-1] for answer in found if answer is not None}
+        if len(lengths) > 1:  # stored under another length (a model that changed): all asked again
+            found = [None] * len(slots)
+        missing = [i for i, answer in enumerate(found) if answer is None]
+        vectors: list[Any] = [None if answer is None else answer.answer for answer in found]
+        if missing:
+            asked = {**body, "input": [inputs[i] for i in missing]}
+            data, attempts = await _sent(route, "/embeddings", asked, None)
+            fresh = self._vectors(data, len(missing), attempts)
+            if lengths and fresh.shape[1] not in lengths:
+                raise ModelError(
+                    ErrorClass.BAD_RESPONSE,
+                    f"embedding response has vectors of {fresh.shape[1]} dimensions; the stored answers of the "
+                    f"same request's other rows have {lengths.pop()}",
+                    target=self.alias,
+                    attempts=attempts,
+                )
+            shares = token_shares(reported_tokens(data), len(missing))
+            for j, i in enumerate(missing):
+                vectors[i] = fresh[j : j + 1]
+                slots[i].keep(vectors[i], shares[j])
+        for i in range(len(slots)):
+            if found[i] is not None:
+                trace_cache_hit(route.alias, route.model, "/embeddings")
+        return np.concatenate([np.asarray(v, dtype=np.float64).reshape(1, -1) for v in vectors])
+
+    def _usable_alone(self, answer: Any) -> bool:
+        return are_vectors(answer, 1, self._dimensions)
 
     def _vectors(self, data: Any, count: int, attempts: int) -> Matrix:
         """The answer's vectors as one checked float64 matrix (``providers.vectors``)."""
@@ -294,6 +321,32 @@ class OpenAIEmbeddingModel(_Handle):
 
 
 # --- helpers -----------------------------------------------------------------------------
+
+
+async def _sent(route: Route[OpenAIEndpoint], path: str, body: dict[str, Any], key: str | None) -> tuple[Any, int]:
+    """(response, attempts) of ``body`` sent to the route: in a batch job in batch mode
+    (its line named by the cache ``key``, or by the body when it is not cached), else by
+    the endpoint's ``post``."""
+    provider = route.provider
+    batcher = provider.batcher
+    if batcher is None:
+        return await provider.post(route.alias, path, body, failover=route.pool is not None)
+    admit_request()  # a run stopping on its failure rate puts no more lines in a round
+    base = key if key is not None else uncached_base(provider.cache_endpoint, path, body, current_column())
+    custom_id = batcher.request_id(base)
+
+    async def ask() -> tuple[Any, int]:
+        # Each time its line went in a batch is a request to this endpoint (a
+        # pool's per-endpoint figures), answered or failed.
+        try:
+            answered = await batcher.ask(route.alias, path, body, custom_id)
+        except ModelError as exc:
+            count_attempt(exc.attempts)
+            raise
+        count_attempt(answered[1])
+        return answered
+
+    return await metered_batch_call(provider.meter, route.alias, path, body, ask)
 
 
 def _routed(
