@@ -29,7 +29,10 @@ class LocalBatches:
     ``Retry-After``, say a second) holds up its batch, and with a fixed number of batches
     in flight the providers would idle meanwhile. So beyond ``BATCHES_IN_FLIGHT`` the
     engine starts one more batch every ``GROW_TICK_S`` while a provider is about to have
-    idle slots, up to ``ROWS_AHEAD`` rows.
+    idle slots, up to ``ROWS_AHEAD`` rows. A batch at an in-order gate (keep-novel's
+    embedding request, then its turn) does not count among the ``BATCHES_IN_FLIGHT``:
+    it asks little of the providers, and counted it left their slots idle (a gated run at
+    50 ms answers: 85 -> 92 % of the plain run's rate at 100,000 candidates).
     """
 
     def __init__(
@@ -97,7 +100,7 @@ class LocalBatches:
             fresh = 0  # rows of the batches started here: not live until they first run
             while (
                 not exhausted
-                and len(running) < up_to
+                and len(running) - runner.at_gates < up_to
                 and len(running) + len(finished) < ahead
                 and (not only_if_idle or self._idle_slots())
                 # The budget: when nothing runs, one more batch learns whether anything still fits.

@@ -89,6 +89,9 @@ class BatchRunner:
         self.columns = [c.name for c in container.columns]
         self.cache = cache
         self.store_answers = store_answers
+        # Batches past their order-free columns, at an in-order gate (its request made ahead,
+        # or waiting for their turn): the engine starts others in their place.
+        self.at_gates = 0
         self.live = 0  # rows of the running batches that have not failed nor finished
         self.seed = container.config.pipeline.seed  # in every cache key: a new seed asks again
         self.earlier = earlier
@@ -170,9 +173,13 @@ class BatchRunner:
                 if in_order:
                     # The order-free part first (its requests overlap the lower batches' turns),
                     # then wait for this batch's turn.
-                    with column_scope(gen.column, indices):
-                        await self.call(gen, rows, indices, ahead=True)
-                    await self.turns.turn(gen.column, key, functools.partial(self.remember, gen))
+                    self.at_gates += 1
+                    try:
+                        with column_scope(gen.column, indices):
+                            await self.call(gen, rows, indices, ahead=True)
+                        await self.turns.turn(gen.column, key, functools.partial(self.remember, gen))
+                    finally:
+                        self.at_gates -= 1
                 with column_scope(gen.column, indices):  # the column's hits, looked up in one query
                     values = await self.call(gen, rows, indices)
                 if in_order:
