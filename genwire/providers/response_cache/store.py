@@ -52,6 +52,7 @@ from genwire.providers.response_cache.layout import (
     read_only,
     stored_answer,
     stored_text,
+    use_wal,
 )
 
 if TYPE_CHECKING:  # the loader (yaml) is not needed to use a cache
@@ -144,7 +145,7 @@ class ResponseCache:
             return None
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(OPEN_WAIT_S * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")
+            use_wal(conn, OPEN_WAIT_S)
             conn.execute("PRAGMA synchronous = NORMAL")  # WAL: a commit survives a crash of the process
             ensure_layout(conn)
             conn.execute(f"PRAGMA busy_timeout = {int(WRITE_WAIT_S * 1000)}")  # set up: writes wait as before
