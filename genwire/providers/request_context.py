@@ -9,6 +9,9 @@ say them through context variables, so no signature changes and plugins are unaf
 * A generator says which row a request is for with ``cached_row(index)`` (or
   ``cached_rows(indices)`` for one request made for several rows: the request is keyed
   by all of them). The built-in generators do; a plugin may, as documented in the README.
+* An embedding request made for one row per text is kept per row (``cache_slots_per_row``):
+  each text keyed as if asked alone for its row, so a rerun that batches the rows otherwise
+  finds each vector, and only the texts of rows without one are sent.
 * A request made with no row said is never cached: two rows must never share a key.
   The pre-flight's probes run outside any batch, so they never read or write the cache.
 * The built-in chat columns peek at a whole batch before asking (``peek_many``): one key
