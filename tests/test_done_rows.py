@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from genwire.engine.records.checkpoint_files import DoneRows
 
 
@@ -32,3 +34,10 @@ def test_missing_reads_the_rows_done_while_it_is_read() -> None:
     assert next(pending) == 3
     done.add(4)  # done before the reader reached it: not pending
     assert list(pending) == [5, 6, 7, 8, *range(10, 20)]
+
+
+def test_no_row_index_is_negative() -> None:
+    done = DoneRows.of([3, -1, 10])  # a damaged file's -1 is no row
+    assert len(done) == 2 and -1 not in done and -5 not in done and 3 in done
+    with pytest.raises(ValueError, match="never negative"):
+        done.add(-2)

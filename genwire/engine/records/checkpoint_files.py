@@ -9,7 +9,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -141,11 +141,22 @@ class DoneRows:
     def __len__(self) -> int:
         return self._count
 
+    @classmethod
+    def of(cls, indices: Iterable[int]) -> DoneRows:
+        """The set of ``indices`` (negative ones, which no row has, left out)."""
+        done = cls()
+        for index in indices:
+            if index >= 0:
+                done.add(index)
+        return done
+
     def __contains__(self, index: int) -> bool:
         byte = index >> 3
-        return byte < len(self._bits) and bool(self._bits[byte] >> (index & 7) & 1)
+        return 0 <= byte < len(self._bits) and bool(self._bits[byte] >> (index & 7) & 1)
 
     def add(self, index: int) -> None:
+        if index < 0:
+            raise ValueError(f"a row index is never negative, got {index}")
         byte, bit = index >> 3, 1 << (index & 7)
         size = len(self._bits)
         if byte >= size:  # doubling: appending rows in order costs amortised O(1) each
