@@ -177,6 +177,18 @@ async def test_an_embedding_is_found_per_row_when_the_rerun_batches_the_rows_oth
     assert len(body["input"]) == 1 and read_rows(tmp_path / "out.jsonl")[:N] == first
 
 
+async def test_a_batch_whose_stored_vectors_have_another_length_than_a_fresh_one_is_asked_whole(
+    fake_openai_server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    fake_openai_server.set_dimensions("embedder", 8)  # the config says no `dimensions`
+    assert await requests_of_run(fake_openai_server, config(fake_openai_server, tmp_path, EMBED)) == 3
+    fake_openai_server.set_dimensions("embedder", 16)  # the model changed
+    # Batches of 5 over 13 rows: the last holds rows 10 and 11 (stored, 8 long) and 12 (new)
+    cfg = config(fake_openai_server, tmp_path, EMBED, n=N + 1, batch_size=5)
+    assert await requests_of_run(fake_openai_server, cfg) == 2  # row 12 alone, then the batch whole
+    assert [len(row["v"]) for row in read_rows(tmp_path / "out.jsonl")] == [8] * 10 + [16] * 3
+
+
 async def test_cached_non_finite_vectors_wrong_counts_and_empty_texts_are_misses(
     fake_openai_server: FakeOpenAIServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

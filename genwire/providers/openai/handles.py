@@ -241,13 +241,11 @@ class OpenAIEmbeddingModel(_Handle):
             data, attempts = await _sent(route, "/embeddings", asked, None)
             fresh = self._vectors(data, len(missing), attempts)
             if lengths and fresh.shape[1] not in lengths:
-                raise ModelError(
-                    ErrorClass.BAD_RESPONSE,
-                    f"embedding response has vectors of {fresh.shape[1]} dimensions; the stored answers of the "
-                    f"same request's other rows have {lengths.pop()}",
-                    target=self.alias,
-                    attempts=attempts,
-                )
+                # The stored rows' vectors have another length (the model changed, its
+                # `dimensions` unset): every row asked again, and kept in their place.
+                missing = list(range(len(slots)))
+                data, attempts = await _sent(route, "/embeddings", {**body, "input": inputs}, None)
+                fresh = self._vectors(data, len(missing), attempts)
             shares = token_shares(reported_tokens(data), len(missing))
             for j, i in enumerate(missing):
                 vectors[i] = fresh[j : j + 1]
