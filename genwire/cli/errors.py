@@ -47,6 +47,20 @@ def _interrupted(exc: BaseException | None) -> NoReturn:
     sys.exit(signal_exit_code(signum))
 
 
+def signal_inside(exc: BaseException) -> KeyboardInterrupt | None:
+    """The interrupt an exception was raised from, if any: a signal that lands inside a
+    class statement (a module being imported) reaches us as Python 3.11's RuntimeError
+    "Error calling __set_name__", caused by the KeyboardInterrupt."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def run_cli(group: click.Group, args: Sequence[str]) -> NoReturn:
     """Run the command line and exit. Click's usage errors (exit 2) are shown as click
     shows them, and under ``--json`` also as the one JSON object on stdout."""
@@ -62,6 +76,9 @@ def run_cli(group: click.Group, args: Sequence[str]) -> NoReturn:
         except KeyboardInterrupt as exc:
             _interrupted(exc)
         except Exception as exc:  # a bug: its traceback follows, and --json still gets its object
+            interrupt = signal_inside(exc)
+            if interrupt is not None:
+                _interrupted(interrupt)
             emit_json_failure(f"internal error: {type(exc).__name__}: {exc}")
             raise
         sys.exit(result if isinstance(result, int) else 0)
@@ -96,6 +113,11 @@ def handle_errors(fn: F) -> F:
                 if debug:
                     raise
                 _fail(str(exc), 1)
+            except Exception as exc:  # a bug, unless a signal raised it (inside an import)
+                interrupt = signal_inside(exc)
+                if interrupt is None or debug:
+                    raise
+                _interrupted(interrupt)
         except SystemExit as exc:
             finishing(exit_status(exc))  # the outcome is decided: a late signal keeps it
             raise
